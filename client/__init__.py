@@ -1,1 +1,24 @@
-"""TODO"""
+"""The Python client of bidi-responses.
+
+* ``AsyncResponsesClient`` / ``ConnectStream``: async, over gRPC.
+* ``ResponsesClient``: the blocking wrapper.
+* ``run_agent_loop``: runs tools and continues with ``previous_response_id`` or append mode.
+"""
+
+from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
+from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream
+from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
+from bidi_responses.client.types import Response, ResponsesError, Usage
+
+__all__ = [
+    "AgentResult",
+    "AsyncResponsesClient",
+    "ConnectStream",
+    "Response",
+    "ResponsesClient",
+    "ResponsesError",
+    "SyncConnectStream",
+    "Usage",
+    "run_agent_loop",
+    "run_tools",
+]

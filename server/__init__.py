@@ -1,1 +1,1 @@
-"""TODO"""
+"""The bidi-responses server: one core, three thin transports (gRPC, HTTP+SSE, WebSocket)."""

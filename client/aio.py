@@ -1,0 +1,254 @@
+"""The async client: a Connect stream for agent loops, and the unary calls.
+
+Parameters and events are JSON-shaped dicts, exactly as in the Responses API documentation;
+protobuf stays inside. A typical agent turn::
+
+    async with AsyncResponsesClient("127.0.0.1:50051") as client:
+        async with client.connect() as stream:
+            first = await stream.create(model="sim-model", input="fix the bug", tools=tools)
+            nxt = await stream.create(model="sim-model", previous_response_id=first.id,
+                                      input=[{"type": "function_call_output", ...}], tools=tools)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
+from bidi_responses.codec import EventDecoder, item_to_dict, item_to_pb, params_to_pb
+from bidi_responses.v1 import responses_pb2 as pb
+from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+_MAX_MESSAGE = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+    ("grpc.max_send_message_length", _MAX_MESSAGE),
+)
+
+
+def _status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
+    metadata = dict(error.trailing_metadata() or ())
+    code = metadata.get("error-code")
+    return ResponsesError(str(code) if code else error.code().name.lower(),
+                          error.details() or "", str(metadata.get("error-param") or "") or None)
+
+
+class ConnectStream:
+    """One Connect stream: a connection-scoped cache on the server, several lanes on it.
+
+    Each lane (``stream_id``) runs one response at a time; use one lane per agent to run
+    agents in parallel over one stream.
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._decoder = EventDecoder()
+        self._lanes: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
+        self._busy: set[str] = set()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self.warnings: list[dict[str, Any]] = []
+        self.bytes_received = 0
+
+    def _queue(self, lane: str) -> asyncio.Queue[dict[str, Any] | None]:
+        queue = self._lanes.get(lane)
+        if queue is None:
+            queue = self._lanes[lane] = asyncio.Queue()
+        return queue
+
+    async def _read(self) -> None:
+        try:
+            async for message in self._call:
+                self.bytes_received += message.ByteSize()
+                event = self._decoder.event(message)
+                if event["type"] == "warning":
+                    self.warnings.append(event)
+                    continue
+                self._queue(message.stream_id).put_nowait(event)
+        except grpc.aio.AioRpcError as error:
+            closing = _status_error(error)
+            for queue in self._lanes.values():
+                queue.put_nowait({"type": "error", "status": 0, "error": {
+                    "code": closing.code, "message": closing.message}})
+        finally:
+            for queue in self._lanes.values():
+                queue.put_nowait(None)
+
+    async def send(self, request: pb.ConnectRequest) -> None:
+        """Send a raw ConnectRequest (for clients that build messages themselves)."""
+        await self._call.write(request)
+
+    async def events(self, stream_id: str = "") -> AsyncIterator[dict[str, Any]]:
+        """Every event that arrives on a lane, until the stream ends."""
+        queue = self._queue(stream_id)
+        while True:
+            event = await queue.get()
+            if event is None:
+                return
+            yield event
+
+    async def create_events(self, *, stream_id: str = "", **params: Any) -> AsyncGenerator[
+            dict[str, Any], None]:
+        """Send ``response.create`` and yield its events up to the terminal (or error) one.
+
+        In append mode the iteration also stops at ``response.done``; answer it with
+        ``append_events``.
+        """
+        if stream_id in self._busy:
+            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
+        self._busy.add(stream_id)
+        try:
+            await self._call.write(pb.ConnectRequest(stream_id=stream_id,
+                                                     response_create=params_to_pb(params)))
+            async for event in self._until_turn_ends(stream_id):
+                yield event
+        finally:
+            self._busy.discard(stream_id)
+
+    async def _until_turn_ends(self, stream_id: str) -> AsyncIterator[dict[str, Any]]:
+        queue = self._queue(stream_id)
+        while True:
+            event = await queue.get()
+            if event is None:
+                raise ResponsesError("stream_closed", "the stream ended before the response did")
+            yield event
+            kind = event["type"]
+            if kind in TERMINAL_EVENTS or kind == "error" or kind == "response.done":
+                return
+
+    async def create(self, *, stream_id: str = "", **params: Any) -> Response:
+        """Create a response and wait for it; raises ResponsesError on an error event."""
+        return await _collect(self.create_events(stream_id=stream_id, **params))
+
+    async def append_events(self, response_id: str, input: Sequence[dict[str, Any]], *,
+                            stream_id: str = "") -> AsyncGenerator[dict[str, Any], None]:
+        """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
+        request = pb.ConnectRequest(stream_id=stream_id, response_append=pb.ResponseAppend(
+            response_id=response_id, input=[item_to_pb(i) for i in input]))
+        await self._call.write(request)
+        async for event in self._until_turn_ends(stream_id):
+            yield event
+
+    async def append(self, response_id: str, input: Sequence[dict[str, Any]], *,
+                     stream_id: str = "") -> Response:
+        """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
+        return await _collect(self.append_events(response_id, input, stream_id=stream_id))
+
+    async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
+        """Ask the server to stop the lane's in-flight response."""
+        await self._call.write(pb.ConnectRequest(
+            stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)))
+
+    async def close(self) -> None:
+        """Half-close and wait for the server to end the stream."""
+        with contextlib.suppress(grpc.aio.UsageError, grpc.aio.AioRpcError):
+            await self._call.done_writing()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+    def abort(self) -> None:
+        """Drop the stream at once (the server cancels in-flight work)."""
+        self._call.cancel()
+        self._reader.cancel()
+
+
+async def _collect(events: AsyncGenerator[dict[str, Any], None]) -> Response:
+    async with contextlib.aclosing(events):
+        async for event in events:
+            kind = event["type"]
+            if kind == "error":
+                raise ResponsesError.from_event(event)
+            if kind == "response.done":
+                return Response.from_dict(event["response"], event.get("pending_calls") or [])
+            if kind in TERMINAL_EVENTS:
+                return Response.from_dict(event["response"])
+    raise ResponsesError("stream_closed", "the stream ended before the response did")
+
+
+class AsyncResponsesClient:
+    """An async client for ``bidi_responses.v1.ResponsesService``."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *,
+                 channel: grpc.aio.Channel | None = None) -> None:
+        self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.ResponsesServiceStub(self._channel)
+
+    async def __aenter__(self) -> AsyncResponsesClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close()
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[ConnectStream]:
+        """Open a Connect stream; it is closed (half-closed, then drained) on exit."""
+        stream = ConnectStream(self._stub.Connect())
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    async def create_events(self, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
+        """Stateless create: the events of one response."""
+        decoder = EventDecoder()
+        call = self._stub.CreateResponse(pb.CreateResponseRequest(params=params_to_pb(params)))
+        try:
+            async for message in call:
+                yield decoder.event(message.event)
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
+
+    async def create(self, **params: Any) -> Response:
+        """Stateless create; waits for the terminal event."""
+        return await _collect(self.create_events(**params))
+
+    async def _unary(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request)
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
+
+    async def get(self, response_id: str) -> Response:
+        """A stored response."""
+        reply = await self._unary(self._stub.GetResponse,
+                                  pb.GetResponseRequest(response_id=response_id))
+        return Response.from_dict(EventDecoder().response(reply.response))
+
+    async def delete(self, response_id: str) -> bool:
+        """Delete a stored response."""
+        reply = await self._unary(self._stub.DeleteResponse,
+                                  pb.DeleteResponseRequest(response_id=response_id))
+        return bool(reply.deleted)
+
+    async def list_input_items(self, response_id: str, *, limit: int = 20, order: str = "desc",
+                               after: str = "") -> dict[str, Any]:
+        """One page of a stored response's input items (OpenAI list shape)."""
+        reply = await self._unary(self._stub.ListInputItems, pb.ListInputItemsRequest(
+            response_id=response_id, limit=limit, order=order, after=after))
+        return {"object": "list", "data": [item_to_dict(i) for i in reply.data],
+                "first_id": reply.first_id or None, "last_id": reply.last_id or None,
+                "has_more": reply.has_more}
+
+    async def cancel(self, response_id: str) -> Response:
+        """Cancel an in-flight response by id."""
+        reply = await self._unary(self._stub.CancelResponse,
+                                  pb.CancelResponseRequest(response_id=response_id))
+        return Response.from_dict(EventDecoder().response(reply.response))
+
+    async def stats(self) -> dict[str, Any]:
+        """The server's cumulative counters."""
+        from google.protobuf import json_format
+
+        reply = await self._unary(self._stub.GetStats, pb.GetStatsRequest())
+        result: dict[str, Any] = json_format.MessageToDict(
+            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        return result

@@ -1,0 +1,115 @@
+"""A blocking wrapper around the async client, for scripts and notebooks.
+
+The async client runs on a private event loop in a background thread; each method submits a
+coroutine there and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loop
+from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream
+from bidi_responses.client.types import Response
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="bidi-responses-client",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+class SyncConnectStream:
+    """Blocking view of a Connect stream."""
+
+    def __init__(self, loop: _LoopThread, stream: ConnectStream) -> None:
+        self._loop = loop
+        self._stream = stream
+
+    def create(self, *, stream_id: str = "", **params: Any) -> Response:
+        """See ConnectStream.create."""
+        return self._loop.run(self._stream.create(stream_id=stream_id, **params))
+
+    def append(self, response_id: str, input: Sequence[dict[str, Any]], *,
+               stream_id: str = "") -> Response:
+        """See ConnectStream.append."""
+        return self._loop.run(self._stream.append(response_id, input, stream_id=stream_id))
+
+    def run_agent_loop(self, *, model: str, input: Any, tools: Sequence[dict[str, Any]],
+                       functions: Mapping[str, ToolFunction],
+                       mode: Literal["chain", "append"] = "chain", **params: Any) -> AgentResult:
+        """See bidi_responses.client.agent.run_agent_loop (tool functions run on the loop)."""
+        return self._loop.run(run_agent_loop(self._stream, model=model, input=input, tools=tools,
+                                             functions=functions, mode=mode, **params))
+
+    def close(self) -> None:
+        """Half-close the stream and wait for it to end."""
+        self._loop.run(self._stream.close())
+
+
+class ResponsesClient:
+    """Blocking client for ``bidi_responses.v1.ResponsesService``."""
+
+    def __init__(self, target: str = "127.0.0.1:50051") -> None:
+        self._loop = _LoopThread()
+
+        async def make() -> AsyncResponsesClient:
+            return AsyncResponsesClient(target)
+
+        self._client = self._loop.run(make())
+
+    def __enter__(self) -> ResponsesClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def connect(self) -> SyncConnectStream:
+        """Open a Connect stream (close it with ``close()``)."""
+
+        async def open_stream() -> ConnectStream:
+            return ConnectStream(self._client._stub.Connect())
+
+        return SyncConnectStream(self._loop, self._loop.run(open_stream()))
+
+    def create(self, **params: Any) -> Response:
+        """Stateless create."""
+        return self._loop.run(self._client.create(**params))
+
+    def get(self, response_id: str) -> Response:
+        """A stored response."""
+        return self._loop.run(self._client.get(response_id))
+
+    def delete(self, response_id: str) -> bool:
+        """Delete a stored response."""
+        return self._loop.run(self._client.delete(response_id))
+
+    def list_input_items(self, response_id: str, **kwargs: Any) -> dict[str, Any]:
+        """A page of input items."""
+        return self._loop.run(self._client.list_input_items(response_id, **kwargs))
+
+    def stats(self) -> dict[str, Any]:
+        """Server counters."""
+        return self._loop.run(self._client.stats())
+
+    def close(self) -> None:
+        """Close the channel and stop the background loop."""
+        self._loop.run(self._client.close())
+        self._loop.stop()

@@ -1,0 +1,92 @@
+"""Types at the client's boundary: plain dataclasses and JSON-shaped dicts, no protobuf."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+class ResponsesError(Exception):
+    """The server rejected a request (an ``error`` event or a non-OK gRPC status)."""
+
+    def __init__(self, code: str | None, message: str, param: str | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.status = status
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> ResponsesError:
+        """From a JSON ``error`` event."""
+        error = event.get("error") or {}
+        return cls(error.get("code"), error.get("message", ""), error.get("param"),
+                   event.get("status"))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of a response."""
+
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def from_dict(cls, usage: dict[str, Any] | None) -> Usage | None:
+        """From the JSON usage object (None stays None)."""
+        if not usage:
+            return None
+        return cls(usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
+                   usage["output_tokens"], usage["total_tokens"])
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A finished (or paused, in append mode) response."""
+
+    id: str
+    status: str
+    output: list[dict[str, Any]]
+    usage: Usage | None
+    stats: dict[str, Any]
+    previous_response_id: str | None
+    error: dict[str, Any] | None
+    incomplete_reason: str | None
+    safety_flags: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False)
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, response: dict[str, Any],
+                  pending_calls: list[dict[str, Any]] | None = None) -> Response:
+        """From the JSON Response object."""
+        incomplete = response.get("incomplete_details") or {}
+        return cls(
+            id=response["id"], status=response["status"], output=response.get("output") or [],
+            usage=Usage.from_dict(response.get("usage")), stats=response.get("stats") or {},
+            previous_response_id=response.get("previous_response_id"),
+            error=response.get("error"), incomplete_reason=incomplete.get("reason"),
+            safety_flags=response.get("safety_flags") or [], raw=response,
+            pending_calls=pending_calls or [],
+        )
+
+    @property
+    def function_calls(self) -> list[dict[str, Any]]:
+        """The function_call items of the output (or the pending calls in append mode)."""
+        if self.pending_calls:
+            return self.pending_calls
+        return [item for item in self.output if item.get("type") == "function_call"]
+
+    @property
+    def output_text(self) -> str:
+        """All output_text of the output's messages, concatenated."""
+        return "".join(
+            part.get("text", "")
+            for item in self.output if item.get("type") == "message"
+            for part in item.get("content", ()) if part.get("type") == "output_text"
+        )

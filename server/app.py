@@ -1,0 +1,77 @@
+"""Running the server: one core, its transports, and a graceful stop.
+
+On SIGTERM or SIGINT the transports stop accepting work and get a grace period to finish
+in-flight responses; then the core drains its post-inference queue, so every response that
+completed has its ledger row and store write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bidi_responses.server.config import ServerConfig
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.grpc_transport import start_grpc_server
+
+log = logging.getLogger("bidi_responses")
+
+
+@dataclass(slots=True)
+class RunningServer:
+    """A started server: its core, bound ports, and how to stop it."""
+
+    core: ResponsesCore
+    grpc_port: int
+    http_port: int | None
+    _stops: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop transports (letting in-flight work finish within ``grace``), then drain."""
+        grace = self.core.config.grace_period_s if grace is None else grace
+        for stop in self._stops:
+            await stop(grace)
+        await self.core.close()
+
+
+async def start_server(config: ServerConfig, *, http: bool = True) -> RunningServer:
+    """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket."""
+    core = ResponsesCore(config)
+    await core.start()
+    grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)
+    running = RunningServer(core=core, grpc_port=grpc_port, http_port=None)
+
+    async def stop_grpc(grace: float) -> None:
+        await grpc_server.stop(grace)
+
+    running._stops.append(stop_grpc)
+    if http:
+        from bidi_responses.server.transports.http_transport import start_http_server
+
+        stop_http, http_port = await start_http_server(core, config.host, config.http_port)
+        running.http_port = http_port
+        running._stops.insert(0, stop_http)
+    return running
+
+
+async def serve(config: ServerConfig, *, http: bool = True) -> None:
+    """Run until SIGTERM/SIGINT, then stop gracefully."""
+    running = await start_server(config, http=http)
+    where = f"gRPC on {config.host}:{running.grpc_port}"
+    if running.http_port is not None:
+        where += f", HTTP+SSE and WebSocket on http://{config.host}:{running.http_port}/v1"
+    log.info("bidi-responses listening: %s (models: %s)", where,
+             ", ".join(running.core.router.aliases))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("stopping: finishing in-flight responses and draining writes")
+    finally:
+        await running.stop()
+        log.info("stopped")

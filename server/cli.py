@@ -1,0 +1,122 @@
+"""The ``bidi-responses`` command: ``serve``, ``usage`` and ``compare``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from bidi_responses.server.config import RouteConfig, SimSettings, load_config
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the server (gRPC, HTTP+SSE and WebSocket)")
+    p.add_argument("--config", help="TOML file with server settings and model routes")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=int, default=None, help="gRPC port (default 50051)")
+    p.add_argument("--http-port", type=int, default=None, help="HTTP/WebSocket port (default 8000)")
+    p.add_argument("--no-http", action="store_true", help="serve gRPC only")
+    p.add_argument("--data-dir", default=None, help="where the SQLite store lives")
+    p.add_argument("--engine", choices=["sim", "script"], default=None,
+                   help="engine behind the default model alias 'sim-model' (default sim)")
+    p.add_argument("--model", default="sim-model", help="alias that --engine serves")
+    p.add_argument("--sim-tps", type=float, default=None, help="sim decode tokens/s (1000)")
+    p.add_argument("--sim-ttft-ms", type=float, default=None, help="sim base time to first token")
+    p.add_argument("--sim-tool-rounds", type=int, default=None,
+                   help="tool-calling turns before the sim answers in text (3)")
+    p.add_argument("--sim-seed", type=int, default=None, help="sim random seed (0)")
+    p.add_argument("--script", default=None, help="JSONL file for --engine script")
+    p.add_argument("--cache-responses", type=int, default=None,
+                   help="responses kept per stream cache (1)")
+    p.add_argument("--delta-window-ms", type=float, default=None,
+                   help="wait this long to merge deltas into one event (0: merge only ready ones)")
+    p.add_argument("--no-coalesce", action="store_true", help="one event per engine token")
+    p.add_argument("--log-level", default="INFO")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bidi_responses.server.app import serve
+
+    config = load_config(args.config, host=args.host, grpc_port=args.grpc_port,
+                         http_port=args.http_port, data_dir=args.data_dir)
+    explicit_engine = any(v is not None for v in (
+        args.engine, args.sim_tps, args.sim_ttft_ms, args.sim_tool_rounds, args.sim_seed,
+        args.script))
+    if explicit_engine or args.model not in config.models:
+        route = config.models.get(args.model) or RouteConfig()
+        sim = route.sim if route.sim is not None else SimSettings()
+        if args.sim_tps is not None:
+            sim.tokens_per_second = args.sim_tps
+        if args.sim_ttft_ms is not None:
+            sim.ttft_ms = args.sim_ttft_ms
+        if args.sim_tool_rounds is not None:
+            sim.tool_rounds = args.sim_tool_rounds
+        if args.sim_seed is not None:
+            sim.seed = args.sim_seed
+        route.engine = args.engine or route.engine
+        route.sim = sim
+        if args.script is not None:
+            route.script_path = args.script
+        if route.engine == "script" and not route.script_path:
+            print("error: --engine script needs --script PATH", file=sys.stderr)
+            return 2
+        config.models[args.model] = route
+    if args.cache_responses is not None:
+        config.cache.max_responses = args.cache_responses
+    if args.delta_window_ms is not None:
+        config.streaming.delta_window_ms = args.delta_window_ms
+    if args.no_coalesce:
+        config.streaming.coalesce_deltas = False
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(config, http=not args.no_http))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("usage", help="summarize the usage ledger")
+    p.add_argument("--data-dir", default=".bidi-responses", help="the server's data directory")
+    p.add_argument("--by", choices=["tenant", "model", "transport", "status"], default="tenant")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _usage(args: argparse.Namespace) -> int:
+    from bidi_responses.server.usage import print_usage
+
+    return print_usage(args.data_dir, by=args.by, as_json=args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = argparse.ArgumentParser(
+        prog="bidi-responses",
+        description="The Responses API over a gRPC bidi stream, HTTP+SSE and WebSocket.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_usage(sub)
+    try:
+        from bidi_responses.bench.cli import add_compare
+    except ImportError:
+        add_compare = None
+    if add_compare is not None:
+        add_compare(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "usage":
+        return _usage(args)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.error(f"unknown command {args.command}")
+    result: int = handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

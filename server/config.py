@@ -1,0 +1,132 @@
+"""Server settings: one dataclass tree, filled from the command line or a TOML file."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class Limits:
+    """Per-request and per-stream bounds. Exceeding one is a 4xx/error event, not a crash."""
+
+    max_input_items: int = 10_000
+    max_item_chars: int = 10_485_760
+    max_request_chars: int = 33_554_432
+    max_tools: int = 128
+    max_metadata_pairs: int = 16
+    # Largest single client message a transport accepts (gRPC message, WebSocket frame, body).
+    max_message_bytes: int = 64 * 1024 * 1024
+    # How long an append-mode response waits in response.done for its tool outputs.
+    append_timeout_s: float = 300.0
+    # A Connect stream or WebSocket connection is closed after this age, as the hosted API does.
+    connection_max_age_s: float = 3600.0
+    # How long before the age limit the warning event is sent.
+    connection_warning_s: float = 60.0
+    # Lanes (stream_id) one connection may open.
+    max_lanes: int = 64
+    # Server events buffered per stream before the producer waits for the client.
+    outbound_queue_events: int = 4096
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    """The per-stream response cache. By default it keeps the most recent response only."""
+
+    max_responses: int = 1
+    max_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class StreamingConfig:
+    """How engine output becomes delta events.
+
+    Deltas already waiting when the server writes are merged into one event, up to
+    ``max_delta_chars``; ``delta_window_ms`` > 0 also waits that long for more. Clients
+    concatenate deltas, so the text they rebuild is unchanged; fewer messages cost less on
+    transports with a high per-message price (grpc.aio).
+    """
+
+    coalesce_deltas: bool = True
+    delta_window_ms: float = 0.0
+    max_delta_chars: int = 4096
+
+
+@dataclass(slots=True)
+class SimSettings:
+    """Settings of the built-in simulated engine."""
+
+    tokens_per_second: float = 1000.0
+    ttft_ms: float = 50.0
+    prefill_tokens_per_second: float = 100_000.0
+    tool_rounds: int = 3
+    function_call_tokens: int = 40
+    answer_tokens: int = 200
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class RouteConfig:
+    """One model alias: which engine serves it, with which settings."""
+
+    engine: str = "sim"
+    sim: SimSettings = field(default_factory=SimSettings)
+    script_path: str | None = None
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """Everything the server needs to start."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int = 50051
+    http_port: int = 8000
+    data_dir: str = ".bidi-responses"
+    limits: Limits = field(default_factory=Limits)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    # Model alias -> route. The CLI fills "sim-model" from its engine flags.
+    models: dict[str, RouteConfig] = field(default_factory=lambda: {"sim-model": RouteConfig()})
+    # Pre-inference stages, by registered name or "module:attribute".
+    stages: list[str] = field(
+        default_factory=lambda: ["validation"]
+    )
+    post_queue_size: int = 1024
+    grace_period_s: float = 10.0
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite file holding stored responses and the usage ledger."""
+        return Path(self.data_dir) / "responses.db"
+
+
+def _apply(target: Any, values: dict[str, Any], where: str) -> None:
+    known = {f.name: f for f in fields(target)}
+    for key, value in values.items():
+        if key not in known:
+            raise ValueError(f"{where}: unknown setting '{key}' (known: {', '.join(known)})")
+        current = getattr(target, key)
+        if is_dataclass(current) and isinstance(value, dict):
+            _apply(current, value, f"{where}.{key}")
+        else:
+            setattr(target, key, value)
+
+
+def load_config(path: str | Path | None, **overrides: Any) -> ServerConfig:
+    """Read a TOML file (sections match the dataclasses) and apply keyword overrides."""
+    config = ServerConfig()
+    if path is not None:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+        models = data.pop("models", None)
+        _apply(config, data, str(path))
+        if models is not None:
+            config.models = {}
+            for alias, route_values in models.items():
+                route = RouteConfig()
+                _apply(route, route_values, f"{path}: models.{alias}")
+                config.models[alias] = route
+    _apply(config, {k: v for k, v in overrides.items() if v is not None}, "overrides")
+    return config

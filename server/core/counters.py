@@ -1,0 +1,55 @@
+"""Cumulative server counters, readable through the stats call of every transport."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from bidi_responses.server.core.events import ResponseStats
+
+
+@dataclass(slots=True)
+class Counters:
+    """Totals over every finished response since the server started."""
+
+    responses_total: int = 0
+    items_validated_total: int = 0
+    tokens_rendered_total: int = 0
+    tokens_reused_total: int = 0
+    engine_ms_total: float = 0.0
+    api_pre_ms_total: float = 0.0
+    api_post_ms_total: float = 0.0
+    stage_items_total: dict[str, int] = field(default_factory=dict)
+    stage_ms_total: dict[str, float] = field(default_factory=dict)
+
+    def record(self, stats: ResponseStats) -> None:
+        """Add one finished response's counters."""
+        self.responses_total += 1
+        self.items_validated_total += stats.items_validated
+        self.tokens_rendered_total += stats.tokens_rendered
+        self.tokens_reused_total += stats.tokens_reused
+        self.engine_ms_total += stats.engine_ms
+        self.api_pre_ms_total += stats.api_pre_ms
+        self.api_post_ms_total += stats.api_post_ms
+        for name, count in stats.stage_items.items():
+            self.stage_items_total[name] = self.stage_items_total.get(name, 0) + count
+        for name, ms in stats.stage_ms.items():
+            self.stage_ms_total[name] = self.stage_ms_total.get(name, 0.0) + ms
+
+    def snapshot(self, **extra: Any) -> dict[str, Any]:
+        """JSON form (the GetStats / GET /v1/stats body)."""
+        times = os.times()
+        return {
+            "responses_total": self.responses_total,
+            "items_validated_total": self.items_validated_total,
+            "tokens_rendered_total": self.tokens_rendered_total,
+            "tokens_reused_total": self.tokens_reused_total,
+            "engine_ms_total": round(self.engine_ms_total, 3),
+            "api_pre_ms_total": round(self.api_pre_ms_total, 3),
+            "api_post_ms_total": round(self.api_post_ms_total, 3),
+            "stage_items_total": dict(self.stage_items_total),
+            "stage_ms_total": {k: round(v, 3) for k, v in self.stage_ms_total.items()},
+            "process_cpu_seconds": round(times.user + times.system, 6),
+            **extra,
+        }

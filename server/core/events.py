@@ -1,0 +1,156 @@
+"""Response objects and streaming events, built once as JSON-shaped dicts.
+
+Every transport serializes these same dicts: WebSocket and SSE write them as JSON, gRPC maps
+them by field name onto ``bidi_responses.v1`` messages. Nothing about the wire lives here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bidi_responses.server.core.requests import CreateRequest, Item
+
+TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+@dataclass(slots=True)
+class OutEvent:
+    """A server event for one lane of a stream (``lane`` is the ``stream_id``; "" by default)."""
+
+    lane: str
+    data: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage of one response (real o200k tokens)."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Responses ``usage`` object."""
+        return {
+            "input_tokens": self.input_tokens,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            "output_tokens": self.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.input_tokens + self.output_tokens,
+        }
+
+
+@dataclass(slots=True)
+class ResponseStats:
+    """Server-side counters of one response (exposed as ``response.stats``)."""
+
+    items_validated: int = 0
+    tokens_rendered: int = 0
+    tokens_reused: int = 0
+    prefill_tokens: int = 0
+    engine_ms: float = 0.0
+    api_pre_ms: float = 0.0
+    api_post_ms: float = 0.0
+    route_resolved: bool = False
+    stage_items: dict[str, int] = field(default_factory=dict)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    pre_inference_runs: int = 0
+    engine_runs: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, with times rounded to microseconds."""
+        return {
+            "items_validated": self.items_validated,
+            "tokens_rendered": self.tokens_rendered,
+            "tokens_reused": self.tokens_reused,
+            "prefill_tokens": self.prefill_tokens,
+            "engine_ms": round(self.engine_ms, 3),
+            "api_pre_ms": round(self.api_pre_ms, 3),
+            "api_post_ms": round(self.api_post_ms, 3),
+            "route_resolved": self.route_resolved,
+            "stage_items": dict(self.stage_items),
+            "stage_ms": {k: round(v, 3) for k, v in self.stage_ms.items()},
+            "pre_inference_runs": self.pre_inference_runs,
+            "engine_runs": self.engine_runs,
+        }
+
+
+@dataclass(slots=True)
+class ResponseRecord:
+    """A response as it evolves; ``snapshot()`` gives the complete Responses object."""
+
+    id: str
+    request: CreateRequest
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    status: str = "in_progress"
+    output: list[Item] = field(default_factory=list)
+    usage: Usage | None = None
+    error: dict[str, Any] | None = None
+    incomplete_reason: str | None = None
+    completed_at: int | None = None
+    safety_flags: list[dict[str, Any]] = field(default_factory=list)
+    stats: ResponseStats = field(default_factory=ResponseStats)
+
+    def snapshot(self) -> dict[str, Any]:
+        """All 31 Responses fields (nullable ones as None) plus the server's extensions."""
+        req = self.request
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "completed_at": self.completed_at,
+            "status": self.status,
+            "incomplete_details": (
+                {"reason": self.incomplete_reason} if self.incomplete_reason else None
+            ),
+            "model": req.model,
+            "previous_response_id": req.previous_response_id,
+            "instructions": req.instructions,
+            "output": list(self.output),
+            "error": self.error,
+            "tools": req.tools,
+            "tool_choice": req.tool_choice,
+            "truncation": "disabled",
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "text": {"format": {"type": "text"}},
+            "top_p": req.top_p,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "temperature": req.temperature,
+            "top_logprobs": 0,
+            "reasoning": None,
+            "usage": self.usage.to_dict() if self.usage else None,
+            "max_output_tokens": req.max_output_tokens,
+            "max_tool_calls": None,
+            "store": req.store,
+            "background": False,
+            "service_tier": "default",
+            "safety_identifier": req.safety_identifier,
+            "prompt_cache_key": req.prompt_cache_key,
+            "metadata": req.metadata,
+            "user": req.user,
+            "safety_flags": list(self.safety_flags),
+            "stats": self.stats.to_dict(),
+        }
+
+
+class EventSequence:
+    """Numbers a response's events from 0, in the order they are sent."""
+
+    __slots__ = ("next",)
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def event(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """A new event dict of ``type_`` with the next sequence number."""
+        event = {"type": type_, **fields, "sequence_number": self.next}
+        self.next += 1
+        return event
+
+
+def error_event(status: int, error: dict[str, Any]) -> dict[str, Any]:
+    """The nested error event of WebSocket mode (also used on Connect)."""
+    return {"type": "error", "status": status, "error": error}

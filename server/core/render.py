@@ -1,0 +1,135 @@
+"""Rendering a conversation to o200k token ids, in a harmony-style chat format.
+
+The format (special tokens in angle brackets, everything else ordinary text)::
+
+    <|start|>system<|message|>{instructions}<|end|>
+    <|start|>developer<|message|># Tools\\n{tools as compact JSON}<|end|>
+    <|start|>{role}<|message|>{text}<|end|>                         user/system/developer message
+    <|start|>assistant<|channel|>final<|message|>{text}<|end|>      assistant message
+    <|start|>assistant<|channel|>analysis<|message|>{summary}<|end|> reasoning
+    <|start|>assistant to=functions.{name}<|channel|>commentary json<|message|>{arguments}<|call|>
+    <|start|>functions.{name} to=assistant<|channel|>commentary<|message|>{output}<|end|>
+
+The engine appends ``<|start|>assistant`` itself before sampling.
+
+Every item is bounded by special tokens and its text is encoded on its own, so the render of
+a conversation is exactly the concatenation of the renders of its parts. That is what lets a
+stream append the new items' tokens to its cached tokens instead of rendering the history
+again; ``tests/core/test_render.py`` checks it over random splits of random conversations.
+The one piece of context an item needs is the function name of a ``function_call_output``,
+looked up by ``call_id`` in ``call_names``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.requests import Item
+
+TokenArray = array  # array('I') of token ids
+
+
+class Renderer:
+    """Turns instructions, tools and items into token ids with one shared encoding."""
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+        self._encode = encoding.encode_ordinary
+        self._header = lru_cache(maxsize=4096)(self._render_header)
+
+    @property
+    def encoding(self) -> Any:
+        """The tiktoken encoding in use."""
+        return self._encoding
+
+    def _render_header(self, header: str, channel: str | None) -> tuple[int, ...]:
+        ids = [tokenizer.START, *self._encode(header)]
+        if channel is not None:
+            ids += [tokenizer.CHANNEL, *self._encode(channel)]
+        ids.append(tokenizer.MESSAGE)
+        return tuple(ids)
+
+    def _block(self, out: TokenArray, header: str, channel: str | None, body: str, end: int) -> int:
+        start = len(out)
+        out.extend(self._header(header, channel))
+        out.extend(self._encode(body))
+        out.append(end)
+        return len(out) - start
+
+    def render_prefix(self, instructions: str | None, tools: list[dict[str, Any]]) -> TokenArray:
+        """The tokens before the first item: instructions, then tool definitions."""
+        out: TokenArray = array("I")
+        if instructions:
+            self._block(out, "system", None, instructions, tokenizer.END)
+        if tools:
+            spec = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()
+            self._block(out, "developer", None, "# Tools\n" + spec, tokenizer.END)
+        return out
+
+    def render_item(self, item: Item, call_names: Mapping[str, str], out: TokenArray) -> int:
+        """Append one item's tokens to ``out``; return how many were added."""
+        kind = item["type"]
+        if kind == "message":
+            text = "".join(_part_text(part) for part in item["content"])
+            role = item["role"]
+            if role == "assistant":
+                return self._block(out, "assistant", "final", text, tokenizer.END)
+            return self._block(out, role, None, text, tokenizer.END)
+        if kind == "function_call":
+            header = f"assistant to=functions.{item['name']}"
+            return self._block(out, header, "commentary json", item["arguments"], tokenizer.CALL)
+        if kind == "function_call_output":
+            name = call_names.get(item["call_id"], "unknown")
+            header = f"functions.{name} to=assistant"
+            return self._block(out, header, "commentary", item["output"], tokenizer.END)
+        if kind == "reasoning":
+            text = "\n".join(part["text"] for part in item.get("summary", ()))
+            return self._block(out, "assistant", "analysis", text, tokenizer.END)
+        if kind == "custom_tool_call":
+            header = f"assistant to=functions.{item.get('name', '')}"
+            return self._block(out, header, "commentary", str(item.get("input", "")), tokenizer.CALL)
+        if kind == "custom_tool_call_output":
+            name = call_names.get(str(item.get("call_id", "")), "unknown")
+            header = f"functions.{name} to=assistant"
+            return self._block(out, header, "commentary", str(item.get("output", "")), tokenizer.END)
+        body = orjson.dumps(item, option=orjson.OPT_SORT_KEYS).decode()
+        return self._block(out, "developer", None, body, tokenizer.END)
+
+    def render_items(
+        self, items: Iterable[Item], call_names: dict[str, str], out: TokenArray
+    ) -> int:
+        """Append items in order, learning call names as function calls go by."""
+        added = 0
+        for item in items:
+            note_call(item, call_names)
+            added += self.render_item(item, call_names, out)
+        return added
+
+    def render_conversation(
+        self, instructions: str | None, tools: list[dict[str, Any]], items: Iterable[Item]
+    ) -> TokenArray:
+        """A full render from scratch: the reference that incremental rendering must equal."""
+        out = self.render_prefix(instructions, tools)
+        self.render_items(items, {}, out)
+        return out
+
+
+def note_call(item: Item, call_names: dict[str, str]) -> None:
+    """Remember the function name behind a call id, for rendering its output later."""
+    if item["type"] in ("function_call", "custom_tool_call"):
+        call_names[item["call_id"]] = item.get("name", "")
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    kind = part["type"]
+    if kind == "refusal":
+        return str(part["refusal"])
+    if kind == "input_image":
+        return "[image]"
+    return str(part["text"])

@@ -1,0 +1,395 @@
+"""The create request: parsed from a JSON-shaped body and checked field by field.
+
+Every transport hands the core the same JSON-shaped dict (the body of POST /v1/responses, the
+WebSocket ``response.create`` frame, or the gRPC message mapped by name). Parsing checks only
+what the request carries: the new input, never the cached history.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from bidi_responses.server.config import Limits
+from bidi_responses.server.core.errors import ApiError, invalid, missing
+
+Item = dict[str, Any]
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
+_SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+# Item kinds that real clients send and the server carries along without a typed case.
+_PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
+_TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+
+
+@dataclass(slots=True)
+class CreateRequest:
+    """A checked create request. ``input`` holds normalized items (see ``normalize_item``)."""
+
+    model: str
+    input: list[Item]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    raw_tools: Any = None
+    tool_choice: str | dict[str, Any] = "auto"
+    previous_response_id: str | None = None
+    store: bool = True
+    max_output_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    parallel_tool_calls: bool = True
+    metadata: dict[str, str] = field(default_factory=dict)
+    generate: bool = True
+    append_mode: bool = False
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    user: str | None = None
+    stream: bool = False
+    background: bool = False
+    input_chars: int = 0
+
+
+def _opt_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(key, f"expected a string, got {type(value).__name__}.", code="invalid_type")
+    return value
+
+
+def _opt_bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(key, f"expected a boolean, got {type(value).__name__}.", code="invalid_type")
+    return value
+
+
+def _opt_number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(key, f"expected a number, got {type(value).__name__}.", code="invalid_type")
+    if not lo <= value <= hi:
+        raise invalid(key, f"must be between {lo} and {hi}, got {value}.")
+    return float(value)
+
+
+def parse_create(body: Any, limits: Limits) -> CreateRequest:
+    """Check a create body and return a CreateRequest; raise ApiError naming the bad field."""
+    if not isinstance(body, dict):
+        raise ApiError("The request body must be a JSON object.", code="invalid_type")
+    model = body.get("model")
+    if model is None or model == "":
+        raise missing("model")
+    if not isinstance(model, str):
+        raise invalid("model", "expected a string.", code="invalid_type")
+
+    max_output = body.get("max_output_tokens")
+    if max_output is not None and (
+        isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 16
+    ):
+        raise invalid("max_output_tokens", "expected an integer >= 16.")
+
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise invalid("metadata", "expected an object of string values.", code="invalid_type")
+    if len(metadata) > limits.max_metadata_pairs:
+        raise invalid("metadata", f"at most {limits.max_metadata_pairs} pairs are allowed.")
+    for key, value in metadata.items():
+        if not isinstance(value, str) or len(key) > 64 or len(value) > 512:
+            raise invalid(f"metadata.{key}", "values must be strings of at most 512 characters.")
+
+    request = CreateRequest(
+        model=model,
+        input=[],
+        instructions=_opt_str(body, "instructions"),
+        previous_response_id=_opt_str(body, "previous_response_id") or None,
+        store=_opt_bool(body, "store", True),
+        max_output_tokens=max_output,
+        temperature=_opt_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_opt_number(body, "top_p", 1.0, 0.0, 1.0),
+        parallel_tool_calls=_opt_bool(body, "parallel_tool_calls", True),
+        metadata=dict(metadata),
+        generate=_opt_bool(body, "generate", True),
+        append_mode=_opt_bool(body, "append_mode", False),
+        safety_identifier=_opt_str(body, "safety_identifier"),
+        prompt_cache_key=_opt_str(body, "prompt_cache_key"),
+        user=_opt_str(body, "user"),
+        stream=_opt_bool(body, "stream", False),
+        background=_opt_bool(body, "background", False),
+    )
+    request.tool_choice = _parse_tool_choice(body.get("tool_choice"))
+    raw_tools = body.get("tools")
+    request.raw_tools = raw_tools
+    request.tools = parse_tools(raw_tools, limits)
+    if isinstance(request.tool_choice, dict):
+        name = request.tool_choice["name"]
+        if not any(t.get("name") == name for t in request.tools if t["type"] == "function"):
+            raise invalid("tool_choice.name", f"no function tool named '{name}' is declared.")
+    request.input, request.input_chars = parse_input(body.get("input"), limits)
+    return request
+
+
+def _parse_tool_choice(value: Any) -> str | dict[str, Any]:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in _TOOL_CHOICE_MODES:
+            raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise missing("tool_choice.name")
+        return {"type": "function", "name": name}
+    raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
+
+
+def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
+    """Check tool definitions and return them normalized as the Response echoes them."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid("tools", "expected an array of tools.", code="invalid_type")
+    if len(raw) > limits.max_tools:
+        raise invalid("tools", f"at most {limits.max_tools} tools are allowed.")
+    tools: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for index, tool in enumerate(raw):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise invalid(where, "expected an object.", code="invalid_type")
+        kind = tool.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise missing(f"{where}.type")
+        if kind != "function":
+            tools.append(dict(tool))
+            continue
+        name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise invalid(f"{where}.name", "expected 1-64 characters of [A-Za-z0-9_-].")
+        if name in names:
+            raise invalid(f"{where}.name", f"duplicate function name '{name}'.")
+        names.add(name)
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise invalid(f"{where}.description", "expected a string.", code="invalid_type")
+        parameters = tool.get("parameters")
+        if parameters is not None:
+            check_schema(parameters, f"{where}.parameters", top=True)
+        strict = tool.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise invalid(f"{where}.strict", "expected a boolean.", code="invalid_type")
+        tools.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": parameters,
+                "strict": strict,
+            }
+        )
+    return tools
+
+
+def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) -> None:
+    """Reject JSON schemas the model could not produce arguments for."""
+    if depth > 32:
+        raise invalid(where, "schema nesting is deeper than 32 levels.")
+    if not isinstance(schema, dict):
+        raise invalid(where, "a JSON schema must be an object.", code="invalid_function_parameters")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for k in kinds:
+        if k not in _SCHEMA_TYPES:
+            raise invalid(
+                f"{where}.type", f"'{k}' is not a JSON schema type.", code="invalid_function_parameters"
+            )
+    if top and kinds != ["object"]:
+        raise invalid(
+            f"{where}.type", "function parameters must be a schema of type 'object'.",
+            code="invalid_function_parameters",
+        )
+    properties = schema.get("properties")
+    if properties is not None:
+        if not isinstance(properties, dict):
+            raise invalid(f"{where}.properties", "expected an object.", code="invalid_function_parameters")
+        for name, sub in properties.items():
+            check_schema(sub, f"{where}.properties.{name}", depth=depth + 1)
+    required = schema.get("required")
+    if required is not None:
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise invalid(f"{where}.required", "expected an array of property names.",
+                          code="invalid_function_parameters")
+        unknown = [r for r in required if r not in (properties or {})]
+        if unknown:
+            raise invalid(f"{where}.required", f"names undefined properties: {', '.join(unknown)}.",
+                          code="invalid_function_parameters")
+    items = schema.get("items")
+    if items is not None:
+        check_schema(items, f"{where}.items", depth=depth + 1)
+    enum = schema.get("enum")
+    if enum is not None and (not isinstance(enum, list) or not enum):
+        raise invalid(f"{where}.enum", "expected a non-empty array.", code="invalid_function_parameters")
+
+
+def parse_input(raw: Any, limits: Limits, *, where: str = "input") -> tuple[list[Item], int]:
+    """Normalize the input (a string or a list of items); return the items and their size."""
+    if raw is None:
+        return [], 0
+    if isinstance(raw, str):
+        if len(raw) > limits.max_item_chars:
+            raise _too_long(where, limits.max_item_chars, len(raw))
+        return [_message("user", [{"type": "input_text", "text": raw}])], len(raw)
+    if not isinstance(raw, list):
+        raise invalid(where, "expected a string or an array of items.", code="invalid_type")
+    if len(raw) > limits.max_input_items:
+        raise invalid(where, f"at most {limits.max_input_items} items are allowed, got {len(raw)}.")
+    items: list[Item] = []
+    total = 0
+    for index, entry in enumerate(raw):
+        item, size = normalize_item(entry, f"{where}[{index}]", limits)
+        total += size
+        if total > limits.max_request_chars:
+            raise ApiError(
+                f"Invalid '{where}': the input is larger than {limits.max_request_chars} characters.",
+                code="input_too_large", param=where, status=400,
+            )
+        items.append(item)
+    return items, total
+
+
+def _too_long(where: str, limit: int, got: int) -> ApiError:
+    return invalid(
+        where, f"string too long: at most {limit} characters, got {got}.",
+        code="string_above_max_length",
+    )
+
+
+def _text(value: Any, where: str, limits: Limits, *, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        if value is None:
+            raise missing(where)
+        raise invalid(where, f"expected a string, got {type(value).__name__}.", code="invalid_type")
+    if len(value) > limits.max_item_chars:
+        raise _too_long(where, limits.max_item_chars, len(value))
+    return value
+
+
+def _message(role: str, content: list[dict[str, Any]], **extra: Any) -> Item:
+    item: Item = {"type": "message", "role": role, "content": content}
+    item.update({k: v for k, v in extra.items() if v is not None})
+    return item
+
+
+def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
+    """Check one input item and return its canonical form and its text size."""
+    if not isinstance(entry, dict):
+        raise invalid(where, "expected an object.", code="invalid_type")
+    kind = entry.get("type")
+    if kind is None and "role" in entry:
+        kind = "message"
+    if kind == "message":
+        role = entry.get("role")
+        if role not in _ROLES:
+            raise invalid(f"{where}.role", "expected 'user', 'assistant', 'system' or 'developer'.")
+        content = entry.get("content")
+        size = 0
+        parts: list[dict[str, Any]] = []
+        if isinstance(content, str):
+            size = len(_text(content, f"{where}.content", limits))
+            parts = [{"type": "output_text" if role == "assistant" else "input_text",
+                      "text": content}]
+            if role == "assistant":
+                parts[0]["annotations"] = []
+        elif isinstance(content, list):
+            for p_index, part in enumerate(content):
+                p_where = f"{where}.content[{p_index}]"
+                if not isinstance(part, dict) or part.get("type") not in _PART_TYPES:
+                    raise invalid(f"{p_where}.type", "expected 'input_text', 'output_text', "
+                                  "'refusal' or 'input_image'.")
+                p_type = part["type"]
+                if p_type == "refusal":
+                    text = _text(part.get("refusal"), f"{p_where}.refusal", limits)
+                    parts.append({"type": "refusal", "refusal": text})
+                elif p_type == "input_image":
+                    url = _text(part.get("image_url"), f"{p_where}.image_url", limits)
+                    parts.append({"type": "input_image", "image_url": url,
+                                  "detail": part.get("detail") or "auto"})
+                    text = ""
+                else:
+                    text = _text(part.get("text"), f"{p_where}.text", limits)
+                    new_part: dict[str, Any] = {"type": p_type, "text": text}
+                    if p_type == "output_text":
+                        new_part["annotations"] = part.get("annotations") or []
+                    parts.append(new_part)
+                size += len(text)
+        else:
+            raise invalid(f"{where}.content", "expected a string or an array of content parts.",
+                          code="invalid_type")
+        item = _message(role, parts, id=entry.get("id"), status=entry.get("status"),
+                        phase=entry.get("phase"))
+        return item, size
+    if kind == "function_call":
+        call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
+        name = _text(entry.get("name"), f"{where}.name", limits)
+        arguments = _text(entry.get("arguments"), f"{where}.arguments", limits)
+        if not call_id:
+            raise missing(f"{where}.call_id")
+        item = {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+        for key in ("id", "status"):
+            if entry.get(key):
+                item[key] = entry[key]
+        return item, len(arguments) + len(name)
+    if kind == "function_call_output":
+        call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
+        if not call_id:
+            raise missing(f"{where}.call_id")
+        output = entry.get("output")
+        if isinstance(output, list):
+            texts = []
+            for o_index, part in enumerate(output):
+                if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
+                    raise invalid(f"{where}.output[{o_index}]", "expected a text content part.")
+                texts.append(_text(part.get("text"), f"{where}.output[{o_index}].text", limits))
+            output = "".join(texts)
+        output = _text(output, f"{where}.output", limits)
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        for key in ("id", "status"):
+            if entry.get(key):
+                item[key] = entry[key]
+        return item, len(output)
+    if kind == "reasoning":
+        summary = entry.get("summary") or []
+        if not isinstance(summary, list):
+            raise invalid(f"{where}.summary", "expected an array.", code="invalid_type")
+        parts = []
+        size = 0
+        for s_index, part in enumerate(summary):
+            text = _text(part.get("text") if isinstance(part, dict) else None,
+                         f"{where}.summary[{s_index}].text", limits)
+            parts.append({"type": "summary_text", "text": text})
+            size += len(text)
+        item = {"type": "reasoning", "summary": parts}
+        for key in ("id", "encrypted_content", "status"):
+            if entry.get(key):
+                item[key] = entry[key]
+        return item, size
+    if kind in _PASSTHROUGH_ITEMS:
+        item = dict(entry)
+        size = sum(len(v) for v in item.values() if isinstance(v, str))
+        if size > limits.max_item_chars:
+            raise _too_long(where, limits.max_item_chars, size)
+        return item, size
+    if kind is None:
+        raise missing(f"{where}.type")
+    raise invalid(f"{where}.type", f"unknown item type '{kind}'.")

@@ -1,0 +1,647 @@
+"""One response, from request to terminal event: pre-inference, sampling, post-inference.
+
+The runner is where the per-stream cache pays off. With a cached predecessor it validates,
+classifies and renders only the new input and appends the tokens to the cached ones; without
+one (a stateless request, or a continuation resolved from the durable store) the same stages
+run over the whole history. Both paths share this code, so the comparison measures only what
+the state changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from bidi_responses.server.core.errors import ApiError, previous_response_not_found
+from bidi_responses.server.core.events import (
+    EventSequence,
+    ResponseRecord,
+    Usage,
+    error_event,
+)
+from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
+from bidi_responses.server.core.state import ConversationState, ResponseCache
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.engines.base import (
+    Delta,
+    EngineFinish,
+    EngineRequest,
+    FunctionSpec,
+    ItemEnd,
+    ItemStart,
+)
+from bidi_responses.server.pipeline.base import StageCounters, StageInput
+from bidi_responses.server.pipeline.post import PostJob
+from bidi_responses.server.pipeline.routing import Route
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.service import ResponsesCore
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+}
+
+
+class Lane:
+    """One conversation lane of a stream: its cache, route memo and in-flight response."""
+
+    def __init__(self, lane_id: str, cache: ResponseCache | None) -> None:
+        self.id = lane_id
+        self.cache = cache
+        self.inflight: ResponseRun | None = None
+        self.tools_memo: tuple[Any, list[dict[str, Any]]] | None = None
+        self.route_memo: tuple[Any, Route] | None = None
+
+    @property
+    def stateful(self) -> bool:
+        """True on Connect and WebSocket lanes; False for one-shot stateless calls."""
+        return self.cache is not None
+
+
+def observe(state: ConversationState, item: Item) -> None:
+    """Track model turns and tool rounds as items join the conversation."""
+    kind = item["type"]
+    is_model = kind in ("function_call", "custom_tool_call", "reasoning") or (
+        kind == "message" and item["role"] == "assistant"
+    )
+    last = state.items[-1] if state.items else None
+    last_kind = last["type"] if last else None
+    last_is_model = last is not None and (
+        last_kind in ("function_call", "custom_tool_call", "reasoning")
+        or (last_kind == "message" and last["role"] == "assistant")
+    )
+    if is_model and not last_is_model:
+        state.model_turns += 1
+    if kind == "function_call" and last_kind != "function_call":
+        state.tool_rounds += 1
+    elif kind == "message" and item["role"] == "user":
+        state.tool_rounds = 0
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        state.answered_calls.add(item.get("call_id", ""))
+    state.items.append(item)
+
+
+class ResponseRun:
+    """Runs one response on a lane and emits its events."""
+
+    def __init__(
+        self,
+        core: ResponsesCore,
+        lane: Lane,
+        body: dict[str, Any],
+        emit: Emit,
+        transport: str,
+        received: float,
+    ) -> None:
+        self.core = core
+        self.lane = lane
+        self.body = body
+        self.emit = emit
+        self.transport = transport
+        self.received = received
+        self.id = new_id("resp")
+        self.task: asyncio.Task[None] | None = None
+        self.record: ResponseRecord | None = None
+        self.state: ConversationState | None = None
+        self.seq = EventSequence()
+        self.pending_calls: dict[str, Item] = {}
+        self._append_waiter: asyncio.Future[list[Item]] | None = None
+        self._cancel_reason: str | None = None
+        self._counters = StageCounters(items={}, ms={})
+        self._usage = Usage()
+        self._engine_end = 0.0
+        self._started = False
+        self._inputs: list[Item] = []
+        self.route: Route | None = None
+
+    # -- control from the session ------------------------------------------------------------
+
+    @property
+    def waiting_for_append(self) -> bool:
+        """True while the response sits in ``response.done`` waiting for tool outputs."""
+        return self._append_waiter is not None and not self._append_waiter.done()
+
+    def offer_append(self, response_id: str, raw_input: Any) -> None:
+        """Hand tool outputs to the waiting response; ApiError if they do not fit."""
+        if not self.waiting_for_append or response_id != self.id:
+            raise ApiError(
+                f"Response '{response_id}' is not waiting for tool outputs.",
+                code="response_not_waiting",
+                param="response_id",
+                status=409,
+            )
+        items, _ = parse_input(raw_input, self.core.config.limits)
+        outputs = [
+            (i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"
+        ]
+        answered = [it["call_id"] for _, it in outputs]
+        for index, item in outputs:
+            if item["call_id"] not in self.pending_calls:
+                raise ApiError(
+                    f"Invalid 'input[{index}].call_id': '{item['call_id']}' is not a pending call "
+                    f"of response '{self.id}' (pending: {', '.join(self.pending_calls)}).",
+                    code="call_id_mismatch",
+                    param=f"input[{index}].call_id",
+                )
+        missing = [c for c in self.pending_calls if c not in answered]
+        if missing or len(answered) != len(set(answered)):
+            raise ApiError(
+                f"Invalid 'input': the append must answer each pending call exactly once; "
+                f"missing or repeated: {', '.join(missing) or 'repeated call_id'}.",
+                code="call_id_mismatch",
+                param="input",
+            )
+        assert self._append_waiter is not None
+        self._append_waiter.set_result(items)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the response promptly; it ends as incomplete with ``reason``."""
+        if self.task is not None and not self.task.done():
+            self._cancel_reason = reason
+            self.task.cancel()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run to a terminal event (or an error event if the request is rejected)."""
+        core = self.core
+        try:
+            try:
+                request = self._parse()
+                self.record = ResponseRecord(id=self.id, request=request)
+                await self._prepare(request)
+            except ApiError as error:
+                self.state = None  # a failed continuation drops what it referenced
+                await self.emit(error_event(error.status, error.to_error_object()))
+                return
+            core.inflight[self.id] = self
+            await self._respond(request)
+        except asyncio.CancelledError:
+            if self._cancel_reason is None or self.record is None:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            # Cancelled by the client: end the response as incomplete; the stream goes on.
+            self.record.status = "cancelled"
+            await self._finish("incomplete", reason=self._cancel_reason)
+        except Exception as exc:  # an engine or pipeline bug: fail this response only
+            core.log.exception("response %s failed", self.id)
+            if self.record is None or not self._started:
+                error = ApiError("The server had an error processing the request.",
+                                 code="server_error", status=500, type="server_error")
+                await self.emit(error_event(500, error.to_error_object()))
+            else:
+                self.record.error = {"code": "server_error", "message": str(exc) or repr(exc)}
+                await self._finish("failed")
+        finally:
+            core.inflight.pop(self.id, None)
+            if self.lane.inflight is self:
+                self.lane.inflight = None
+
+    def _parse(self) -> CreateRequest:
+        limits = self.core.config.limits
+        lane = self.lane
+        raw_tools = self.body.get("tools")
+        memo = lane.tools_memo
+        if memo is not None and raw_tools == memo[0]:
+            # Same tool definitions as the lane's last request: skip their schema checks.
+            body = dict(self.body)
+            body.pop("tools", None)
+            request = parse_create(body, limits)
+            request.raw_tools = raw_tools
+            request.tools = memo[1]
+            if isinstance(request.tool_choice, dict):
+                name = request.tool_choice["name"]
+                if not any(t.get("name") == name for t in request.tools):
+                    raise ApiError(f"Invalid 'tool_choice.name': no function tool named '{name}'.",
+                                   param="tool_choice.name")
+        else:
+            request = parse_create(self.body, limits)
+            if lane.stateful:
+                lane.tools_memo = (raw_tools, request.tools)
+        if request.background:
+            raise ApiError("Background mode is not supported on this transport.",
+                           code="unsupported_parameter", param="background")
+        if request.append_mode and not lane.stateful:
+            raise ApiError("'append_mode' needs a Connect stream or a WebSocket connection.",
+                           code="unsupported_parameter", param="append_mode")
+        return request
+
+    async def _prepare(self, request: CreateRequest) -> None:
+        """Pre-inference: resolve the base state, route, check, classify and render."""
+        core = self.core
+        assert self.record is not None
+        stats = self.record.stats
+        stats.pre_inference_runs += 1
+        history: list[Item] = []
+        reused = 0
+        previous = request.previous_response_id
+        state: ConversationState | None = None
+        if previous is not None:
+            if self.lane.cache is not None:
+                state = self.lane.cache.take(previous)
+            if state is not None:
+                reused = len(state.tokens)
+            else:
+                chain = await core.store.chain(previous)
+                if chain is None:
+                    raise previous_response_not_found(previous)
+                for link in chain:
+                    history.extend(link.input_items)
+                    history.extend(link.response.get("output", ()))
+                # Stored items are checked again like any other input: this request has no cache.
+                history, _ = parse_input(history, core.config.limits, where="history")
+        if state is None:
+            state = ConversationState()
+        self.state = state
+
+        route_key = core.router.route_key(request.model)
+        memo = self.lane.route_memo
+        if memo is not None and memo[0] == route_key:
+            self.route = memo[1]
+        else:
+            self.route = core.router.resolve(request.model)
+            stats.route_resolved = True
+            if self.lane.stateful:
+                self.lane.route_memo = (route_key, self.route)
+
+        rendered = 0
+        key = state.prefix_key
+        if key is None or key[0] != request.instructions or (
+            key[1] is not request.tools and key[1] != request.tools
+        ):
+            rendered += state.set_prefix(
+                core.renderer, request.instructions, request.tools,
+                (request.instructions, request.tools),
+            )
+
+        for item in request.input:
+            if "id" not in item:
+                item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+        items = history + request.input if history else request.input
+        paths = [f"history[{i}]" for i in range(len(history))]
+        paths += [f"input[{i}]" for i in range(len(request.input))]
+        stats.items_validated = len(items)
+        await self._examine(request, items, paths)
+        rendered += self._append_items(items)
+        stats.tokens_rendered += rendered
+        stats.tokens_reused = reused
+        self._usage.cached_tokens += reused
+        self._inputs.extend(request.input)
+
+    async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
+        assert self.record is not None and self.state is not None
+        declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
+        batch = StageInput(items, paths, request, declared, self.state.call_names,
+                           self.state.answered_calls)
+        flags = await self.core.pipeline.run(batch, self.state.stage_state, self._counters)
+        self.record.safety_flags.extend(flag.to_dict() for flag in flags)
+        self.record.stats.stage_items = self._counters.items
+        self.record.stats.stage_ms = self._counters.ms
+
+    def _append_items(self, items: list[Item]) -> int:
+        """Render items onto the conversation's tokens and record them; returns tokens added."""
+        state = self.state
+        assert state is not None
+        added = self.core.renderer.render_items(items, state.call_names, state.tokens)
+        for item in items:
+            observe(state, item)
+            for value in item.values():
+                if isinstance(value, str):
+                    state.text_chars += len(value)
+        return added
+
+    async def _respond(self, request: CreateRequest) -> None:
+        assert self.record is not None and self.state is not None
+        record = self.record
+        await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        self._started = True
+        if not request.generate:
+            record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
+            self._usage.input_tokens = len(self.state.tokens)
+            self._engine_end = time.perf_counter()
+            await self._finish("completed")
+            return
+        await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
+        functions = tuple(
+            FunctionSpec(t["name"], t.get("parameters") or {"type": "object", "properties": {}})
+            for t in request.tools if t["type"] == "function"
+        )
+        forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
+        mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
+        budget = request.max_output_tokens
+        while True:
+            finish, calls = await self._sample(functions, mode, forced, budget, request)
+            if budget is not None:
+                budget -= finish.output_tokens
+            if finish.reason == "max_output_tokens":
+                await self._finish("incomplete", reason="max_output_tokens")
+                return
+            if not (request.append_mode and calls):
+                break
+            appended = await self._wait_for_append(calls)
+            if appended is None:
+                await self._finish("incomplete", reason="append_timeout")
+                return
+            if budget is not None and budget < 16:
+                await self._finish("incomplete", reason="max_output_tokens")
+                return
+        await self._finish("completed")
+
+    async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
+        """Send response.done and wait for a matching append; None on timeout."""
+        assert self.record is not None and self.state is not None
+        self.pending_calls = {call["call_id"]: call for call in calls}
+        timeout = self.core.config.limits.append_timeout_s
+        deadline = time.monotonic() + timeout
+        await self.emit(self.seq.event(
+            "response.done", response=self.record.snapshot(), pending_calls=list(calls),
+        ))
+        while True:
+            loop = asyncio.get_running_loop()
+            self._append_waiter = loop.create_future()
+            remaining = deadline - time.monotonic()
+            try:
+                async with asyncio.timeout(max(remaining, 0)):
+                    items = await self._append_waiter
+            except TimeoutError:
+                self._append_waiter = None
+                self.pending_calls = {}
+                return None
+            self._append_waiter = None
+            for item in items:
+                if "id" not in item:
+                    item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+            paths = [f"input[{i}]" for i in range(len(items))]
+            try:
+                await self._examine(self.record.request, items, paths)
+            except ApiError as error:
+                await self.emit(error_event(error.status, error.to_error_object()))
+                continue  # still waiting for an acceptable append
+            self.record.stats.items_validated += len(items)
+            reused = len(self.state.tokens)
+            self.record.stats.tokens_rendered += self._append_items(items)
+            self._usage.cached_tokens += reused
+            self._inputs.extend(items)
+            self.pending_calls = {}
+            return items
+
+    async def _sample(
+        self,
+        functions: tuple[FunctionSpec, ...],
+        mode: str,
+        forced: str | None,
+        budget: int | None,
+        request: CreateRequest,
+    ) -> tuple[EngineFinish, list[Item]]:
+        """Run one engine segment, streaming its items; returns the finish and its calls."""
+        assert self.record is not None and self.state is not None
+        state = self.state
+        record = self.record
+        stats = record.stats
+        engine_request = EngineRequest(
+            prompt_tokens=state.tokens,
+            tools=functions,
+            tool_choice=mode,
+            forced_function=forced,
+            max_output_tokens=budget,
+            parallel_tool_calls=request.parallel_tool_calls,
+            tool_rounds=state.tool_rounds,
+            turn_index=state.model_turns,
+        )
+        self._usage.input_tokens += len(state.tokens)
+        if stats.engine_runs == 0:
+            stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
+        stats.engine_runs += 1
+        streamer = _ItemStreamer(self, record)
+        finish: EngineFinish | None = None
+        config = self.core.config.streaming
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        assert self.route is not None
+        engine = self.route.engine
+
+        async def produce() -> None:
+            try:
+                async for event in engine.generate(engine_request):
+                    queue.put_nowait(event)
+            except BaseException as exc:
+                queue.put_nowait(_Failure(exc))
+                raise
+
+        producer = asyncio.get_running_loop().create_task(produce())
+        try:
+            pending: Any = None
+            while finish is None:
+                event = pending if pending is not None else await queue.get()
+                pending = None
+                if isinstance(event, Delta):
+                    text = event.text
+                    count = len(event.token_ids)
+                    if config.coalesce_deltas:
+                        # Merge deltas that are already waiting (and, with a window, those
+                        # arriving within it): one message instead of several.
+                        deadline = time.perf_counter() + config.delta_window_ms / 1000
+                        while len(text) < config.max_delta_chars:
+                            if queue.empty():
+                                wait = deadline - time.perf_counter()
+                                if wait <= 0:
+                                    break
+                                try:
+                                    async with asyncio.timeout(wait):
+                                        nxt = await queue.get()
+                                except TimeoutError:
+                                    break
+                            else:
+                                nxt = queue.get_nowait()
+                            if not isinstance(nxt, Delta):
+                                pending = nxt
+                                break
+                            text += nxt.text
+                            count += len(nxt.token_ids)
+                    await streamer.delta(text, count)
+                elif isinstance(event, ItemStart):
+                    await streamer.start(event)
+                elif isinstance(event, ItemEnd):
+                    await streamer.end()
+                elif isinstance(event, EngineFinish):
+                    finish = event
+                elif isinstance(event, _Failure):
+                    raise event.exc
+        finally:
+            if not producer.done():
+                producer.cancel()
+            try:
+                await producer
+            except BaseException:  # noqa: BLE001 - already reported through the queue
+                pass
+        self._engine_end = time.perf_counter()
+        stats.engine_ms += finish.engine_seconds * 1000
+        stats.prefill_tokens += finish.prefill_tokens
+        self._usage.output_tokens += finish.output_tokens
+        items = streamer.items
+        stats.tokens_rendered += self._append_items(items)
+        calls = [item for item in items if item["type"] == "function_call"]
+        return finish, calls
+
+    async def _finish(self, outcome: str, reason: str | None = None) -> None:
+        """Post-inference: cache the state, queue ledger/store writes, send the terminal event."""
+        assert self.record is not None
+        core = self.core
+        record = self.record
+        request = record.request
+        if record.status != "cancelled":
+            record.status = outcome
+        record.incomplete_reason = reason
+        record.completed_at = int(time.time()) if outcome == "completed" else None
+        record.usage = self._usage
+        if self._engine_end:
+            record.stats.api_post_ms = (time.perf_counter() - self._engine_end) * 1000
+        snapshot = record.snapshot()
+        state = self.state
+        if state is not None and self.lane.cache is not None and record.status in (
+            "completed", "incomplete"
+        ):
+            state.last_response = snapshot
+            if not request.store:
+                state.stored_chain = False
+            self.lane.cache.put(self.id, state)
+        stored = None
+        if request.store and record.status in ("completed", "incomplete"):
+            self_contained = request.previous_response_id is None or not (
+                state is not None and state.stored_chain
+            )
+            stored = StoredResponse(
+                response=snapshot,
+                input_items=self._stored_input(self_contained),
+                previous_response_id=request.previous_response_id,
+                self_contained=self_contained,
+            )
+        ledger = LedgerRow(
+            response_id=self.id,
+            tenant=request.user or "anonymous",
+            model=request.model,
+            status=record.status,
+            input_tokens=self._usage.input_tokens,
+            cached_tokens=self._usage.cached_tokens,
+            output_tokens=self._usage.output_tokens,
+            engine_ms=record.stats.engine_ms,
+            api_pre_ms=record.stats.api_pre_ms,
+            api_post_ms=record.stats.api_post_ms,
+            transport=self.transport,
+            created_at=record.created_at,
+            completed_at=record.completed_at,
+        )
+        if self.lane.inflight is self:
+            self.lane.inflight = None
+        core.counters.record(record.stats)
+        await core.post.put(PostJob(stored, ledger))
+        terminal = {
+            "completed": "response.completed",
+            "incomplete": "response.incomplete",
+            "failed": "response.failed",
+        }[outcome]
+        await self.emit(self.seq.event(terminal, response=snapshot))
+
+    def _stored_input(self, self_contained: bool) -> list[Item]:
+        """The input items a stored response keeps (see ``Store``)."""
+        assert self.record is not None and self.state is not None
+        if not self_contained:
+            return list(self._inputs)
+        output_ids = {id(item) for item in self.record.output}
+        return [item for item in self.state.items if id(item) not in output_ids]
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class _ItemStreamer:
+    """Turns engine item events into Responses output events and items."""
+
+    def __init__(self, run: ResponseRun, record: ResponseRecord) -> None:
+        self.run = run
+        self.record = record
+        self.items: list[Item] = []
+        self.current: Item | None = None
+        self.index = 0
+        self.parts: list[str] = []
+
+    async def start(self, event: ItemStart) -> None:
+        run = self.run
+        self.parts = []
+        self.index = len(self.record.output)
+        if event.kind == "message":
+            item: Item = {"type": "message", "id": new_id("msg"), "status": "in_progress",
+                          "role": "assistant", "content": []}
+            self.current = item
+            self.record.output.append(item)
+            await run.emit(run.seq.event("response.output_item.added", output_index=self.index,
+                                         item=_copy_item(item)))
+            await run.emit(run.seq.event(
+                "response.content_part.added", item_id=item["id"], output_index=self.index,
+                content_index=0, part={"type": "output_text", "text": "", "annotations": []},
+            ))
+        else:
+            item = {"type": "function_call", "id": new_id("fc"),
+                    "call_id": event.call_id or new_id("call"), "name": event.name,
+                    "arguments": "", "status": "in_progress"}
+            self.current = item
+            self.record.output.append(item)
+            await run.emit(run.seq.event("response.output_item.added", output_index=self.index,
+                                         item=dict(item)))
+
+    async def delta(self, text: str, tokens: int) -> None:
+        run = self.run
+        item = self.current
+        assert item is not None
+        self.parts.append(text)
+        if item["type"] == "message":
+            await run.emit(run.seq.event("response.output_text.delta", item_id=item["id"],
+                                         output_index=self.index, content_index=0, delta=text))
+        else:
+            await run.emit(run.seq.event("response.function_call_arguments.delta",
+                                         item_id=item["id"], output_index=self.index, delta=text))
+
+    async def end(self) -> None:
+        run = self.run
+        item = self.current
+        assert item is not None
+        text = "".join(self.parts)
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            await run.emit(run.seq.event("response.output_text.done", item_id=item["id"],
+                                         output_index=self.index, content_index=0, text=text))
+            await run.emit(run.seq.event("response.content_part.done", item_id=item["id"],
+                                         output_index=self.index, content_index=0, part=part))
+            item["content"] = [part]
+        else:
+            item["arguments"] = text
+            await run.emit(run.seq.event("response.function_call_arguments.done",
+                                         item_id=item["id"], output_index=self.index,
+                                         arguments=text, name=item["name"]))
+        item["status"] = "completed"
+        await run.emit(run.seq.event("response.output_item.done", output_index=self.index,
+                                     item=item))
+        self.items.append(item)
+        self.current = None
+
+
+def _copy_item(item: Item) -> Item:
+    copy = dict(item)
+    if "content" in copy:
+        copy["content"] = list(copy["content"])
+    return copy

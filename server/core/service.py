@@ -1,0 +1,177 @@
+"""The core facade that every transport talks to.
+
+``ResponsesCore`` owns the shared, long-lived parts: tokenizer and renderer, router and
+engines, the pre-inference pipeline, the durable store, the post-inference queue and the
+counters. Per-stream state lives in ``Session`` objects that it hands out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.counters import Counters
+from bidi_responses.server.core.errors import ApiError, not_found
+from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.core.runner import ResponseRun
+from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.engines import build_engine
+from bidi_responses.server.engines.base import Engine
+from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.pipeline import Pipeline, load_stage
+from bidi_responses.server.pipeline.post import PostQueue
+from bidi_responses.server.pipeline.routing import Router
+
+
+class ResponsesCore:
+    """Shared server state and the operations that are not per-stream."""
+
+    def __init__(self, config: ServerConfig, *, encoding: Any = None) -> None:
+        self.config = config
+        self.log = logging.getLogger("bidi_responses")
+        self.encoding = encoding if encoding is not None else load_encoding()
+        self.renderer = Renderer(self.encoding)
+        self.router = Router(config.models, self._build_engine)
+        self.pipeline = Pipeline([load_stage(name) for name in config.stages])
+        self.store = Store(config.store_path)
+        self.post = PostQueue(self.store, config.post_queue_size)
+        self.counters = Counters()
+        self.inflight: dict[str, ResponseRun] = {}
+        self.sessions_open = 0
+        self._sessions: set[Session] = set()
+
+    def _build_engine(self, route: RouteConfig) -> Engine:
+        sim = route.sim
+        sim_config = SimConfig(
+            tokens_per_second=sim.tokens_per_second,
+            ttft_ms=sim.ttft_ms,
+            prefill_tokens_per_second=sim.prefill_tokens_per_second,
+            tool_rounds=sim.tool_rounds,
+            function_call_tokens=sim.function_call_tokens,
+            answer_tokens=sim.answer_tokens,
+            seed=sim.seed,
+        )
+        return build_engine(route.engine, sim_config=sim_config, script_path=route.script_path,
+                            encoding=self.encoding)
+
+    async def start(self) -> None:
+        """Start background work (the post-inference writer)."""
+        self.post.start()
+
+    async def close(self) -> None:
+        """Stop streams, then drain post-inference work so nothing completed is lost."""
+        for session in list(self._sessions):
+            await session.close()
+        await self.post.drain()
+        self.store.close()
+
+    # -- streams -----------------------------------------------------------------------------
+
+    def open_session(self, transport: str, *, stateful: bool = True) -> Session:
+        """A new stream session; the transport must ``close_session`` it in a finally block."""
+        session = Session(self, transport, stateful=stateful)
+        self._sessions.add(session)
+        if stateful:
+            self.sessions_open += 1
+        return session
+
+    async def close_session(self, session: Session) -> None:
+        """Release a stream: stop its in-flight work and drop its cache."""
+        if session in self._sessions:
+            self._sessions.discard(session)
+            if session.stateful:
+                self.sessions_open -= 1
+        await session.close()
+
+    async def stateless(self, body: Any, transport: str) -> AsyncIterator[dict[str, Any]]:
+        """One stateless create: its events up to and including the terminal (or error) one."""
+        session = self.open_session(transport, stateful=False)
+        try:
+            event = dict(body) if isinstance(body, dict) else body
+            if isinstance(event, dict):
+                event.pop("stream_id", None)
+                event["type"] = "response.create"
+            await session.handle(event)
+            async for out in session.events():
+                yield out.data
+                kind = out.data["type"]
+                if kind in TERMINAL_TYPES or kind == "error":
+                    return
+        finally:
+            await self.close_session(session)
+
+    # -- stored responses --------------------------------------------------------------------
+
+    async def get_response(self, response_id: str) -> dict[str, Any]:
+        """A stored response object (ApiError 404 if none)."""
+        record = await self.store.get(response_id)
+        if record is None:
+            run = self.inflight.get(response_id)
+            if run is not None and run.record is not None:
+                return run.record.snapshot()
+            raise not_found("response", response_id)
+        return record.response
+
+    async def delete_response(self, response_id: str) -> dict[str, Any]:
+        """Delete a stored response (ApiError 404 if none)."""
+        if not await self.store.delete(response_id):
+            raise not_found("response", response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    async def list_input_items(
+        self, response_id: str, *, limit: int = 20, order: str = "desc", after: str | None = None
+    ) -> dict[str, Any]:
+        """One page of a stored response's input items, OpenAI list shape."""
+        if not 1 <= limit <= 100:
+            raise ApiError("Invalid 'limit': expected 1 to 100.", param="limit")
+        if order not in ("asc", "desc"):
+            raise ApiError("Invalid 'order': expected 'asc' or 'desc'.", param="order")
+        record = await self.store.get(response_id)
+        if record is None:
+            raise not_found("response", response_id)
+        items = list(record.input_items)
+        if order == "desc":
+            items.reverse()
+        start = 0
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise ApiError(f"Invalid 'after': no item '{after}' in this list.", param="after")
+            start = ids.index(after) + 1
+        page = items[start:start + limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None,
+            "has_more": start + limit < len(items),
+        }
+
+    async def cancel_response(self, response_id: str) -> dict[str, Any]:
+        """Cancel an in-flight response from any connection; returns it as it ended."""
+        run = self.inflight.get(response_id)
+        if run is None or run.task is None:
+            stored = await self.store.get(response_id)
+            if stored is None:
+                raise not_found("response", response_id)
+            return stored.response
+        run.cancel()
+        try:
+            await run.task
+        except BaseException:  # noqa: BLE001 - the run reports its own outcome
+            pass
+        assert run.record is not None
+        return run.record.snapshot()
+
+    def stats(self) -> dict[str, Any]:
+        """Cumulative counters (GetStats / GET /v1/stats)."""
+        return self.counters.snapshot(
+            streams_open=self.sessions_open,
+            route_resolutions_total=self.router.resolutions,
+            post_queue_depth=self.post.depth,
+        )

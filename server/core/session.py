@@ -1,0 +1,199 @@
+"""A stream's session: the owner of its lanes, caches, in-flight responses and limits.
+
+Transports create one Session per Connect call or WebSocket connection, feed it client events
+as JSON-shaped dicts (``handle``) and write out what it produces (``events``). The session
+never raises into the transport: a bad event becomes an ``error`` event and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent, error_event
+from bidi_responses.server.core.runner import Lane, ResponseRun
+from bidi_responses.server.core.state import ResponseCache
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.service import ResponsesCore
+
+CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.cancel")
+
+
+class Session:
+    """One stream (Connect call, WebSocket connection, or a one-shot stateless call)."""
+
+    def __init__(self, core: ResponsesCore, transport: str, *, stateful: bool = True) -> None:
+        self.core = core
+        self.transport = transport
+        self.stateful = stateful
+        limits = core.config.limits
+        self._out: asyncio.Queue[OutEvent | None] = asyncio.Queue(limits.outbound_queue_events)
+        self._lanes: dict[str, Lane] = {}
+        self._runs: set[asyncio.Task[None]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
+        self.opened_at = time.monotonic()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start_age_limit(self) -> None:
+        """Warn before, and end the stream at, the configured connection age limit."""
+        self._watchdog = asyncio.get_running_loop().create_task(self._age_limit())
+
+    async def _age_limit(self) -> None:
+        limits = self.core.config.limits
+        warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
+        await asyncio.sleep(warn_after)
+        await self._out.put(OutEvent("", {
+            "type": "warning",
+            "code": "websocket_connection_limit_approaching",
+            "message": f"This connection will be closed in {limits.connection_warning_s:g} s "
+                       f"(limit {limits.connection_max_age_s:g} s). Open a new one to continue.",
+        }))
+        await asyncio.sleep(limits.connection_max_age_s - warn_after)
+        error = ApiError(
+            f"The connection reached its limit of {limits.connection_max_age_s:g} s; "
+            "open a new connection to continue.",
+            code="websocket_connection_limit_reached",
+        )
+        await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
+        await self.finish(wait_for_runs=False)
+
+    async def finish(self, *, wait_for_runs: bool = True) -> None:
+        """No more client events: let in-flight responses end (or stop them), then end."""
+        if wait_for_runs:
+            while self._runs:
+                await asyncio.gather(*list(self._runs), return_exceptions=True)
+        else:
+            await self._stop_runs()
+        await self._out.put(None)
+
+    async def close(self) -> None:
+        """The client is gone: stop in-flight engine work and drop the caches."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        await self._stop_runs()
+        for lane in self._lanes.values():
+            if lane.cache is not None:
+                lane.cache.clear()
+        self._lanes.clear()
+
+    async def _stop_runs(self) -> None:
+        runs = list(self._runs)
+        for task in runs:
+            task.cancel()
+        if runs:
+            await asyncio.gather(*runs, return_exceptions=True)
+
+    async def events(self) -> AsyncIterator[OutEvent]:
+        """Server events in order, until the session finishes."""
+        while True:
+            event = await self._out.get()
+            if event is None:
+                return
+            yield event
+
+    # -- client events -----------------------------------------------------------------------
+
+    def _lane(self, lane_id: str) -> Lane:
+        lane = self._lanes.get(lane_id)
+        if lane is None:
+            limits = self.core.config.limits
+            if len(self._lanes) >= limits.max_lanes:
+                raise ApiError(
+                    f"Invalid 'stream_id': at most {limits.max_lanes} lanes per connection.",
+                    code="too_many_lanes", param="stream_id",
+                )
+            cache_config = self.core.config.cache
+            cache = (
+                ResponseCache(cache_config.max_responses, cache_config.max_bytes)
+                if self.stateful else None
+            )
+            lane = self._lanes[lane_id] = Lane(lane_id, cache)
+        return lane
+
+    async def emit(self, lane: str, data: dict[str, Any]) -> None:
+        """Queue a server event for the transport (waits while the client is slow)."""
+        await self._out.put(OutEvent(lane, data))
+
+    async def _error(self, lane: str, error: ApiError) -> None:
+        await self.emit(lane, error_event(error.status, error.to_error_object()))
+
+    async def handle(self, event: Any, received: float | None = None) -> None:
+        """Act on one client event; problems become error events on the stream."""
+        received = time.perf_counter() if received is None else received
+        lane_id = ""
+        try:
+            if not isinstance(event, dict):
+                raise ApiError("Each client event must be a JSON object.", code="invalid_type")
+            raw_lane = event.get("stream_id")
+            if raw_lane is not None and not isinstance(raw_lane, str):
+                raise ApiError("Invalid 'stream_id': expected a string.", code="invalid_type",
+                               param="stream_id")
+            lane_id = raw_lane or ""
+            kind = event.get("type")
+            if kind == "response.create":
+                await self._create(lane_id, event, received)
+            elif kind == "response.append":
+                self._append(lane_id, event)
+            elif kind == "response.cancel":
+                self._cancel(lane_id, event)
+            elif kind is None:
+                raise ApiError("Missing required parameter: 'type'.",
+                               code="missing_required_parameter", param="type")
+            else:
+                raise ApiError(
+                    f"Invalid 'type': unknown client event '{kind}' (expected one of "
+                    f"{', '.join(CLIENT_EVENT_TYPES)}).",
+                    code="unknown_event_type", param="type",
+                )
+        except ApiError as error:
+            await self._error(lane_id, error)
+
+    async def _create(self, lane_id: str, event: dict[str, Any], received: float) -> None:
+        lane = self._lane(lane_id)
+        if lane.inflight is not None:
+            raise ApiError(
+                f"Conversation already has an active response ('{lane.inflight.id}'); wait for "
+                "its terminal event or cancel it before creating another.",
+                code="conversation_already_has_active_response",
+            )
+        body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
+        run = ResponseRun(self.core, lane, body, partial(self.emit, lane_id), self.transport,
+                          received)
+        lane.inflight = run
+        task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
+        run.task = task
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+
+    def _append(self, lane_id: str, event: dict[str, Any]) -> None:
+        lane = self._lanes.get(lane_id)
+        response_id = event.get("response_id")
+        if not isinstance(response_id, str) or not response_id:
+            raise ApiError("Missing required parameter: 'response_id'.",
+                           code="missing_required_parameter", param="response_id")
+        run = lane.inflight if lane is not None else None
+        if run is None:
+            raise ApiError(f"Response '{response_id}' is not waiting for tool outputs.",
+                           code="response_not_waiting", param="response_id", status=409)
+        run.offer_append(response_id, event.get("input"))
+
+    def _cancel(self, lane_id: str, event: dict[str, Any]) -> None:
+        lane = self._lanes.get(lane_id)
+        response_id = event.get("response_id") or None
+        run = lane.inflight if lane is not None else None
+        if run is None or (response_id is not None and response_id != run.id):
+            raise ApiError(
+                f"No in-flight response '{response_id or ''}' on this stream to cancel.",
+                code="response_not_found", param="response_id", status=404,
+            )
+        run.cancel()

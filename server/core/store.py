@@ -1,0 +1,248 @@
+"""Durable store of responses and the usage ledger, in embedded SQLite.
+
+All database work runs on one dedicated thread, so the event loop never blocks on disk and
+SQLite sees a single writer. Writes are queued by the post-inference stage; until a write
+lands, readers see the record through an in-memory map, so a client that continues right
+after ``response.completed`` finds its response even though the disk write is still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    previous_response_id TEXT,
+    created_at INTEGER NOT NULL,
+    response_json BLOB NOT NULL,
+    input_json BLOB NOT NULL,
+    -- 1 when input_json holds the whole conversation before this response (its predecessor
+    -- was not stored), 0 when it holds only the new input after previous_response_id.
+    self_contained INTEGER NOT NULL,
+    instructions TEXT
+);
+CREATE TABLE IF NOT EXISTS usage_ledger (
+    response_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    engine_ms REAL NOT NULL,
+    api_pre_ms REAL NOT NULL,
+    api_post_ms REAL NOT NULL,
+    transport TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    completed_at INTEGER
+);
+"""
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    """One stored response: the Response object and the input items it was given."""
+
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]
+    previous_response_id: str | None
+    self_contained: bool
+
+
+@dataclass(slots=True)
+class LedgerRow:
+    """One usage row: exactly one per finished response."""
+
+    response_id: str
+    tenant: str
+    model: str
+    status: str
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    engine_ms: float
+    api_pre_ms: float
+    api_post_ms: float
+    transport: str
+    created_at: int
+    completed_at: int | None
+
+
+class Store:
+    """SQLite-backed response store and usage ledger."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._local = threading.local()
+        self._pending: dict[str, StoredResponse] = {}
+        self._deleted_pending: set[str] = set()
+        self._run_sync(self._init)
+
+    # -- thread plumbing -------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def _init(self) -> None:
+        self._conn().executescript(_SCHEMA)
+
+    def _run_sync(self, fn: Callable[[], T]) -> T:
+        return self._executor.submit(fn).result()
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    # -- writes (post-inference) -----------------------------------------------------------
+
+    def stage(self, response_id: str, record: StoredResponse) -> None:
+        """Make a response readable now; ``write`` makes it durable later."""
+        self._pending[response_id] = record
+
+    async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        """Write a response and/or its ledger row in one transaction (idempotent by id)."""
+
+        def work() -> None:
+            conn = self._conn()
+            with conn:
+                if record is not None:
+                    resp = record.response
+                    conn.execute(
+                        "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            resp["id"],
+                            record.previous_response_id,
+                            resp["created_at"],
+                            orjson.dumps(resp),
+                            orjson.dumps(record.input_items),
+                            int(record.self_contained),
+                            resp.get("instructions"),
+                        ),
+                    )
+                if ledger is not None:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO usage_ledger VALUES "
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            ledger.response_id, ledger.tenant, ledger.model, ledger.status,
+                            ledger.input_tokens, ledger.cached_tokens, ledger.output_tokens,
+                            ledger.engine_ms, ledger.api_pre_ms, ledger.api_post_ms,
+                            ledger.transport, ledger.created_at, ledger.completed_at,
+                        ),
+                    )
+
+        await self._run(work)
+        if record is not None:
+            response_id = record.response["id"]
+            if self._pending.get(response_id) is record:
+                del self._pending[response_id]
+            if response_id in self._deleted_pending:
+                self._deleted_pending.discard(response_id)
+                await self.delete(response_id)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """A stored response, or None."""
+        if response_id in self._deleted_pending:
+            return None
+        pending = self._pending.get(response_id)
+        if pending is not None:
+            return pending
+
+        def work() -> StoredResponse | None:
+            row = self._conn().execute(
+                "SELECT response_json, input_json, previous_response_id, self_contained "
+                "FROM responses WHERE id = ?",
+                (response_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
+
+        return await self._run(work)
+
+    async def chain(self, response_id: str, max_links: int = 100_000) -> list[StoredResponse] | None:
+        """The stored responses from the conversation's start to ``response_id``, oldest first.
+
+        None if ``response_id`` or a link of its chain is missing.
+        """
+        links: list[StoredResponse] = []
+        current: str | None = response_id
+        while current is not None and len(links) < max_links:
+            record = await self.get(current)
+            if record is None:
+                return None
+            links.append(record)
+            if record.self_contained:
+                break
+            current = record.previous_response_id
+        links.reverse()
+        return links
+
+    async def delete(self, response_id: str) -> bool:
+        """Delete a stored response; False if there was none."""
+        if response_id in self._pending:
+            # The write is still queued: hide it now and delete once it lands.
+            self._deleted_pending.add(response_id)
+            return True
+
+        def work() -> bool:
+            conn = self._conn()
+            with conn:
+                cur = conn.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+            return cur.rowcount > 0
+
+        return await self._run(work)
+
+    async def ledger_rows(self) -> list[LedgerRow]:
+        """Every ledger row, oldest first."""
+
+        def work() -> list[LedgerRow]:
+            rows = self._conn().execute(
+                "SELECT * FROM usage_ledger ORDER BY created_at, rowid"
+            ).fetchall()
+            return [LedgerRow(*row) for row in rows]
+
+        return await self._run(work)
+
+    def close(self) -> None:
+        """Close the database thread (after the post-inference queue has drained)."""
+
+        def work() -> None:
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                conn.close()
+                self._local.conn = None
+
+        self._run_sync(work)
+        self._executor.shutdown(wait=True)
+
+
+def read_ledger(path: Path) -> list[LedgerRow]:
+    """Read the ledger of a database file directly (for ``bidi-responses usage``)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT * FROM usage_ledger ORDER BY created_at, rowid").fetchall()
+    finally:
+        conn.close()
+    return [LedgerRow(*row) for row in rows]

@@ -1,0 +1,346 @@
+"""Pacing, cost model and prefix (KV) cache shared by the simulated engines.
+
+The cost model is the one fixed by the benchmark protocol (``benchmark-protocol.md``):
+
+* time to first token = a fixed base (``ttft_ms``) plus prefill of the *uncached* prompt tokens
+  at ``prefill_tokens_per_second``;
+* then output token ``k`` (1-based) is due ``k / tokens_per_second`` after that, so a segment of
+  ``n`` output tokens costs ``ttft + n / tokens_per_second`` of engine time.
+
+The engine keeps its own prefix cache (like vLLM/SGLang automatic prefix caching): prompt
+tokens that extend a token prefix it has already seen are not charged prefill. That cache
+belongs to the engine instance and is shared by every stream and transport, so that a
+stateless full-history request pays only the *API-side* cost of its history. It is a different
+thing from the API layer's per-stream render cache and must never be influenced by it.
+
+``EngineFinish.engine_seconds`` reports the *modeled* time, not wall time: if the event loop is
+late because the API layer is busy, that lateness shows up as API overhead (client-observed
+time minus engine time), which is where it belongs.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import codecs
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from bidi_responses.server.engines.base import (
+    Delta,
+    EngineEvent,
+    EngineFinish,
+    EngineRequest,
+    ItemEnd,
+    ItemStart,
+)
+
+__all__ = [
+    "EngineTiming",
+    "Pacer",
+    "PlannedItem",
+    "PrefixCache",
+    "TokenDecoder",
+    "play",
+    "token_deltas",
+]
+
+# An array typecode with 4-byte items, so that a list and an array('I') of the same ids hash
+# to the same bytes. ('I' is 4 bytes on every platform CPython supports; 'L' is the fallback.)
+_TYPECODE = next(code for code in ("I", "L") if array.array(code).itemsize == 4)
+
+
+def _check_rate(name: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTiming:
+    """The simulated engine's speed: decode rate, base time to first token, prefill rate."""
+
+    tokens_per_second: float = 1000.0
+    ttft_ms: float = 50.0
+    prefill_tokens_per_second: float = 100_000.0
+
+    def __post_init__(self) -> None:
+        _check_rate("tokens_per_second", self.tokens_per_second)
+        _check_rate("ttft_ms", self.ttft_ms, allow_zero=True)
+        _check_rate("prefill_tokens_per_second", self.prefill_tokens_per_second)
+
+    def ttft_seconds(self, uncached_prompt_tokens: int) -> float:
+        """Time to first token: the fixed base plus prefill of the uncached prompt tokens."""
+        return self.ttft_ms / 1000.0 + uncached_prompt_tokens / self.prefill_tokens_per_second
+
+    def modeled_seconds(self, uncached_prompt_tokens: int, output_tokens: int) -> float:
+        """Engine time of a whole segment: time to first token plus decoding ``output_tokens``."""
+        return self.ttft_seconds(uncached_prompt_tokens) + output_tokens / self.tokens_per_second
+
+
+class PrefixCache:
+    """A bounded LRU set of prompt blocks, identified by chained hashes (automatic prefix caching).
+
+    A prompt is cut into whole blocks of ``block_tokens`` tokens. Block ``i`` is identified by
+    a hash of its tokens chained with the hash of block ``i - 1``, so a block hits only when the
+    entire prefix up to and including it was seen before, exactly like vLLM's block hashes.
+    The partial block at the end of a prompt is never cached.
+
+    At most ``max_blocks`` block hashes are remembered. Eviction is least-recently-used, and
+    each prompt's blocks are refreshed from last to first, so that under pressure the *tails*
+    of old prompts go first and the shared heads (instructions, tools) stay: evicting a head
+    block would make every block chained after it unreachable.
+
+    Hashing costs a few milliseconds for a 200k-token prompt; it is done on the caller's
+    thread without awaiting, and a lock makes it safe to share across threads as well.
+    """
+
+    def __init__(self, block_tokens: int = 64, max_blocks: int = 65_536) -> None:
+        if block_tokens < 1:
+            raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
+        if max_blocks < 0:
+            raise ValueError(f"max_blocks must be >= 0, got {max_blocks}")
+        self.block_tokens = block_tokens
+        self.max_blocks = max_blocks
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Number of blocks currently remembered."""
+        return len(self._blocks)
+
+    def clear(self) -> None:
+        """Forget every block."""
+        with self._lock:
+            self._blocks.clear()
+
+    def match_and_insert(self, prompt_tokens: Sequence[int]) -> int:
+        """Return how many leading tokens of ``prompt_tokens`` are cached, then remember them.
+
+        The count is always a multiple of ``block_tokens``. ``prompt_tokens`` may be any
+        sequence of non-negative ids below 2**32; an ``array('I')`` is hashed without copying.
+        """
+        digests = self._block_digests(prompt_tokens)
+        if not digests:
+            return 0
+        with self._lock:
+            blocks = self._blocks
+            matched = 0
+            # Chained hashes: once one block misses, none after it can hit.
+            for digest in digests:
+                if digest not in blocks:
+                    break
+                matched += 1
+            # Refresh last-to-first so the prompt's first block ends up most recently used.
+            for digest in reversed(digests):
+                if digest in blocks:
+                    blocks.move_to_end(digest)
+                else:
+                    blocks[digest] = None
+            while len(blocks) > self.max_blocks:
+                blocks.popitem(last=False)
+        return matched * self.block_tokens
+
+    def _block_digests(self, prompt_tokens: Sequence[int]) -> list[bytes]:
+        if isinstance(prompt_tokens, array.array) and prompt_tokens.typecode == _TYPECODE:
+            ids = prompt_tokens
+        else:
+            ids = array.array(_TYPECODE, prompt_tokens)
+        raw = memoryview(ids).cast("B")
+        step = self.block_tokens * ids.itemsize
+        digests: list[bytes] = []
+        previous = b""
+        blake2b = hashlib.blake2b
+        for start in range(0, len(raw) - step + 1, step):
+            h = blake2b(previous, digest_size=16)
+            h.update(raw[start : start + step])
+            previous = h.digest()
+            digests.append(previous)
+        return digests
+
+
+class Pacer:
+    """Releases output tokens on the modeled schedule of one segment.
+
+    Token ``k`` (1-based) is due at ``t0 + ttft + k / tokens_per_second``. ``advance`` sleeps
+    only when the engine is ahead of that schedule; when the event loop was late, overdue
+    tokens are released back to back, so the engine never falls further behind than the loop
+    forces it to. To stay fair to other streams and responsive to cancellation, it still yields
+    to the loop once every ``yield_every`` tokens released without sleeping.
+    """
+
+    def __init__(
+        self,
+        timing: EngineTiming,
+        uncached_prompt_tokens: int,
+        *,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        yield_every: int = 64,
+    ) -> None:
+        self._timing = timing
+        self._uncached = uncached_prompt_tokens
+        # The loop's clock is the one asyncio.sleep keeps; tests may inject both.
+        self._clock = clock if clock is not None else asyncio.get_running_loop().time
+        self._sleep = sleep if sleep is not None else asyncio.sleep
+        self._t0 = self._clock()
+        self._ttft = timing.ttft_seconds(uncached_prompt_tokens)
+        self._tps = timing.tokens_per_second
+        self._yield_every = max(1, yield_every)
+        self._emitted = 0
+        self._unyielded = 0
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens released so far."""
+        return self._emitted
+
+    def modeled_seconds(self) -> float:
+        """Modeled engine time so far: time to first token plus the released tokens."""
+        return self._timing.modeled_seconds(self._uncached, self._emitted)
+
+    async def advance(self, n: int = 1) -> None:
+        """Wait until ``n`` more tokens are due (``n=0`` waits for the time to first token)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        self._emitted += n
+        due = self._t0 + self._ttft + self._emitted / self._tps
+        delay = due - self._clock()
+        if delay > 0:
+            self._unyielded = 0
+            await self._sleep(delay)
+            return
+        self._unyielded += n
+        if self._unyielded >= self._yield_every:
+            self._unyielded = 0
+            await self._sleep(0)
+
+
+class TokenDecoder(Protocol):
+    """The part of ``tiktoken.Encoding`` needed to turn token ids into text."""
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one token."""
+        ...
+
+
+def token_deltas(encoding: TokenDecoder, token_ids: Iterable[int]) -> tuple[Delta, ...]:
+    """Split ``token_ids`` into Deltas whose texts concatenate to the decoded text.
+
+    Usually one token per Delta. A token that ends inside a multi-byte UTF-8 character is
+    grouped with the following tokens until the character is complete, so no Delta ever carries
+    half a character (tiktoken would decode it to U+FFFD).
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    deltas: list[Delta] = []
+    pending: list[int] = []
+    text = ""
+    for token in token_ids:
+        pending.append(token)
+        text += decoder.decode(encoding.decode_single_token_bytes(token))
+        buffered, _ = decoder.getstate()
+        if not buffered:
+            deltas.append(Delta(text=text, token_ids=tuple(pending)))
+            pending = []
+            text = ""
+    if pending:
+        text += decoder.decode(b"", final=True)
+        deltas.append(Delta(text=text, token_ids=tuple(pending)))
+    return tuple(deltas)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedItem:
+    """One output item an engine has decided to produce, already tokenized into Deltas."""
+
+    kind: Literal["message", "function_call"]
+    deltas: tuple[Delta, ...]
+    name: str = ""
+    call_id: str = ""
+
+    @property
+    def token_count(self) -> int:
+        """Output tokens this item costs."""
+        return sum(len(delta.token_ids) for delta in self.deltas)
+
+    @property
+    def text(self) -> str:
+        """The item's full text (message text or argument JSON)."""
+        return "".join(delta.text for delta in self.deltas)
+
+
+async def play(
+    items: Sequence[PlannedItem],
+    *,
+    request: EngineRequest,
+    timing: EngineTiming,
+    prefix_cache: PrefixCache,
+    finish_reason: Literal["stop", "tool_calls"],
+    extra: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> AsyncIterator[EngineEvent]:
+    """Stream planned items as engine events, paced by ``timing``; ends with an EngineFinish.
+
+    The prompt is looked up in (and added to) ``prefix_cache`` first, and only uncached tokens
+    are charged prefill. Each ItemStart is released together with its item's first token; an
+    item without tokens is released once the time to first token has passed.
+
+    ``request.max_output_tokens`` caps the output: generation stops before the first Delta
+    that does not fit (a multi-token Delta is never split, so the text stays valid), an item
+    already started is closed with ItemEnd, and the reason is ``"max_output_tokens"``; the
+    core must treat that last item as incomplete (its argument JSON may be cut short).
+
+    ``clock`` and ``sleep`` default to the running loop's; tests inject fakes.
+
+    Cancellation of the consuming task raises CancelledError at the next sleep, which
+    propagates; nothing needs cleaning up.
+    """
+    prompt = request.prompt_tokens
+    cached = prefix_cache.match_and_insert(prompt)
+    uncached = len(prompt) - cached
+    pacer = Pacer(timing, uncached, clock=clock, sleep=sleep)
+    budget = request.max_output_tokens
+    reason: Literal["stop", "tool_calls", "max_output_tokens"] = finish_reason
+
+    for item in items:
+        started = False
+        truncated = False
+        for delta in item.deltas:
+            n = len(delta.token_ids)
+            if budget is not None and pacer.tokens + n > budget:
+                truncated = True
+                break
+            await pacer.advance(n)
+            if not started:
+                started = True
+                yield ItemStart(kind=item.kind, name=item.name, call_id=item.call_id)
+            yield delta
+        if truncated:
+            if started:
+                yield ItemEnd()
+            reason = "max_output_tokens"
+            break
+        if not started:
+            await pacer.advance(0)
+            yield ItemStart(kind=item.kind, name=item.name, call_id=item.call_id)
+        yield ItemEnd()
+
+    # Even a segment with no output tokens takes its time to first token.
+    await pacer.advance(0)
+    info: dict[str, Any] = {"prompt_tokens": len(prompt), "cached_prompt_tokens": cached}
+    if extra:
+        info.update(extra)
+    yield EngineFinish(
+        reason=reason,
+        output_tokens=pacer.tokens,
+        prefill_tokens=uncached,
+        engine_seconds=pacer.modeled_seconds(),
+        extra=info,
+    )

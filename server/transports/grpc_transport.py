@@ -1,0 +1,180 @@
+"""The gRPC transport: ``ResponsesService`` on grpc.aio.
+
+The servicer only converts between protobuf and the core's dicts; sessions, caches and rules
+live in the core. A Connect call is one Session: a reader task feeds client messages to it and
+the call's response stream writes what it produces. When the client goes away the session is
+closed in ``finally``, which cancels in-flight engine work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.codec import (
+    ProtoDecoder,
+    ProtoEncoder,
+    item_to_pb,
+)
+from bidi_responses.v1 import responses_pb2 as pb
+from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.FAILED_PRECONDITION,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+}
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
+    """End a unary call with the status that matches the HTTP status of ``error``."""
+    context.set_trailing_metadata((
+        ("error-code", error.code),
+        ("error-param", error.param or ""),
+    ))
+    await context.abort(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message)
+
+
+class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
+    """Protobuf in, core calls, protobuf out. Holds no state of its own."""
+
+    def __init__(self, core: ResponsesCore) -> None:
+        self._core = core
+
+    async def Connect(  # noqa: N802 - the generated base class names the method
+        self,
+        request_iterator: AsyncIterator[pb.ConnectRequest],
+        context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
+    ) -> AsyncIterator[pb.ConnectResponse]:
+        """The stateful stream."""
+        core = self._core
+        session = core.open_session("grpc")
+        decoder = ProtoDecoder()
+        encoder = ProtoEncoder()
+
+        async def read() -> None:
+            async for request in request_iterator:
+                received = time.perf_counter()
+                await session.handle(decoder.client_event(request), received)
+            await session.finish()
+
+        reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
+        session.start_age_limit()
+        try:
+            async for out in session.events():
+                yield encoder.connect_response(out.lane, out.data)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await core.close_session(session)
+
+    async def CreateResponse(  # noqa: N802
+        self,
+        request: pb.CreateResponseRequest,
+        context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
+    ) -> AsyncIterator[pb.CreateResponseResponse]:
+        """The stateless baseline: one call per turn."""
+        body = ProtoDecoder().params_to_dict(request.params)
+        encoder = ProtoEncoder()
+        async for data in self._core.stateless(body, "grpc-unary"):
+            event = encoder.connect_response("", data)
+            yield pb.CreateResponseResponse(event=event)
+
+    async def GetResponse(  # noqa: N802
+        self,
+        request: pb.GetResponseRequest,
+        context: grpc.aio.ServicerContext[pb.GetResponseRequest, pb.GetResponseResponse],
+    ) -> pb.GetResponseResponse:
+        """A stored response."""
+        try:
+            response = await self._core.get_response(request.response_id)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
+
+    async def DeleteResponse(  # noqa: N802
+        self,
+        request: pb.DeleteResponseRequest,
+        context: grpc.aio.ServicerContext[pb.DeleteResponseRequest, pb.DeleteResponseResponse],
+    ) -> pb.DeleteResponseResponse:
+        """Delete a stored response."""
+        try:
+            result = await self._core.delete_response(request.response_id)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.DeleteResponseResponse(id=result["id"], object=result["object"],
+                                         deleted=result["deleted"])
+
+    async def ListInputItems(  # noqa: N802
+        self,
+        request: pb.ListInputItemsRequest,
+        context: grpc.aio.ServicerContext[pb.ListInputItemsRequest, pb.ListInputItemsResponse],
+    ) -> pb.ListInputItemsResponse:
+        """Page through a stored response's input items."""
+        try:
+            page = await self._core.list_input_items(
+                request.response_id, limit=request.limit or 20, order=request.order or "desc",
+                after=request.after or None,
+            )
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.ListInputItemsResponse(
+            object="list", data=[item_to_pb(i) for i in page["data"]],
+            first_id=page["first_id"] or "", last_id=page["last_id"] or "",
+            has_more=page["has_more"],
+        )
+
+    async def CancelResponse(  # noqa: N802
+        self,
+        request: pb.CancelResponseRequest,
+        context: grpc.aio.ServicerContext[pb.CancelResponseRequest, pb.CancelResponseResponse],
+    ) -> pb.CancelResponseResponse:
+        """Cancel an in-flight response by id."""
+        try:
+            response = await self._core.cancel_response(request.response_id)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
+
+    async def GetStats(  # noqa: N802
+        self,
+        request: pb.GetStatsRequest,
+        context: grpc.aio.ServicerContext[pb.GetStatsRequest, pb.GetStatsResponse],
+    ) -> pb.GetStatsResponse:
+        """Cumulative counters."""
+        return pb.GetStatsResponse(**self._core.stats())
+
+
+async def start_grpc_server(core: ResponsesCore, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """Start the gRPC server; returns it and the bound port (``port`` 0 picks a free one)."""
+    limit = core.config.limits.max_message_bytes
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),
+    ])
+    pb_grpc.add_ResponsesServiceServicer_to_server(ResponsesServicer(core), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen for gRPC on {host}:{port}")
+    await server.start()
+    return server, bound
+
+
+def out_event_to_pb(encoder: ProtoEncoder, out: OutEvent) -> pb.ConnectResponse:
+    """Encode one session event (exposed for benchmarks of the framing cost)."""
+    return encoder.connect_response(out.lane, out.data)

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real server on loopback ports, and clients for it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.app import RunningServer, start_server
+from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings
+
+# A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
+# use the headline operating point instead.
+FAST_SIM = SimSettings(tokens_per_second=1_000_000, ttft_ms=0, prefill_tokens_per_second=1e9,
+                       tool_rounds=3, function_call_tokens=40, answer_tokens=30)
+
+SHELL_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Run a shell command and return its output.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "string", "description": "the command"},
+            "workdir": {"type": "string"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
+        },
+        "required": ["cmd"],
+        "additionalProperties": False,
+    },
+    "strict": False,
+}
+
+
+def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:
+    """A config on free loopback ports with a private data dir."""
+    settings = SimSettings(**{**FAST_SIM.__dict__, **sim}) if sim else FAST_SIM
+    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
+    config.models = {"sim-model": RouteConfig(engine="sim", sim=settings),
+                     "sim-other": RouteConfig(engine="sim", sim=settings)}
+    return config
+
+
+ServerFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def server_factory(tmp_path: Path) -> AsyncIterator[ServerFactory]:
+    """Start servers with custom settings; all are stopped at the end of the test."""
+    started: list[RunningServer] = []
+
+    async def start(config: ServerConfig | None = None, *, http: bool = False,
+                    **sim: Any) -> RunningServer:
+        running = await start_server(config or make_config(tmp_path, **sim), http=http)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        await running.stop(grace=0)
+
+
+@pytest.fixture
+async def server(server_factory: ServerFactory) -> RunningServer:
+    """A gRPC-only server on the fast sim engine."""
+    running: RunningServer = await server_factory()
+    return running
+
+
+@pytest.fixture
+async def client(server: RunningServer) -> AsyncIterator[AsyncResponsesClient]:
+    """Our async client connected to ``server``."""
+    async with AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as c:
+        yield c

@@ -1,0 +1,1 @@
+"""Tests of the tokenizer and the simulated inference engines."""
