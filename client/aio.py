@@ -21,7 +21,13 @@ from typing import Any
 import grpc
 
 from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
-from bidi_responses.codec import EventDecoder, item_to_dict, item_to_pb, params_to_pb
+from bidi_responses.codec import (
+    EventDecoder,
+    flat_message_to_dict,
+    item_to_dict,
+    item_to_pb,
+    params_to_pb,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -51,6 +57,8 @@ class ConnectStream:
         self._decoder = EventDecoder()
         self._lanes: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
         self._busy: set[str] = set()
+        # grpc.aio allows one write at a time per call; lanes share the call.
+        self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.warnings: list[dict[str, Any]] = []
         self.bytes_received = 0
@@ -81,7 +89,8 @@ class ConnectStream:
 
     async def send(self, request: pb.ConnectRequest) -> None:
         """Send a raw ConnectRequest (for clients that build messages themselves)."""
-        await self._call.write(request)
+        async with self._write_lock:
+            await self._call.write(request)
 
     async def events(self, stream_id: str = "") -> AsyncIterator[dict[str, Any]]:
         """Every event that arrives on a lane, until the stream ends."""
@@ -103,8 +112,8 @@ class ConnectStream:
             raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
         self._busy.add(stream_id)
         try:
-            await self._call.write(pb.ConnectRequest(stream_id=stream_id,
-                                                     response_create=params_to_pb(params)))
+            await self.send(pb.ConnectRequest(stream_id=stream_id,
+                                              response_create=params_to_pb(params)))
             async for event in self._until_turn_ends(stream_id):
                 yield event
         finally:
@@ -130,7 +139,7 @@ class ConnectStream:
         """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
         request = pb.ConnectRequest(stream_id=stream_id, response_append=pb.ResponseAppend(
             response_id=response_id, input=[item_to_pb(i) for i in input]))
-        await self._call.write(request)
+        await self.send(request)
         async for event in self._until_turn_ends(stream_id):
             yield event
 
@@ -141,13 +150,14 @@ class ConnectStream:
 
     async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
         """Ask the server to stop the lane's in-flight response."""
-        await self._call.write(pb.ConnectRequest(
+        await self.send(pb.ConnectRequest(
             stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)))
 
     async def close(self) -> None:
         """Half-close and wait for the server to end the stream."""
         with contextlib.suppress(grpc.aio.UsageError, grpc.aio.AioRpcError):
-            await self._call.done_writing()
+            async with self._write_lock:
+                await self._call.done_writing()
         await asyncio.gather(self._reader, return_exceptions=True)
 
     def abort(self) -> None:
@@ -190,12 +200,19 @@ class AsyncResponsesClient:
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[ConnectStream]:
-        """Open a Connect stream; it is closed (half-closed, then drained) on exit."""
+        """Open a Connect stream.
+
+        On a normal exit the stream is half-closed and drained (in-flight responses finish);
+        when the block raises (a timeout, a cancellation) it is aborted at once, which makes
+        the server cancel in-flight work.
+        """
         stream = ConnectStream(self._stub.Connect())
         try:
             yield stream
-        finally:
-            await stream.close()
+        except BaseException:
+            stream.abort()
+            raise
+        await stream.close()
 
     async def create_events(self, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """Stateless create: the events of one response."""
@@ -246,9 +263,5 @@ class AsyncResponsesClient:
 
     async def stats(self) -> dict[str, Any]:
         """The server's cumulative counters."""
-        from google.protobuf import json_format
-
         reply = await self._unary(self._stub.GetStats, pb.GetStatsRequest())
-        result: dict[str, Any] = json_format.MessageToDict(
-            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-        return result
+        return flat_message_to_dict(reply)

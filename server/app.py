@@ -28,9 +28,16 @@ class RunningServer:
     grpc_port: int
     http_port: int | None
     _stops: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
+    _stopped: bool = False
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop transports (letting in-flight work finish within ``grace``), then drain."""
+        """Stop transports (letting in-flight work finish within ``grace``), then drain.
+
+        Idempotent: a second call returns at once.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
         grace = self.core.config.grace_period_s if grace is None else grace
         for stop in self._stops:
             await stop(grace)

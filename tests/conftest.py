@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ SHELL_TOOL: dict[str, Any] = {
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:
     """A config on free loopback ports with a private data dir."""
-    settings = SimSettings(**{**FAST_SIM.__dict__, **sim}) if sim else FAST_SIM
+    settings = dataclasses.replace(FAST_SIM, **sim)
     config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
     config.models = {"sim-model": RouteConfig(engine="sim", sim=settings),
                      "sim-other": RouteConfig(engine="sim", sim=settings)}
@@ -75,3 +76,14 @@ async def client(server: RunningServer) -> AsyncIterator[AsyncResponsesClient]:
     """Our async client connected to ``server``."""
     async with AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as c:
         yield c
+
+
+async def collect_until_terminal(events: Any) -> list[dict[str, Any]]:
+    """Read events from an async iterator up to a terminal, error or response.done event."""
+    seen: list[dict[str, Any]] = []
+    async for event in events:
+        seen.append(event)
+        if event["type"] in ("response.completed", "response.failed", "response.incomplete",
+                             "error", "response.done"):
+            break
+    return seen

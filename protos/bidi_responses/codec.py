@@ -373,6 +373,18 @@ def response_from_pb(message: pb.Response) -> dict[str, Any]:
 # -- decoding server events (client side) ---------------------------------------------------
 
 
+def flat_message_to_dict(message: Any) -> dict[str, Any]:
+    """A message of scalars and scalar maps as a dict with native numbers.
+
+    (``json_format`` would turn 64-bit integers into strings, as proto3 JSON requires.)
+    """
+    result: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        result[field.name] = dict(value) if field.message_type is not None else value
+    return result
+
+
 def _opt(message: Any, name: str) -> Any:
     return getattr(message, name) if message.HasField(name) else None
 
@@ -434,8 +446,7 @@ class EventDecoder:
                  "message": f.message} for f in r.safety_flags],
         }
         if r.HasField("stats"):
-            result["stats"] = json_format.MessageToDict(
-                r.stats, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+            result["stats"] = flat_message_to_dict(r.stats)
         return result
 
     def event(self, message: pb.ConnectResponse) -> dict[str, Any]:

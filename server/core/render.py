@@ -35,6 +35,23 @@ from bidi_responses.server.core.requests import Item
 TokenArray = array  # array('I') of token ids
 
 
+def canonical_json(value: Any) -> Any:
+    """A JSON value in canonical form: object keys sorted, an integral float as the integer.
+
+    JSON objects are unordered and JSON has one number type, but gRPC carries free-form JSON
+    (tool schemas, pass-through items) in protobuf ``Struct``, which keeps neither the key
+    order nor integers (every number is a double). Rendering and sampling from the canonical
+    form make the same tools give the same tokens and the same output on every transport.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: canonical_json(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical_json(item) for item in value]
+    return value
+
+
 class Renderer:
     """Turns instructions, tools and items into token ids with one shared encoding."""
 
@@ -68,7 +85,7 @@ class Renderer:
         if instructions:
             self._block(out, "system", None, instructions, tokenizer.END)
         if tools:
-            spec = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()
+            spec = orjson.dumps(canonical_json(tools)).decode()
             self._block(out, "developer", None, "# Tools\n" + spec, tokenizer.END)
         return out
 
@@ -98,7 +115,7 @@ class Renderer:
             name = call_names.get(str(item.get("call_id", "")), "unknown")
             header = f"functions.{name} to=assistant"
             return self._block(out, header, "commentary", str(item.get("output", "")), tokenizer.END)
-        body = orjson.dumps(item, option=orjson.OPT_SORT_KEYS).decode()
+        body = orjson.dumps(canonical_json(item)).decode()
         return self._block(out, "developer", None, body, tokenizer.END)
 
     def render_items(

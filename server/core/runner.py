@@ -22,6 +22,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.render import canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
 from bidi_responses.server.core.state import ConversationState, ResponseCache
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
@@ -335,7 +336,9 @@ class ResponseRun:
             return
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
         functions = tuple(
-            FunctionSpec(t["name"], t.get("parameters") or {"type": "object", "properties": {}})
+            # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
+            FunctionSpec(t["name"], canonical_json(t.get("parameters"))
+                         or {"type": "object", "properties": {}})
             for t in request.tools if t["type"] == "function"
         )
         forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None

@@ -7,6 +7,7 @@ counters. Per-stream state lives in ``Session`` objects that it hands out.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,8 +24,8 @@ from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.engines.sim import SimConfig
-from bidi_responses.server.pipeline import Pipeline, load_stage
-from bidi_responses.server.pipeline.post import PostQueue
+from bidi_responses.server.pipeline import build_pipeline
+from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
 
@@ -37,9 +38,12 @@ class ResponsesCore:
         self.encoding = encoding if encoding is not None else load_encoding()
         self.renderer = Renderer(self.encoding)
         self.router = Router(config.models, self._build_engine)
-        self.pipeline = Pipeline([load_stage(name) for name in config.stages])
+        self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.store = Store(config.store_path)
-        self.post = PostQueue(self.store, config.post_queue_size)
+        self.post = PostQueue(self.store, config.post_queue_size,
+                              dead_letter=config.store_path.parent / DEAD_LETTER_NAME)
+        # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
+        self.draining = False
         self.counters = Counters()
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
@@ -63,12 +67,23 @@ class ResponsesCore:
         """Start background work (the post-inference writer)."""
         self.post.start()
 
+    async def drain_streams(self) -> None:
+        """Graceful stop, first half: refuse new responses (``server_shutting_down``), let
+        in-flight ones finish and deliver their terminal events, then end every stream."""
+        self.draining = True
+        sessions = list(self._sessions)
+        if sessions:
+            await asyncio.gather(*(session.finish() for session in sessions),
+                                 return_exceptions=True)
+
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
+        self.draining = True
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()
         self.store.close()
+        await self.pipeline.close()
 
     # -- streams -----------------------------------------------------------------------------
 

@@ -114,9 +114,19 @@ class Store:
 
     # -- writes (post-inference) -----------------------------------------------------------
 
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
     def stage(self, response_id: str, record: StoredResponse) -> None:
         """Make a response readable now; ``write`` makes it durable later."""
         self._pending[response_id] = record
+
+    def unstage(self, response_id: str, record: StoredResponse) -> None:
+        """Withdraw a staged record whose write will not happen (its job was never queued)."""
+        if self._pending.get(response_id) is record:
+            del self._pending[response_id]
 
     async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""

@@ -1,0 +1,59 @@
+# One entry point for every task; each target installs what it needs on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+BUF := node_modules/.bin/buf
+TYPECHECK_ROOT := build/typecheck
+
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean
+
+all: test
+
+$(INSTALLED): pyproject.toml setup.py tools/gen_protos.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(INSTALLED)
+
+# Generated code is never committed: regenerate whenever the proto changes.
+proto: $(INSTALLED)
+	$(PY) tools/gen_protos.py
+
+$(BUF): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint-proto: $(BUF)
+	$(BUF) lint
+
+# mypy cannot follow the editable install's import hook, so it checks a tree of links that
+# lays the sources out under their installed names.
+typecheck: proto
+	rm -rf $(TYPECHECK_ROOT) && mkdir -p $(TYPECHECK_ROOT)/bidi_responses
+	for f in __init__.py codec.py v1; do ln -s $(CURDIR)/protos/bidi_responses/$$f $(TYPECHECK_ROOT)/bidi_responses/$$f; done
+	for d in server client bench; do ln -s $(CURDIR)/$$d $(TYPECHECK_ROOT)/bidi_responses/$$d; done
+	cd $(TYPECHECK_ROOT) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml \
+		-p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench -m bidi_responses.codec
+
+lint: proto lint-proto typecheck
+	$(VENV)/bin/ruff check server client bench tests tools protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff format --check server client bench tests tools protos/bidi_responses/codec.py
+
+test: proto lint
+	$(PY) -m pytest -q
+
+# Everything, including the slow benchmarks' full versions.
+test-all: proto
+	$(PY) -m pytest -q -m "slow or not slow"
+
+serve: proto
+	$(VENV)/bin/bidi-responses serve
+
+compare: proto
+	$(VENV)/bin/bidi-responses compare --out bench-out
+
+clean:
+	rm -rf $(VENV) node_modules build bench-out .bidi-responses

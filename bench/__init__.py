@@ -1,0 +1,1 @@
+"""Benchmarks: ``bidi-responses compare`` and the focused micro-benchmarks."""
