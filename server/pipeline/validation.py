@@ -39,13 +39,15 @@ class ValidationStage:
                 call_id = item.get("call_id", "")
                 if call_id not in batch.known_calls and call_id not in new_calls:
                     raise ApiError(
-                        f"No tool call found for function call output with call_id '{call_id}'.",
+                        f"Invalid '{path}.call_id': no tool call found for function call output "
+                        f"with call_id '{call_id}'.",
                         code="invalid_value",
                         param=f"{path}.call_id",
                     )
                 if call_id in batch.answered_calls or call_id in new_answers:
                     raise ApiError(
-                        f"Duplicate output for call_id '{call_id}': it was already answered.",
+                        f"Invalid '{path}.call_id': duplicate output for call_id '{call_id}', "
+                        "which was already answered.",
                         code="invalid_value",
                         param=f"{path}.call_id",
                     )

@@ -1,0 +1,71 @@
+"""Unary calls: get, delete, list input items (paging), cancel, stats."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bidi_responses.client import AsyncResponsesClient, ResponsesError
+
+
+async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -> None:
+    async with asyncio.timeout(20):
+        items = [{"type": "message", "role": "user", "content": f"message {i}"}
+                 for i in range(7)]
+        created = await client.create(model="sim-model", input=items)
+        stored = await client.get(created.id)
+        assert stored.id == created.id and stored.output_text == created.output_text
+
+        seen: list[str] = []
+        after = ""
+        while True:
+            page = await client.list_input_items(created.id, limit=3, order="asc", after=after)
+            seen += [item["content"][0]["text"] for item in page["data"]]
+            assert page["first_id"] == page["data"][0]["id"]
+            if not page["has_more"]:
+                break
+            after = page["last_id"]
+        assert seen == [f"message {i}" for i in range(7)]
+        newest = await client.list_input_items(created.id, limit=1)
+        assert newest["data"][0]["content"][0]["text"] == "message 6"
+
+        assert await client.delete(created.id) is True
+        with pytest.raises(ResponsesError) as caught:
+            await client.get(created.id)
+        assert caught.value.code == "not_found"
+        with pytest.raises(ResponsesError):
+            await client.delete(created.id)
+
+
+async def test_store_false_is_not_retrievable(client: AsyncResponsesClient) -> None:
+    async with asyncio.timeout(20):
+        created = await client.create(model="sim-model", input="secret", store=False)
+        with pytest.raises(ResponsesError):
+            await client.get(created.id)
+
+
+async def test_stats_count_work(client: AsyncResponsesClient) -> None:
+    async with asyncio.timeout(20):
+        before = await client.stats()
+        response = await client.create(model="sim-model", input="count me")
+        after = await client.stats()
+        assert after["responses_total"] == before["responses_total"] + 1
+        assert after["tokens_rendered_total"] - before["tokens_rendered_total"] == (
+            response.stats["tokens_rendered"])
+        assert after["items_validated_total"] == before["items_validated_total"] + 1
+        assert after["engine_ms_total"] > before["engine_ms_total"] or (
+            response.stats["engine_ms"] == 0)
+        assert after["process_cpu_seconds"] > 0
+        assert "validation" in after["stage_items_total"]
+
+
+async def test_list_input_items_bad_cursor(client: AsyncResponsesClient) -> None:
+    async with asyncio.timeout(20):
+        created = await client.create(model="sim-model", input="x")
+        with pytest.raises(ResponsesError) as caught:
+            await client.list_input_items(created.id, after="msg_nope")
+        assert caught.value.param == "after"
+        with pytest.raises(ResponsesError) as bad_limit:
+            await client.list_input_items(created.id, limit=500)
+        assert bad_limit.value.param == "limit"
