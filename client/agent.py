@@ -49,12 +49,16 @@ async def _call_tool(functions: Mapping[str, ToolFunction], call: dict[str, Any]
     return str(result)
 
 
-async def run_tools(functions: Mapping[str, ToolFunction],
-                    calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+async def run_tools(
+    functions: Mapping[str, ToolFunction], calls: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Run each call's function; return the ``function_call_output`` items."""
     return [
-        {"type": "function_call_output", "call_id": call["call_id"],
-         "output": await _call_tool(functions, call)}
+        {
+            "type": "function_call_output",
+            "call_id": call["call_id"],
+            "output": await _call_tool(functions, call),
+        }
         for call in calls
     ]
 
@@ -74,8 +78,9 @@ async def run_agent_loop(
     """Run an agent until it answers without tool calls (or ``max_turns`` is reached)."""
     tools = list(tools)
     if mode == "append":
-        response = await stream.create(model=model, input=input, tools=tools, append_mode=True,
-                                       stream_id=stream_id, **params)
+        response = await stream.create(
+            model=model, input=input, tools=tools, append_mode=True, stream_id=stream_id, **params
+        )
         result = AgentResult(final=response, turns=[response])
         while response.pending_calls and len(result.turns) < max_turns:
             outputs = await run_tools(functions, response.pending_calls)
@@ -83,14 +88,20 @@ async def run_agent_loop(
             result.turns.append(response)
         result.final = response
         return result
-    response = await stream.create(model=model, input=input, tools=tools, stream_id=stream_id,
-                                   **params)
+    response = await stream.create(
+        model=model, input=input, tools=tools, stream_id=stream_id, **params
+    )
     result = AgentResult(final=response, turns=[response])
     while response.function_calls and len(result.turns) < max_turns:
         outputs = await run_tools(functions, response.function_calls)
-        response = await stream.create(model=model, input=outputs, tools=tools,
-                                       previous_response_id=response.id, stream_id=stream_id,
-                                       **params)
+        response = await stream.create(
+            model=model,
+            input=outputs,
+            tools=tools,
+            previous_response_id=response.id,
+            stream_id=stream_id,
+            **params,
+        )
         result.turns.append(response)
     result.final = response
     return result

@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any
 
 import grpc
-
 from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
 from bidi_responses.codec import (
     EventDecoder,
@@ -41,8 +40,11 @@ _CHANNEL_OPTIONS = (
 def _status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
     metadata = dict(error.trailing_metadata() or ())
     code = metadata.get("error-code")
-    return ResponsesError(str(code) if code else error.code().name.lower(),
-                          error.details() or "", str(metadata.get("error-param") or "") or None)
+    return ResponsesError(
+        str(code) if code else error.code().name.lower(),
+        error.details() or "",
+        str(metadata.get("error-param") or "") or None,
+    )
 
 
 class ConnectStream:
@@ -81,8 +83,13 @@ class ConnectStream:
         except grpc.aio.AioRpcError as error:
             closing = _status_error(error)
             for queue in self._lanes.values():
-                queue.put_nowait({"type": "error", "status": 0, "error": {
-                    "code": closing.code, "message": closing.message}})
+                queue.put_nowait(
+                    {
+                        "type": "error",
+                        "status": 0,
+                        "error": {"code": closing.code, "message": closing.message},
+                    }
+                )
         finally:
             for queue in self._lanes.values():
                 queue.put_nowait(None)
@@ -101,8 +108,9 @@ class ConnectStream:
                 return
             yield event
 
-    async def create_events(self, *, stream_id: str = "", **params: Any) -> AsyncGenerator[
-            dict[str, Any], None]:
+    async def create_events(
+        self, *, stream_id: str = "", **params: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Send ``response.create`` and yield its events up to the terminal (or error) one.
 
         In append mode the iteration also stops at ``response.done``; answer it with
@@ -112,8 +120,9 @@ class ConnectStream:
             raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
         self._busy.add(stream_id)
         try:
-            await self.send(pb.ConnectRequest(stream_id=stream_id,
-                                              response_create=params_to_pb(params)))
+            await self.send(
+                pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+            )
             async for event in self._until_turn_ends(stream_id):
                 yield event
         finally:
@@ -134,24 +143,33 @@ class ConnectStream:
         """Create a response and wait for it; raises ResponsesError on an error event."""
         return await _collect(self.create_events(stream_id=stream_id, **params))
 
-    async def append_events(self, response_id: str, input: Sequence[dict[str, Any]], *,
-                            stream_id: str = "") -> AsyncGenerator[dict[str, Any], None]:
+    async def append_events(
+        self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
-        request = pb.ConnectRequest(stream_id=stream_id, response_append=pb.ResponseAppend(
-            response_id=response_id, input=[item_to_pb(i) for i in input]))
+        request = pb.ConnectRequest(
+            stream_id=stream_id,
+            response_append=pb.ResponseAppend(
+                response_id=response_id, input=[item_to_pb(i) for i in input]
+            ),
+        )
         await self.send(request)
         async for event in self._until_turn_ends(stream_id):
             yield event
 
-    async def append(self, response_id: str, input: Sequence[dict[str, Any]], *,
-                     stream_id: str = "") -> Response:
+    async def append(
+        self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
+    ) -> Response:
         """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
         return await _collect(self.append_events(response_id, input, stream_id=stream_id))
 
     async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
         """Ask the server to stop the lane's in-flight response."""
-        await self.send(pb.ConnectRequest(
-            stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)))
+        await self.send(
+            pb.ConnectRequest(
+                stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)
+            )
+        )
 
     async def close(self) -> None:
         """Half-close and wait for the server to end the stream."""
@@ -182,16 +200,21 @@ async def _collect(events: AsyncGenerator[dict[str, Any], None]) -> Response:
 class AsyncResponsesClient:
     """An async client for ``bidi_responses.v1.ResponsesService``."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", *,
-                 channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None
+    ) -> None:
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        self._stub = pb_grpc.ResponsesServiceStub(self._channel)
+        self._stub = pb_grpc.ResponsesServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> AsyncResponsesClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -236,29 +259,41 @@ class AsyncResponsesClient:
 
     async def get(self, response_id: str) -> Response:
         """A stored response."""
-        reply = await self._unary(self._stub.GetResponse,
-                                  pb.GetResponseRequest(response_id=response_id))
+        reply = await self._unary(
+            self._stub.GetResponse, pb.GetResponseRequest(response_id=response_id)
+        )
         return Response.from_dict(EventDecoder().response(reply.response))
 
     async def delete(self, response_id: str) -> bool:
         """Delete a stored response."""
-        reply = await self._unary(self._stub.DeleteResponse,
-                                  pb.DeleteResponseRequest(response_id=response_id))
+        reply = await self._unary(
+            self._stub.DeleteResponse, pb.DeleteResponseRequest(response_id=response_id)
+        )
         return bool(reply.deleted)
 
-    async def list_input_items(self, response_id: str, *, limit: int = 20, order: str = "desc",
-                               after: str = "") -> dict[str, Any]:
+    async def list_input_items(
+        self, response_id: str, *, limit: int = 20, order: str = "desc", after: str = ""
+    ) -> dict[str, Any]:
         """One page of a stored response's input items (OpenAI list shape)."""
-        reply = await self._unary(self._stub.ListInputItems, pb.ListInputItemsRequest(
-            response_id=response_id, limit=limit, order=order, after=after))
-        return {"object": "list", "data": [item_to_dict(i) for i in reply.data],
-                "first_id": reply.first_id or None, "last_id": reply.last_id or None,
-                "has_more": reply.has_more}
+        reply = await self._unary(
+            self._stub.ListInputItems,
+            pb.ListInputItemsRequest(
+                response_id=response_id, limit=limit, order=order, after=after
+            ),
+        )
+        return {
+            "object": "list",
+            "data": [item_to_dict(i) for i in reply.data],
+            "first_id": reply.first_id or None,
+            "last_id": reply.last_id or None,
+            "has_more": reply.has_more,
+        }
 
     async def cancel(self, response_id: str) -> Response:
         """Cancel an in-flight response by id."""
-        reply = await self._unary(self._stub.CancelResponse,
-                                  pb.CancelResponseRequest(response_id=response_id))
+        reply = await self._unary(
+            self._stub.CancelResponse, pb.CancelResponseRequest(response_id=response_id)
+        )
         return Response.from_dict(EventDecoder().response(reply.response))
 
     async def stats(self) -> dict[str, Any]:

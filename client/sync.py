@@ -22,8 +22,9 @@ T = TypeVar("T")
 class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="bidi-responses-client",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="bidi-responses-client", daemon=True
+        )
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -46,17 +47,34 @@ class SyncConnectStream:
         """See ConnectStream.create."""
         return self._loop.run(self._stream.create(stream_id=stream_id, **params))
 
-    def append(self, response_id: str, input: Sequence[dict[str, Any]], *,
-               stream_id: str = "") -> Response:
+    def append(
+        self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
+    ) -> Response:
         """See ConnectStream.append."""
         return self._loop.run(self._stream.append(response_id, input, stream_id=stream_id))
 
-    def run_agent_loop(self, *, model: str, input: Any, tools: Sequence[dict[str, Any]],
-                       functions: Mapping[str, ToolFunction],
-                       mode: Literal["chain", "append"] = "chain", **params: Any) -> AgentResult:
+    def run_agent_loop(
+        self,
+        *,
+        model: str,
+        input: Any,
+        tools: Sequence[dict[str, Any]],
+        functions: Mapping[str, ToolFunction],
+        mode: Literal["chain", "append"] = "chain",
+        **params: Any,
+    ) -> AgentResult:
         """See bidi_responses.client.agent.run_agent_loop (tool functions run on the loop)."""
-        return self._loop.run(run_agent_loop(self._stream, model=model, input=input, tools=tools,
-                                             functions=functions, mode=mode, **params))
+        return self._loop.run(
+            run_agent_loop(
+                self._stream,
+                model=model,
+                input=input,
+                tools=tools,
+                functions=functions,
+                mode=mode,
+                **params,
+            )
+        )
 
     def close(self) -> None:
         """Half-close the stream and wait for it to end."""
@@ -77,8 +95,12 @@ class ResponsesClient:
     def __enter__(self) -> ResponsesClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def connect(self) -> SyncConnectStream:

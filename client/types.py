@@ -11,8 +11,9 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.
 class ResponsesError(Exception):
     """The server rejected a request (an ``error`` event or a non-OK gRPC status)."""
 
-    def __init__(self, code: str | None, message: str, param: str | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self, code: str | None, message: str, param: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(f"{code}: {message}" if code else message)
         self.code = code
         self.message = message
@@ -23,8 +24,9 @@ class ResponsesError(Exception):
     def from_event(cls, event: dict[str, Any]) -> ResponsesError:
         """From a JSON ``error`` event."""
         error = event.get("error") or {}
-        return cls(error.get("code"), error.get("message", ""), error.get("param"),
-                   event.get("status"))
+        return cls(
+            error.get("code"), error.get("message", ""), error.get("param"), event.get("status")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +43,12 @@ class Usage:
         """From the JSON usage object (None stays None)."""
         if not usage:
             return None
-        return cls(usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
-                   usage["output_tokens"], usage["total_tokens"])
+        return cls(
+            usage["input_tokens"],
+            usage["input_tokens_details"]["cached_tokens"],
+            usage["output_tokens"],
+            usage["total_tokens"],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +68,22 @@ class Response:
     pending_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, response: dict[str, Any],
-                  pending_calls: list[dict[str, Any]] | None = None) -> Response:
+    def from_dict(
+        cls, response: dict[str, Any], pending_calls: list[dict[str, Any]] | None = None
+    ) -> Response:
         """From the JSON Response object."""
         incomplete = response.get("incomplete_details") or {}
         return cls(
-            id=response["id"], status=response["status"], output=response.get("output") or [],
-            usage=Usage.from_dict(response.get("usage")), stats=response.get("stats") or {},
+            id=response["id"],
+            status=response["status"],
+            output=response.get("output") or [],
+            usage=Usage.from_dict(response.get("usage")),
+            stats=response.get("stats") or {},
             previous_response_id=response.get("previous_response_id"),
-            error=response.get("error"), incomplete_reason=incomplete.get("reason"),
-            safety_flags=response.get("safety_flags") or [], raw=response,
+            error=response.get("error"),
+            incomplete_reason=incomplete.get("reason"),
+            safety_flags=response.get("safety_flags") or [],
+            raw=response,
             pending_calls=pending_calls or [],
         )
 
@@ -87,6 +99,8 @@ class Response:
         """All output_text of the output's messages, concatenated."""
         return "".join(
             part.get("text", "")
-            for item in self.output if item.get("type") == "message"
-            for part in item.get("content", ()) if part.get("type") == "output_text"
+            for item in self.output
+            if item.get("type") == "message"
+            for part in item.get("content", ())
+            if part.get("type") == "output_text"
         )

@@ -1,8 +1,10 @@
 """Running the server: one core, its transports, and a graceful stop.
 
-On SIGTERM or SIGINT the transports stop accepting work and get a grace period to finish
-in-flight responses; then the core drains its post-inference queue, so every response that
-completed has its ledger row and store write.
+On SIGTERM or SIGINT the server refuses new responses (``server_shutting_down``), stops
+accepting connections and gives in-flight responses a grace period to finish; each stream ends
+once its responses have sent their terminal events. Then the core drains its post-inference
+queue, so every response that completed has its ledger row and store write (and a response cut
+short by the end of the grace period still has its ledger row, with status ``cancelled``).
 """
 
 from __future__ import annotations
@@ -39,9 +41,20 @@ class RunningServer:
             return
         self._stopped = True
         grace = self.core.config.grace_period_s if grace is None else grace
-        for stop in self._stops:
-            await stop(grace)
-        await self.core.close()
+        core = self.core
+        # From here on new responses are refused (``server_shutting_down``); streams end as
+        # soon as their in-flight responses have sent their terminal events.
+        core.draining = True
+        drain = asyncio.ensure_future(core.drain_streams())
+        try:
+            # The transports share one grace period; after it they cancel what is left.
+            await asyncio.gather(*(stop(grace) for stop in self._stops))
+        finally:
+            if not drain.done():
+                drain.cancel()
+            await asyncio.gather(drain, return_exceptions=True)
+            # Cut-short responses queue their ledger rows, then every queued write lands.
+            await core.close()
 
 
 async def start_server(config: ServerConfig, *, http: bool = True) -> RunningServer:

@@ -100,12 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_usage(sub)
-    try:
-        from bidi_responses.bench.cli import add_compare
-    except ImportError:
-        add_compare = None
-    if add_compare is not None:
-        add_compare(sub)
+    from bidi_responses.bench.cli import add_compare
+
+    add_compare(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)

@@ -8,15 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings
 
 # A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
 # use the headline operating point instead.
-FAST_SIM = SimSettings(tokens_per_second=1_000_000, ttft_ms=0, prefill_tokens_per_second=1e9,
-                       tool_rounds=3, function_call_tokens=40, answer_tokens=30)
+FAST_SIM = SimSettings(
+    tokens_per_second=1_000_000,
+    ttft_ms=0,
+    prefill_tokens_per_second=1e9,
+    tool_rounds=3,
+    function_call_tokens=40,
+    answer_tokens=30,
+)
 
 SHELL_TOOL: dict[str, Any] = {
     "type": "function",
@@ -40,8 +45,10 @@ def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:
     """A config on free loopback ports with a private data dir."""
     settings = dataclasses.replace(FAST_SIM, **sim)
     config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=settings),
-                     "sim-other": RouteConfig(engine="sim", sim=settings)}
+    config.models = {
+        "sim-model": RouteConfig(engine="sim", sim=settings),
+        "sim-other": RouteConfig(engine="sim", sim=settings),
+    }
     return config
 
 
@@ -53,8 +60,9 @@ async def server_factory(tmp_path: Path) -> AsyncIterator[ServerFactory]:
     """Start servers with custom settings; all are stopped at the end of the test."""
     started: list[RunningServer] = []
 
-    async def start(config: ServerConfig | None = None, *, http: bool = False,
-                    **sim: Any) -> RunningServer:
+    async def start(
+        config: ServerConfig | None = None, *, http: bool = False, **sim: Any
+    ) -> RunningServer:
         running = await start_server(config or make_config(tmp_path, **sim), http=http)
         started.append(running)
         return running
@@ -83,7 +91,12 @@ async def collect_until_terminal(events: Any) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     async for event in events:
         seen.append(event)
-        if event["type"] in ("response.completed", "response.failed", "response.incomplete",
-                             "error", "response.done"):
+        if event["type"] in (
+            "response.completed",
+            "response.failed",
+            "response.incomplete",
+            "error",
+            "response.done",
+        ):
             break
     return seen

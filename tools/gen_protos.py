@@ -36,4 +36,6 @@ def generate(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    generate(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[1])
+    generate(
+        Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
+    )

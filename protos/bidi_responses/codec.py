@@ -39,8 +39,11 @@ def _part_to_dict(part: pb.ContentPart) -> dict[str, Any]:
     if kind == "refusal":
         return {"type": "refusal", "refusal": part.refusal.refusal}
     if kind == "input_image":
-        return {"type": "input_image", "image_url": part.input_image.image_url,
-                "detail": part.input_image.detail or "auto"}
+        return {
+            "type": "input_image",
+            "image_url": part.input_image.image_url,
+            "detail": part.input_image.detail or "auto",
+        }
     return {}
 
 
@@ -50,8 +53,11 @@ def item_to_dict(item: pb.Item) -> dict[str, Any]:
     result: dict[str, Any]
     if kind == "message":
         m = item.message
-        result = {"type": "message", "role": m.role,
-                  "content": [_part_to_dict(p) for p in m.content]}
+        result = {
+            "type": "message",
+            "role": m.role,
+            "content": [_part_to_dict(p) for p in m.content],
+        }
         if m.id:
             result["id"] = m.id
         if m.status:
@@ -61,8 +67,12 @@ def item_to_dict(item: pb.Item) -> dict[str, Any]:
         return result
     if kind == "function_call":
         f = item.function_call
-        result = {"type": "function_call", "call_id": f.call_id, "name": f.name,
-                  "arguments": f.arguments}
+        result = {
+            "type": "function_call",
+            "call_id": f.call_id,
+            "name": f.name,
+            "arguments": f.arguments,
+        }
         if f.id:
             result["id"] = f.id
         if f.status:
@@ -78,8 +88,10 @@ def item_to_dict(item: pb.Item) -> dict[str, Any]:
         return result
     if kind == "reasoning":
         r = item.reasoning
-        result = {"type": "reasoning",
-                  "summary": [{"type": "summary_text", "text": s.text} for s in r.summary]}
+        result = {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": s.text} for s in r.summary],
+        }
         if r.id:
             result["id"] = r.id
         if r.encrypted_content:
@@ -124,8 +136,10 @@ class ProtoDecoder:
 
     def params_to_dict(self, params: pb.ResponseCreateParams) -> dict[str, Any]:
         """Create parameters as the POST /v1/responses body (absent fields left out)."""
-        body: dict[str, Any] = {"model": params.model,
-                                "input": [item_to_dict(i) for i in params.input]}
+        body: dict[str, Any] = {
+            "model": params.model,
+            "input": [item_to_dict(i) for i in params.input],
+        }
         if params.tools:
             body["tools"] = self._tools_of(params.tools)
         if params.HasField("tool_choice"):
@@ -135,9 +149,20 @@ class ProtoDecoder:
                 body["tool_choice"] = choice.mode
             elif which == "function":
                 body["tool_choice"] = {"type": "function", "name": choice.function.name}
-        for name in ("instructions", "previous_response_id", "store", "max_output_tokens",
-                     "temperature", "top_p", "parallel_tool_calls", "generate", "append_mode",
-                     "safety_identifier", "prompt_cache_key", "user"):
+        for name in (
+            "instructions",
+            "previous_response_id",
+            "store",
+            "max_output_tokens",
+            "temperature",
+            "top_p",
+            "parallel_tool_calls",
+            "generate",
+            "append_mode",
+            "safety_identifier",
+            "prompt_cache_key",
+            "user",
+        ):
             if params.HasField(name):
                 body[name] = getattr(params, name)
         if params.metadata:
@@ -152,12 +177,13 @@ class ProtoDecoder:
             event = self.params_to_dict(request.response_create)
             event["type"] = "response.create"
         elif kind == "response_append":
-            event = {"type": "response.append",
-                     "response_id": request.response_append.response_id,
-                     "input": [item_to_dict(i) for i in request.response_append.input]}
+            event = {
+                "type": "response.append",
+                "response_id": request.response_append.response_id,
+                "input": [item_to_dict(i) for i in request.response_append.input],
+            }
         elif kind == "response_cancel":
-            event = {"type": "response.cancel",
-                     "response_id": request.response_cancel.response_id}
+            event = {"type": "response.cancel", "response_id": request.response_cancel.response_id}
         else:
             event = {}
         if request.stream_id:
@@ -179,50 +205,72 @@ def part_to_pb(part: dict[str, Any]) -> pb.ContentPart:
     """A JSON content part as a ContentPart."""
     kind = part.get("type")
     if kind == "output_text":
-        return pb.ContentPart(output_text=pb.OutputText(
-            text=part.get("text", ""),
-            annotations=[dict_to_struct(a) for a in part.get("annotations") or ()],
-        ))
+        return pb.ContentPart(
+            output_text=pb.OutputText(
+                text=part.get("text", ""),
+                annotations=[dict_to_struct(a) for a in part.get("annotations") or ()],
+            )
+        )
     if kind == "input_text":
         return pb.ContentPart(input_text=pb.InputText(text=part.get("text", "")))
     if kind == "refusal":
         return pb.ContentPart(refusal=pb.Refusal(refusal=part.get("refusal", "")))
     if kind == "input_image":
-        return pb.ContentPart(input_image=pb.InputImage(image_url=part.get("image_url", ""),
-                                                        detail=part.get("detail") or ""))
+        return pb.ContentPart(
+            input_image=pb.InputImage(
+                image_url=part.get("image_url", ""), detail=part.get("detail") or ""
+            )
+        )
     return pb.ContentPart()
 
 
 def function_call_to_pb(item: dict[str, Any]) -> pb.FunctionCallItem:
     """A JSON function_call item as a FunctionCallItem."""
-    return pb.FunctionCallItem(id=item.get("id", ""), call_id=item["call_id"], name=item["name"],
-                               arguments=item["arguments"], status=item.get("status", ""))
+    return pb.FunctionCallItem(
+        id=item.get("id", ""),
+        call_id=item["call_id"],
+        name=item["name"],
+        arguments=item["arguments"],
+        status=item.get("status", ""),
+    )
 
 
 def item_to_pb(item: dict[str, Any]) -> pb.Item:
     """A JSON item as an Item (kinds without a typed case travel as ``other``)."""
     kind = item.get("type")
     if kind == "message":
-        return pb.Item(message=pb.MessageItem(
-            id=item.get("id", ""), role=item["role"],
-            content=[part_to_pb(p) for p in item["content"]],
-            status=item.get("status", ""), phase=item.get("phase") or "",
-        ))
+        return pb.Item(
+            message=pb.MessageItem(
+                id=item.get("id", ""),
+                role=item["role"],
+                content=[part_to_pb(p) for p in item["content"]],
+                status=item.get("status", ""),
+                phase=item.get("phase") or "",
+            )
+        )
     if kind == "function_call":
         return pb.Item(function_call=function_call_to_pb(item))
     if kind == "function_call_output":
-        return pb.Item(function_call_output=pb.FunctionCallOutputItem(
-            id=item.get("id", ""), call_id=item["call_id"], output=item["output"],
-            status=item.get("status", ""),
-        ))
+        return pb.Item(
+            function_call_output=pb.FunctionCallOutputItem(
+                id=item.get("id", ""),
+                call_id=item["call_id"],
+                output=item["output"],
+                status=item.get("status", ""),
+            )
+        )
     if kind == "reasoning":
-        return pb.Item(reasoning=pb.ReasoningItem(
-            id=item.get("id", ""),
-            summary=[pb.ReasoningSummary(type="summary_text", text=s["text"])
-                     for s in item.get("summary", ())],
-            encrypted_content=item.get("encrypted_content") or "",
-            status=item.get("status", ""),
-        ))
+        return pb.Item(
+            reasoning=pb.ReasoningItem(
+                id=item.get("id", ""),
+                summary=[
+                    pb.ReasoningSummary(type="summary_text", text=s["text"])
+                    for s in item.get("summary", ())
+                ],
+                encrypted_content=item.get("encrypted_content") or "",
+                status=item.get("status", ""),
+            )
+        )
     return pb.Item(other=dict_to_struct(item))
 
 
@@ -250,10 +298,12 @@ def _usage_to_pb(usage: dict[str, Any]) -> pb.Usage:
     return pb.Usage(
         input_tokens=usage["input_tokens"],
         input_tokens_details=pb.InputTokensDetails(
-            cached_tokens=usage["input_tokens_details"]["cached_tokens"]),
+            cached_tokens=usage["input_tokens_details"]["cached_tokens"]
+        ),
         output_tokens=usage["output_tokens"],
         output_tokens_details=pb.OutputTokensDetails(
-            reasoning_tokens=usage["output_tokens_details"]["reasoning_tokens"]),
+            reasoning_tokens=usage["output_tokens_details"]["reasoning_tokens"]
+        ),
         total_tokens=usage["total_tokens"],
     )
 
@@ -280,18 +330,35 @@ class ProtoEncoder:
     def response_to_pb(self, r: dict[str, Any]) -> pb.Response:
         """A Response object."""
         response = pb.Response(
-            id=r["id"], object="response", created_at=r["created_at"], status=r["status"],
-            model=r["model"], output=[item_to_pb(i) for i in r["output"]],
-            tools=self._tools(r["tools"]), tool_choice=_tool_choice_to_pb(r["tool_choice"]),
-            truncation=r["truncation"], parallel_tool_calls=r["parallel_tool_calls"],
-            temperature=r["temperature"], top_p=r["top_p"], store=r["store"],
-            background=r["background"], service_tier=r["service_tier"],
-            metadata=r["metadata"], presence_penalty=r["presence_penalty"],
-            frequency_penalty=r["frequency_penalty"], top_logprobs=r["top_logprobs"],
+            id=r["id"],
+            object="response",
+            created_at=r["created_at"],
+            status=r["status"],
+            model=r["model"],
+            output=[item_to_pb(i) for i in r["output"]],
+            tools=self._tools(r["tools"]),
+            tool_choice=_tool_choice_to_pb(r["tool_choice"]),
+            truncation=r["truncation"],
+            parallel_tool_calls=r["parallel_tool_calls"],
+            temperature=r["temperature"],
+            top_p=r["top_p"],
+            store=r["store"],
+            background=r["background"],
+            service_tier=r["service_tier"],
+            metadata=r["metadata"],
+            presence_penalty=r["presence_penalty"],
+            frequency_penalty=r["frequency_penalty"],
+            top_logprobs=r["top_logprobs"],
             safety_flags=[pb.SafetyFlag(**f) for f in r.get("safety_flags") or ()],
         )
-        for name in ("completed_at", "previous_response_id", "instructions", "max_output_tokens",
-                     "safety_identifier", "prompt_cache_key"):
+        for name in (
+            "completed_at",
+            "previous_response_id",
+            "instructions",
+            "max_output_tokens",
+            "safety_identifier",
+            "prompt_cache_key",
+        ):
             value = r.get(name)
             if value is not None:
                 setattr(response, name, value)
@@ -311,46 +378,82 @@ class ProtoEncoder:
         kind = e["type"]
         seq = e.get("sequence_number", 0)
         if kind == "response.output_text.delta":
-            return pb.ConnectResponse(stream_id=lane, response_output_text_delta=(
-                pb.OutputTextDeltaEvent(item_id=e["item_id"], output_index=e["output_index"],
-                                        content_index=e["content_index"], delta=e["delta"],
-                                        sequence_number=seq)))
+            return pb.ConnectResponse(
+                stream_id=lane,
+                response_output_text_delta=(
+                    pb.OutputTextDeltaEvent(
+                        item_id=e["item_id"],
+                        output_index=e["output_index"],
+                        content_index=e["content_index"],
+                        delta=e["delta"],
+                        sequence_number=seq,
+                    )
+                ),
+            )
         if kind == "response.function_call_arguments.delta":
-            return pb.ConnectResponse(stream_id=lane, response_function_call_arguments_delta=(
-                pb.FunctionCallArgumentsDeltaEvent(item_id=e["item_id"],
-                                                   output_index=e["output_index"],
-                                                   delta=e["delta"], sequence_number=seq)))
+            return pb.ConnectResponse(
+                stream_id=lane,
+                response_function_call_arguments_delta=(
+                    pb.FunctionCallArgumentsDeltaEvent(
+                        item_id=e["item_id"],
+                        output_index=e["output_index"],
+                        delta=e["delta"],
+                        sequence_number=seq,
+                    )
+                ),
+            )
         case = kind.replace(".", "_")
         message: Any
         if kind in _SNAPSHOT_EVENTS:
-            message = pb.ResponseSnapshotEvent(response=self.response_to_pb(e["response"]),
-                                               sequence_number=seq)
+            message = pb.ResponseSnapshotEvent(
+                response=self.response_to_pb(e["response"]), sequence_number=seq
+            )
         elif kind in ("response.output_item.added", "response.output_item.done"):
-            message = pb.OutputItemEvent(output_index=e["output_index"],
-                                         item=item_to_pb(e["item"]), sequence_number=seq)
+            message = pb.OutputItemEvent(
+                output_index=e["output_index"], item=item_to_pb(e["item"]), sequence_number=seq
+            )
         elif kind in ("response.content_part.added", "response.content_part.done"):
-            message = pb.ContentPartEvent(item_id=e["item_id"], output_index=e["output_index"],
-                                          content_index=e["content_index"],
-                                          part=part_to_pb(e["part"]), sequence_number=seq)
+            message = pb.ContentPartEvent(
+                item_id=e["item_id"],
+                output_index=e["output_index"],
+                content_index=e["content_index"],
+                part=part_to_pb(e["part"]),
+                sequence_number=seq,
+            )
         elif kind == "response.output_text.done":
-            message = pb.OutputTextDoneEvent(item_id=e["item_id"], output_index=e["output_index"],
-                                             content_index=e["content_index"], text=e["text"],
-                                             sequence_number=seq)
+            message = pb.OutputTextDoneEvent(
+                item_id=e["item_id"],
+                output_index=e["output_index"],
+                content_index=e["content_index"],
+                text=e["text"],
+                sequence_number=seq,
+            )
         elif kind == "response.function_call_arguments.done":
             message = pb.FunctionCallArgumentsDoneEvent(
-                item_id=e["item_id"], output_index=e["output_index"], arguments=e["arguments"],
-                name=e.get("name", ""), sequence_number=seq)
+                item_id=e["item_id"],
+                output_index=e["output_index"],
+                arguments=e["arguments"],
+                name=e.get("name", ""),
+                sequence_number=seq,
+            )
         elif kind == "response.done":
             message = pb.ResponseDoneEvent(
                 response=self.response_to_pb(e["response"]),
                 pending_calls=[function_call_to_pb(c) for c in e["pending_calls"]],
-                sequence_number=seq)
+                sequence_number=seq,
+            )
         elif kind == "error":
             err = e["error"]
-            message = pb.ErrorEvent(status=e["status"], error=pb.ErrorDetail(
-                type=err.get("type") or "", code=err.get("code") or "",
-                message=err.get("message") or "", param=err.get("param") or ""),
-                sequence_number=seq)
+            message = pb.ErrorEvent(
+                status=e["status"],
+                error=pb.ErrorDetail(
+                    type=err.get("type") or "",
+                    code=err.get("code") or "",
+                    message=err.get("message") or "",
+                    param=err.get("param") or "",
+                ),
+                sequence_number=seq,
+            )
         elif kind == "warning":
             message = pb.WarningEvent(code=e["code"], message=e["message"])
         else:
@@ -358,10 +461,15 @@ class ProtoEncoder:
         return pb.ConnectResponse(stream_id=lane, **{case: message})
 
 
-_SNAPSHOT_EVENTS = frozenset({
-    "response.created", "response.in_progress", "response.completed", "response.failed",
-    "response.incomplete",
-})
+_SNAPSHOT_EVENTS = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.failed",
+        "response.incomplete",
+    }
+)
 
 
 def response_from_pb(message: pb.Response) -> dict[str, Any]:
@@ -408,7 +516,8 @@ class EventDecoder:
         choice = r.tool_choice
         tool_choice: Any = (
             {"type": "function", "name": choice.function.name}
-            if choice.WhichOneof("choice") == "function" else (choice.mode or "auto")
+            if choice.WhichOneof("choice") == "function"
+            else (choice.mode or "auto")
         )
         usage = None
         if r.HasField("usage"):
@@ -418,32 +527,52 @@ class EventDecoder:
                 "input_tokens_details": {"cached_tokens": u.input_tokens_details.cached_tokens},
                 "output_tokens": u.output_tokens,
                 "output_tokens_details": {
-                    "reasoning_tokens": u.output_tokens_details.reasoning_tokens},
+                    "reasoning_tokens": u.output_tokens_details.reasoning_tokens
+                },
                 "total_tokens": u.total_tokens,
             }
         result: dict[str, Any] = {
-            "id": r.id, "object": r.object or "response", "created_at": r.created_at,
-            "completed_at": _opt(r, "completed_at"), "status": r.status,
+            "id": r.id,
+            "object": r.object or "response",
+            "created_at": r.created_at,
+            "completed_at": _opt(r, "completed_at"),
+            "status": r.status,
             "incomplete_details": (
-                {"reason": r.incomplete_details.reason} if r.HasField("incomplete_details")
-                else None),
-            "model": r.model, "previous_response_id": _opt(r, "previous_response_id"),
+                {"reason": r.incomplete_details.reason}
+                if r.HasField("incomplete_details")
+                else None
+            ),
+            "model": r.model,
+            "previous_response_id": _opt(r, "previous_response_id"),
             "instructions": _opt(r, "instructions"),
             "output": [item_to_dict(i) for i in r.output],
-            "error": ({"code": r.error.code, "message": r.error.message}
-                      if r.HasField("error") else None),
-            "tools": self._tools_of(r.tools), "tool_choice": tool_choice,
-            "truncation": r.truncation, "parallel_tool_calls": r.parallel_tool_calls,
-            "text": {"format": {"type": "text"}}, "top_p": r.top_p,
-            "presence_penalty": r.presence_penalty, "frequency_penalty": r.frequency_penalty,
-            "temperature": r.temperature, "top_logprobs": r.top_logprobs, "reasoning": None,
-            "usage": usage, "max_output_tokens": _opt(r, "max_output_tokens"),
-            "max_tool_calls": None, "store": r.store, "background": r.background,
-            "service_tier": r.service_tier, "safety_identifier": _opt(r, "safety_identifier"),
-            "prompt_cache_key": _opt(r, "prompt_cache_key"), "metadata": dict(r.metadata),
+            "error": (
+                {"code": r.error.code, "message": r.error.message} if r.HasField("error") else None
+            ),
+            "tools": self._tools_of(r.tools),
+            "tool_choice": tool_choice,
+            "truncation": r.truncation,
+            "parallel_tool_calls": r.parallel_tool_calls,
+            "text": {"format": {"type": "text"}},
+            "top_p": r.top_p,
+            "presence_penalty": r.presence_penalty,
+            "frequency_penalty": r.frequency_penalty,
+            "temperature": r.temperature,
+            "top_logprobs": r.top_logprobs,
+            "reasoning": None,
+            "usage": usage,
+            "max_output_tokens": _opt(r, "max_output_tokens"),
+            "max_tool_calls": None,
+            "store": r.store,
+            "background": r.background,
+            "service_tier": r.service_tier,
+            "safety_identifier": _opt(r, "safety_identifier"),
+            "prompt_cache_key": _opt(r, "prompt_cache_key"),
+            "metadata": dict(r.metadata),
             "safety_flags": [
-                {"classifier": f.classifier, "code": f.code, "param": f.param,
-                 "message": f.message} for f in r.safety_flags],
+                {"classifier": f.classifier, "code": f.code, "param": f.param, "message": f.message}
+                for f in r.safety_flags
+            ],
         }
         if r.HasField("stats"):
             result["stats"] = flat_message_to_dict(r.stats)
@@ -459,33 +588,71 @@ class EventDecoder:
         kind = _EVENT_TYPES.get(case, kind)
         event: dict[str, Any]
         if case in ("response_output_text_delta",):
-            event = {"type": kind, "item_id": body.item_id, "output_index": body.output_index,
-                     "content_index": body.content_index, "delta": body.delta}
+            event = {
+                "type": kind,
+                "item_id": body.item_id,
+                "output_index": body.output_index,
+                "content_index": body.content_index,
+                "delta": body.delta,
+            }
         elif case == "response_function_call_arguments_delta":
-            event = {"type": kind, "item_id": body.item_id, "output_index": body.output_index,
-                     "delta": body.delta}
+            event = {
+                "type": kind,
+                "item_id": body.item_id,
+                "output_index": body.output_index,
+                "delta": body.delta,
+            }
         elif case in _SNAPSHOT_CASES:
             event = {"type": kind, "response": self.response(body.response)}
         elif case in ("response_output_item_added", "response_output_item_done"):
-            event = {"type": kind, "output_index": body.output_index,
-                     "item": item_to_dict(body.item)}
+            event = {
+                "type": kind,
+                "output_index": body.output_index,
+                "item": item_to_dict(body.item),
+            }
         elif case in ("response_content_part_added", "response_content_part_done"):
-            event = {"type": kind, "item_id": body.item_id, "output_index": body.output_index,
-                     "content_index": body.content_index, "part": _part_to_dict(body.part)}
+            event = {
+                "type": kind,
+                "item_id": body.item_id,
+                "output_index": body.output_index,
+                "content_index": body.content_index,
+                "part": _part_to_dict(body.part),
+            }
         elif case == "response_output_text_done":
-            event = {"type": kind, "item_id": body.item_id, "output_index": body.output_index,
-                     "content_index": body.content_index, "text": body.text}
+            event = {
+                "type": kind,
+                "item_id": body.item_id,
+                "output_index": body.output_index,
+                "content_index": body.content_index,
+                "text": body.text,
+            }
         elif case == "response_function_call_arguments_done":
-            event = {"type": kind, "item_id": body.item_id, "output_index": body.output_index,
-                     "arguments": body.arguments, "name": body.name}
+            event = {
+                "type": kind,
+                "item_id": body.item_id,
+                "output_index": body.output_index,
+                "arguments": body.arguments,
+                "name": body.name,
+            }
         elif case == "response_done":
-            event = {"type": kind, "response": self.response(body.response),
-                     "pending_calls": [item_to_dict(pb.Item(function_call=c))
-                                       for c in body.pending_calls]}
+            event = {
+                "type": kind,
+                "response": self.response(body.response),
+                "pending_calls": [
+                    item_to_dict(pb.Item(function_call=c)) for c in body.pending_calls
+                ],
+            }
         elif case == "error":
-            event = {"type": "error", "status": body.status, "error": {
-                "type": body.error.type, "code": body.error.code or None,
-                "message": body.error.message, "param": body.error.param or None}}
+            event = {
+                "type": "error",
+                "status": body.status,
+                "error": {
+                    "type": body.error.type,
+                    "code": body.error.code or None,
+                    "message": body.error.message,
+                    "param": body.error.param or None,
+                },
+            }
             return _with_lane(event, message.stream_id)
         else:
             event = {"type": "warning", "code": body.code, "message": body.message}
@@ -507,10 +674,15 @@ def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
     return tool
 
 
-_SNAPSHOT_CASES = frozenset({
-    "response_created", "response_in_progress", "response_completed", "response_failed",
-    "response_incomplete",
-})
+_SNAPSHOT_CASES = frozenset(
+    {
+        "response_created",
+        "response_in_progress",
+        "response_completed",
+        "response_failed",
+        "response_incomplete",
+    }
+)
 
 _EVENT_TYPES = {
     "response_created": "response.created",
@@ -535,17 +707,33 @@ def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
     params = pb.ResponseCreateParams(model=body.get("model", ""))
     raw_input = body.get("input")
     if isinstance(raw_input, str):
-        raw_input = [{"type": "message", "role": "user",
-                      "content": [{"type": "input_text", "text": raw_input}]}]
+        raw_input = [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": raw_input}],
+            }
+        ]
     for item in raw_input or ():
         params.input.append(item_to_pb(_canonical_item(item)))
     for tool in body.get("tools") or ():
         params.tools.append(tool_to_pb(tool))
     if body.get("tool_choice") is not None:
         params.tool_choice.CopyFrom(_tool_choice_to_pb(body["tool_choice"]))
-    for name in ("instructions", "previous_response_id", "store", "max_output_tokens",
-                 "temperature", "top_p", "parallel_tool_calls", "generate", "append_mode",
-                 "safety_identifier", "prompt_cache_key", "user"):
+    for name in (
+        "instructions",
+        "previous_response_id",
+        "store",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "generate",
+        "append_mode",
+        "safety_identifier",
+        "prompt_cache_key",
+        "user",
+    ):
         if body.get(name) is not None:
             setattr(params, name, body[name])
     for key, value in (body.get("metadata") or {}).items():

@@ -25,14 +25,13 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
-
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.requests import Item
 
-TokenArray = array  # array('I') of token ids
+TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
 
 
 def canonical_json(value: Any) -> Any:
@@ -110,11 +109,15 @@ class Renderer:
             return self._block(out, "assistant", "analysis", text, tokenizer.END)
         if kind == "custom_tool_call":
             header = f"assistant to=functions.{item.get('name', '')}"
-            return self._block(out, header, "commentary", str(item.get("input", "")), tokenizer.CALL)
+            return self._block(
+                out, header, "commentary", str(item.get("input", "")), tokenizer.CALL
+            )
         if kind == "custom_tool_call_output":
             name = call_names.get(str(item.get("call_id", "")), "unknown")
             header = f"functions.{name} to=assistant"
-            return self._block(out, header, "commentary", str(item.get("output", "")), tokenizer.END)
+            return self._block(
+                out, header, "commentary", str(item.get("output", "")), tokenizer.END
+            )
         body = orjson.dumps(canonical_json(item)).decode()
         return self._block(out, "developer", None, body, tokenizer.END)
 

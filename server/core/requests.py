@@ -210,34 +210,47 @@ def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) 
     for k in kinds:
         if k not in _SCHEMA_TYPES:
             raise invalid(
-                f"{where}.type", f"'{k}' is not a JSON schema type.", code="invalid_function_parameters"
+                f"{where}.type",
+                f"'{k}' is not a JSON schema type.",
+                code="invalid_function_parameters",
             )
     if top and kinds != ["object"]:
         raise invalid(
-            f"{where}.type", "function parameters must be a schema of type 'object'.",
+            f"{where}.type",
+            "function parameters must be a schema of type 'object'.",
             code="invalid_function_parameters",
         )
     properties = schema.get("properties")
     if properties is not None:
         if not isinstance(properties, dict):
-            raise invalid(f"{where}.properties", "expected an object.", code="invalid_function_parameters")
+            raise invalid(
+                f"{where}.properties", "expected an object.", code="invalid_function_parameters"
+            )
         for name, sub in properties.items():
             check_schema(sub, f"{where}.properties.{name}", depth=depth + 1)
     required = schema.get("required")
     if required is not None:
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise invalid(f"{where}.required", "expected an array of property names.",
-                          code="invalid_function_parameters")
+            raise invalid(
+                f"{where}.required",
+                "expected an array of property names.",
+                code="invalid_function_parameters",
+            )
         unknown = [r for r in required if r not in (properties or {})]
         if unknown:
-            raise invalid(f"{where}.required", f"names undefined properties: {', '.join(unknown)}.",
-                          code="invalid_function_parameters")
+            raise invalid(
+                f"{where}.required",
+                f"names undefined properties: {', '.join(unknown)}.",
+                code="invalid_function_parameters",
+            )
     items = schema.get("items")
     if items is not None:
         check_schema(items, f"{where}.items", depth=depth + 1)
     enum = schema.get("enum")
     if enum is not None and (not isinstance(enum, list) or not enum):
-        raise invalid(f"{where}.enum", "expected a non-empty array.", code="invalid_function_parameters")
+        raise invalid(
+            f"{where}.enum", "expected a non-empty array.", code="invalid_function_parameters"
+        )
 
 
 def parse_input(raw: Any, limits: Limits, *, where: str = "input") -> tuple[list[Item], int]:
@@ -259,8 +272,11 @@ def parse_input(raw: Any, limits: Limits, *, where: str = "input") -> tuple[list
         total += size
         if total > limits.max_request_chars:
             raise ApiError(
-                f"Invalid '{where}': the input is larger than {limits.max_request_chars} characters.",
-                code="input_too_large", param=where, status=400,
+                f"Invalid '{where}': the input is larger than {limits.max_request_chars} "
+                "characters.",
+                code="input_too_large",
+                param=where,
+                status=400,
             )
         items.append(item)
     return items, total
@@ -268,7 +284,8 @@ def parse_input(raw: Any, limits: Limits, *, where: str = "input") -> tuple[list
 
 def _too_long(where: str, limit: int, got: int) -> ApiError:
     return invalid(
-        where, f"string too long: at most {limit} characters, got {got}.",
+        where,
+        f"string too long: at most {limit} characters, got {got}.",
         code="string_above_max_length",
     )
 
@@ -307,24 +324,32 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         parts: list[dict[str, Any]] = []
         if isinstance(content, str):
             size = len(_text(content, f"{where}.content", limits))
-            parts = [{"type": "output_text" if role == "assistant" else "input_text",
-                      "text": content}]
+            parts = [
+                {"type": "output_text" if role == "assistant" else "input_text", "text": content}
+            ]
             if role == "assistant":
                 parts[0]["annotations"] = []
         elif isinstance(content, list):
             for p_index, part in enumerate(content):
                 p_where = f"{where}.content[{p_index}]"
                 if not isinstance(part, dict) or part.get("type") not in _PART_TYPES:
-                    raise invalid(f"{p_where}.type", "expected 'input_text', 'output_text', "
-                                  "'refusal' or 'input_image'.")
+                    raise invalid(
+                        f"{p_where}.type",
+                        "expected 'input_text', 'output_text', 'refusal' or 'input_image'.",
+                    )
                 p_type = part["type"]
                 if p_type == "refusal":
                     text = _text(part.get("refusal"), f"{p_where}.refusal", limits)
                     parts.append({"type": "refusal", "refusal": text})
                 elif p_type == "input_image":
                     url = _text(part.get("image_url"), f"{p_where}.image_url", limits)
-                    parts.append({"type": "input_image", "image_url": url,
-                                  "detail": part.get("detail") or "auto"})
+                    parts.append(
+                        {
+                            "type": "input_image",
+                            "image_url": url,
+                            "detail": part.get("detail") or "auto",
+                        }
+                    )
                     text = ""
                 else:
                     text = _text(part.get("text"), f"{p_where}.text", limits)
@@ -334,10 +359,14 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
                     parts.append(new_part)
                 size += len(text)
         else:
-            raise invalid(f"{where}.content", "expected a string or an array of content parts.",
-                          code="invalid_type")
-        item = _message(role, parts, id=entry.get("id"), status=entry.get("status"),
-                        phase=entry.get("phase"))
+            raise invalid(
+                f"{where}.content",
+                "expected a string or an array of content parts.",
+                code="invalid_type",
+            )
+        item = _message(
+            role, parts, id=entry.get("id"), status=entry.get("status"), phase=entry.get("phase")
+        )
         return item, size
     if kind == "function_call":
         call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
@@ -358,7 +387,10 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         if isinstance(output, list):
             texts = []
             for o_index, part in enumerate(output):
-                if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
+                if not isinstance(part, dict) or part.get("type") not in (
+                    "input_text",
+                    "output_text",
+                ):
                     raise invalid(f"{where}.output[{o_index}]", "expected a text content part.")
                 texts.append(_text(part.get("text"), f"{where}.output[{o_index}].text", limits))
             output = "".join(texts)
@@ -375,8 +407,11 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         parts = []
         size = 0
         for s_index, part in enumerate(summary):
-            text = _text(part.get("text") if isinstance(part, dict) else None,
-                         f"{where}.summary[{s_index}].text", limits)
+            text = _text(
+                part.get("text") if isinstance(part, dict) else None,
+                f"{where}.summary[{s_index}].text",
+                limits,
+            )
             parts.append({"type": "summary_text", "text": text})
             size += len(text)
         item = {"type": "reasoning", "summary": parts}

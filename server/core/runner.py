@@ -122,6 +122,7 @@ class ResponseRun:
         self._usage = Usage()
         self._engine_end = 0.0
         self._started = False
+        self._posted = False
         self._inputs: list[Item] = []
         self.route: Route | None = None
 
@@ -178,6 +179,10 @@ class ResponseRun:
         core = self.core
         try:
             try:
+                if core.draining:
+                    raise ApiError("The server is shutting down and takes no new responses; "
+                                   "retry on a new connection.", code="server_shutting_down",
+                                   status=503, type="server_error")
                 request = self._parse()
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
@@ -189,6 +194,10 @@ class ResponseRun:
             await self._respond(request)
         except asyncio.CancelledError:
             if self._cancel_reason is None or self.record is None:
+                # The stream went away (client gone, or the server stopping after its grace
+                # period): no terminal event can be sent, but a started response still gets
+                # its ledger row, so usage is never lost.
+                await self._abandon()
                 raise
             current = asyncio.current_task()
             if current is not None:
@@ -199,9 +208,9 @@ class ResponseRun:
         except Exception as exc:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
-                error = ApiError("The server had an error processing the request.",
-                                 code="server_error", status=500, type="server_error")
-                await self.emit(error_event(500, error.to_error_object()))
+                internal = ApiError("The server had an error processing the request.",
+                                    code="server_error", status=500, type="server_error")
+                await self.emit(error_event(500, internal.to_error_object()))
             else:
                 self.record.error = {"code": "server_error", "message": str(exc) or repr(exc)}
                 await self._finish("failed")
@@ -530,7 +539,24 @@ class ResponseRun:
                 previous_response_id=request.previous_response_id,
                 self_contained=self_contained,
             )
-        ledger = LedgerRow(
+        ledger = self._ledger_row()
+        if self.lane.inflight is self:
+            self.lane.inflight = None
+        await core.post.put(PostJob(stored, ledger))
+        self._posted = True  # from here on, a cut-short stream must not queue a second row
+        core.counters.record(record.stats)
+        terminal = {
+            "completed": "response.completed",
+            "incomplete": "response.incomplete",
+            "failed": "response.failed",
+        }[outcome]
+        await self.emit(self.seq.event(terminal, response=snapshot))
+
+    def _ledger_row(self) -> LedgerRow:
+        assert self.record is not None
+        record = self.record
+        request = record.request
+        return LedgerRow(
             response_id=self.id,
             tenant=request.user or "anonymous",
             model=request.model,
@@ -545,16 +571,20 @@ class ResponseRun:
             created_at=record.created_at,
             completed_at=record.completed_at,
         )
-        if self.lane.inflight is self:
-            self.lane.inflight = None
-        core.counters.record(record.stats)
-        await core.post.put(PostJob(stored, ledger))
-        terminal = {
-            "completed": "response.completed",
-            "incomplete": "response.incomplete",
-            "failed": "response.failed",
-        }[outcome]
-        await self.emit(self.seq.event(terminal, response=snapshot))
+
+    async def _abandon(self) -> None:
+        """Queue the ledger row of a started response that the stream's end cut short."""
+        if self.record is None or not self._started or self._posted:
+            return
+        self._posted = True
+        self.record.status = "cancelled"
+        self.record.incomplete_reason = "stream_closed"
+        self.record.usage = self._usage
+        self.core.counters.record(self.record.stats)
+        try:
+            await self.core.post.put(PostJob(None, self._ledger_row()))
+        except asyncio.CancelledError:
+            self.core.log.warning("ledger row of %s not queued (cancelled twice)", self.id)
 
     def _stored_input(self, self_contained: bool) -> list[Item]:
         """The input items a stored response keeps (see ``Store``)."""

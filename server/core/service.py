@@ -8,6 +8,7 @@ counters. Per-stream state lives in ``Session`` objects that it hands out.
 from __future__ import annotations
 
 import asyncio
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,14 +41,18 @@ class ResponsesCore:
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.store = Store(config.store_path)
-        self.post = PostQueue(self.store, config.post_queue_size,
-                              dead_letter=config.store_path.parent / DEAD_LETTER_NAME)
+        self.post = PostQueue(
+            self.store,
+            config.post_queue_size,
+            dead_letter=config.store_path.parent / DEAD_LETTER_NAME,
+        )
         # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
         self.draining = False
         self.counters = Counters()
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
         self._sessions: set[Session] = set()
+        self._idle = asyncio.Condition()
 
     def _build_engine(self, route: RouteConfig) -> Engine:
         sim = route.sim
@@ -60,8 +65,12 @@ class ResponsesCore:
             answer_tokens=sim.answer_tokens,
             seed=sim.seed,
         )
-        return build_engine(route.engine, sim_config=sim_config, script_path=route.script_path,
-                            encoding=self.encoding)
+        return build_engine(
+            route.engine,
+            sim_config=sim_config,
+            script_path=route.script_path,
+            encoding=self.encoding,
+        )
 
     async def start(self) -> None:
         """Start background work (the post-inference writer)."""
@@ -73,8 +82,9 @@ class ResponsesCore:
         self.draining = True
         sessions = list(self._sessions)
         if sessions:
-            await asyncio.gather(*(session.finish() for session in sessions),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(session.finish() for session in sessions), return_exceptions=True
+            )
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
@@ -102,6 +112,13 @@ class ResponsesCore:
             if session.stateful:
                 self.sessions_open -= 1
         await session.close()
+        async with self._idle:
+            self._idle.notify_all()
+
+    async def wait_until_idle(self) -> None:
+        """Wait until no stream is open and no response is in flight."""
+        async with self._idle:
+            await self._idle.wait_for(lambda: not self._sessions and not self.inflight)
 
     async def stateless(self, body: Any, transport: str) -> AsyncIterator[dict[str, Any]]:
         """One stateless create: its events up to and including the terminal (or error) one."""
@@ -158,7 +175,7 @@ class ResponsesCore:
             if after not in ids:
                 raise ApiError(f"Invalid 'after': no item '{after}' in this list.", param="after")
             start = ids.index(after) + 1
-        page = items[start:start + limit]
+        page = items[start : start + limit]
         return {
             "object": "list",
             "data": page,
@@ -178,7 +195,7 @@ class ResponsesCore:
         run.cancel()
         try:
             await run.task
-        except BaseException:  # noqa: BLE001 - the run reports its own outcome
+        except BaseException:
             pass
         assert run.record is not None
         return run.record.snapshot()

@@ -49,12 +49,18 @@ class Session:
         limits = self.core.config.limits
         warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
         await asyncio.sleep(warn_after)
-        await self._out.put(OutEvent("", {
-            "type": "warning",
-            "code": "websocket_connection_limit_approaching",
-            "message": f"This connection will be closed in {limits.connection_warning_s:g} s "
-                       f"(limit {limits.connection_max_age_s:g} s). Open a new one to continue.",
-        }))
+        await self._out.put(
+            OutEvent(
+                "",
+                {
+                    "type": "warning",
+                    "code": "websocket_connection_limit_approaching",
+                    "message": f"This connection will be closed in "
+                    f"{limits.connection_warning_s:g} s (limit {limits.connection_max_age_s:g} s). "
+                    "Open a new one to continue.",
+                },
+            )
+        )
         await asyncio.sleep(limits.connection_max_age_s - warn_after)
         error = ApiError(
             f"The connection reached its limit of {limits.connection_max_age_s:g} s; "
@@ -110,12 +116,14 @@ class Session:
             if len(self._lanes) >= limits.max_lanes:
                 raise ApiError(
                     f"Invalid 'stream_id': at most {limits.max_lanes} lanes per connection.",
-                    code="too_many_lanes", param="stream_id",
+                    code="too_many_lanes",
+                    param="stream_id",
                 )
             cache_config = self.core.config.cache
             cache = (
                 ResponseCache(cache_config.max_responses, cache_config.max_bytes)
-                if self.stateful else None
+                if self.stateful
+                else None
             )
             lane = self._lanes[lane_id] = Lane(lane_id, cache)
         return lane
@@ -136,8 +144,11 @@ class Session:
                 raise ApiError("Each client event must be a JSON object.", code="invalid_type")
             raw_lane = event.get("stream_id")
             if raw_lane is not None and not isinstance(raw_lane, str):
-                raise ApiError("Invalid 'stream_id': expected a string.", code="invalid_type",
-                               param="stream_id")
+                raise ApiError(
+                    "Invalid 'stream_id': expected a string.",
+                    code="invalid_type",
+                    param="stream_id",
+                )
             lane_id = raw_lane or ""
             kind = event.get("type")
             if kind == "response.create":
@@ -147,13 +158,17 @@ class Session:
             elif kind == "response.cancel":
                 self._cancel(lane_id, event)
             elif kind is None:
-                raise ApiError("Missing required parameter: 'type'.",
-                               code="missing_required_parameter", param="type")
+                raise ApiError(
+                    "Missing required parameter: 'type'.",
+                    code="missing_required_parameter",
+                    param="type",
+                )
             else:
                 raise ApiError(
                     f"Invalid 'type': unknown client event '{kind}' (expected one of "
                     f"{', '.join(CLIENT_EVENT_TYPES)}).",
-                    code="unknown_event_type", param="type",
+                    code="unknown_event_type",
+                    param="type",
                 )
         except ApiError as error:
             await self._error(lane_id, error)
@@ -167,8 +182,9 @@ class Session:
                 code="conversation_already_has_active_response",
             )
         body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
-        run = ResponseRun(self.core, lane, body, partial(self.emit, lane_id), self.transport,
-                          received)
+        run = ResponseRun(
+            self.core, lane, body, partial(self.emit, lane_id), self.transport, received
+        )
         lane.inflight = run
         task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
         run.task = task
@@ -179,12 +195,19 @@ class Session:
         lane = self._lanes.get(lane_id)
         response_id = event.get("response_id")
         if not isinstance(response_id, str) or not response_id:
-            raise ApiError("Missing required parameter: 'response_id'.",
-                           code="missing_required_parameter", param="response_id")
+            raise ApiError(
+                "Missing required parameter: 'response_id'.",
+                code="missing_required_parameter",
+                param="response_id",
+            )
         run = lane.inflight if lane is not None else None
         if run is None:
-            raise ApiError(f"Response '{response_id}' is not waiting for tool outputs.",
-                           code="response_not_waiting", param="response_id", status=409)
+            raise ApiError(
+                f"Response '{response_id}' is not waiting for tool outputs.",
+                code="response_not_waiting",
+                param="response_id",
+                status=409,
+            )
         run.offer_append(response_id, event.get("input"))
 
     def _cancel(self, lane_id: str, event: dict[str, Any]) -> None:
@@ -194,6 +217,8 @@ class Session:
         if run is None or (response_id is not None and response_id != run.id):
             raise ApiError(
                 f"No in-flight response '{response_id or ''}' on this stream to cancel.",
-                code="response_not_found", param="response_id", status=404,
+                code="response_not_found",
+                param="response_id",
+                status=404,
             )
         run.cancel()

@@ -153,10 +153,19 @@ class Store:
                         "INSERT OR IGNORE INTO usage_ledger VALUES "
                         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
-                            ledger.response_id, ledger.tenant, ledger.model, ledger.status,
-                            ledger.input_tokens, ledger.cached_tokens, ledger.output_tokens,
-                            ledger.engine_ms, ledger.api_pre_ms, ledger.api_post_ms,
-                            ledger.transport, ledger.created_at, ledger.completed_at,
+                            ledger.response_id,
+                            ledger.tenant,
+                            ledger.model,
+                            ledger.status,
+                            ledger.input_tokens,
+                            ledger.cached_tokens,
+                            ledger.output_tokens,
+                            ledger.engine_ms,
+                            ledger.api_pre_ms,
+                            ledger.api_post_ms,
+                            ledger.transport,
+                            ledger.created_at,
+                            ledger.completed_at,
                         ),
                     )
 
@@ -180,18 +189,24 @@ class Store:
             return pending
 
         def work() -> StoredResponse | None:
-            row = self._conn().execute(
-                "SELECT response_json, input_json, previous_response_id, self_contained "
-                "FROM responses WHERE id = ?",
-                (response_id,),
-            ).fetchone()
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT response_json, input_json, previous_response_id, self_contained "
+                    "FROM responses WHERE id = ?",
+                    (response_id,),
+                )
+                .fetchone()
+            )
             if row is None:
                 return None
             return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
 
         return await self._run(work)
 
-    async def chain(self, response_id: str, max_links: int = 100_000) -> list[StoredResponse] | None:
+    async def chain(
+        self, response_id: str, max_links: int = 100_000
+    ) -> list[StoredResponse] | None:
         """The stored responses from the conversation's start to ``response_id``, oldest first.
 
         None if ``response_id`` or a link of its chain is missing.
@@ -228,9 +243,11 @@ class Store:
         """Every ledger row, oldest first."""
 
         def work() -> list[LedgerRow]:
-            rows = self._conn().execute(
-                "SELECT * FROM usage_ledger ORDER BY created_at, rowid"
-            ).fetchall()
+            rows = (
+                self._conn()
+                .execute("SELECT * FROM usage_ledger ORDER BY created_at, rowid")
+                .fetchall()
+            )
             return [LedgerRow(*row) for row in rows]
 
         return await self._run(work)

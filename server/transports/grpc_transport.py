@@ -167,7 +167,9 @@ async def start_grpc_server(core: ResponsesCore, host: str, port: int) -> tuple[
         ("grpc.max_send_message_length", limit),
         ("grpc.so_reuseport", 0),
     ])
-    pb_grpc.add_ResponsesServiceServicer_to_server(ResponsesServicer(core), server)
+    pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        ResponsesServicer(core), server
+    )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {host}:{port}")

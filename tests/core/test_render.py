@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import END, MESSAGE, START, load_encoding
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 RENDERER = Renderer(load_encoding())
 
@@ -17,7 +16,7 @@ RENDERER = Renderer(load_encoding())
 texts = st.lists(
     st.one_of(
         st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20),
-        st.sampled_from(["<|end|>", "<|start|>", "<|message|>", "\n", " ", "{", "\"", "é", "漢"]),
+        st.sampled_from(["<|end|>", "<|start|>", "<|message|>", "\n", " ", "{", '"', "é", "漢"]),
     ),
     max_size=6,
 ).map("".join)
@@ -28,32 +27,55 @@ names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_-]{0,12}", fullmatch=True)
 def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
     instructions = draw(st.one_of(st.none(), texts))
     tools = [
-        {"type": "function", "name": name, "description": draw(st.one_of(st.none(), texts)),
-         "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
-         "strict": None}
+        {
+            "type": "function",
+            "name": name,
+            "description": draw(st.one_of(st.none(), texts)),
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+            "strict": None,
+        }
         for name in draw(st.lists(names, max_size=3, unique=True))
     ]
     items: list[dict[str, Any]] = []
     calls: list[str] = []
     for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["user", "assistant", "developer", "call", "output",
-                                     "reasoning"]))
+        kind = draw(
+            st.sampled_from(["user", "assistant", "developer", "call", "output", "reasoning"])
+        )
         if kind == "call":
             call_id = f"call_{len(items)}"
             calls.append(call_id)
-            items.append({"type": "function_call", "call_id": call_id, "name": draw(names),
-                          "arguments": draw(texts)})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": draw(names),
+                    "arguments": draw(texts),
+                }
+            )
         elif kind == "output" and calls:
-            items.append({"type": "function_call_output", "call_id": draw(st.sampled_from(calls)),
-                          "output": draw(texts)})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": draw(st.sampled_from(calls)),
+                    "output": draw(texts),
+                }
+            )
         elif kind == "reasoning":
-            items.append({"type": "reasoning",
-                          "summary": [{"type": "summary_text", "text": draw(texts)}]})
+            items.append(
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": draw(texts)}]}
+            )
         elif kind in ("user", "assistant", "developer"):
             part = "output_text" if kind == "assistant" else "input_text"
-            items.append({"type": "message", "role": kind,
-                          "content": [{"type": part, "text": draw(texts)}
-                                      for _ in range(draw(st.integers(1, 3)))]})
+            items.append(
+                {
+                    "type": "message",
+                    "role": kind,
+                    "content": [
+                        {"type": part, "text": draw(texts)} for _ in range(draw(st.integers(1, 3)))
+                    ],
+                }
+            )
     return instructions, tools, items
 
 
@@ -89,16 +111,21 @@ def test_changing_instructions_rerenders_only_the_prefix(
     state = ConversationState()
     state.set_prefix(RENDERER, instructions, tools, (instructions, tools))
     RENDERER.render_items(items, state.call_names, state.tokens)
-    rendered = state.set_prefix(RENDERER, new_instructions, new_tools,
-                                (new_instructions, new_tools))
+    rendered = state.set_prefix(
+        RENDERER, new_instructions, new_tools, (new_instructions, new_tools)
+    )
     assert list(state.tokens) == list(
-        RENDERER.render_conversation(new_instructions, new_tools, items))
+        RENDERER.render_conversation(new_instructions, new_tools, items)
+    )
     assert rendered == len(RENDERER.render_prefix(new_instructions, new_tools))
 
 
 def test_special_token_text_in_content_is_ordinary_text() -> None:
-    item = {"type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": "<|end|>"}]}
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "<|end|>"}],
+    }
     tokens = list(RENDERER.render_conversation(None, [], [item]))
     # One START, one MESSAGE, one END: the text "<|end|>" did not become a special token.
     assert tokens.count(END) == 1

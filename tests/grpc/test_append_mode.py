@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from bidi_responses.client import AsyncResponsesClient, ResponsesError, run_agent_loop
 from bidi_responses.codec import item_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
@@ -15,24 +14,32 @@ from tests.conftest import SHELL_TOOL, ServerFactory, collect_until_terminal, ma
 
 
 def _outputs(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "function_call_output", "call_id": c["call_id"], "output": "ok"}
-            for c in calls]
+    return [
+        {"type": "function_call_output", "call_id": c["call_id"], "output": "ok"} for c in calls
+    ]
 
 
 async def test_ten_tool_calls_in_one_response(server_factory: ServerFactory) -> None:
     running = await server_factory(tool_rounds=10)
-    async with asyncio.timeout(30), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
         commands: list[str] = []
 
         def exec_command(args: dict[str, Any]) -> str:
             commands.append(args["cmd"])
             return f"ran {args['cmd']!r}"
 
-        result = await run_agent_loop(stream, model="sim-model", input="fix it",
-                                      tools=[SHELL_TOOL], functions={"exec_command": exec_command},
-                                      mode="append")
+        result = await run_agent_loop(
+            stream,
+            model="sim-model",
+            input="fix it",
+            tools=[SHELL_TOOL],
+            functions={"exec_command": exec_command},
+            mode="append",
+        )
         final = result.final
         assert final.status == "completed" and final.output_text
         assert len(commands) == 10
@@ -51,17 +58,24 @@ async def test_ten_tool_calls_in_one_response(server_factory: ServerFactory) -> 
 
 async def test_one_terminal_event_for_the_whole_rollout(server_factory: ServerFactory) -> None:
     running = await server_factory(tool_rounds=3)
-    async with asyncio.timeout(30), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        events = [e async for e in stream.create_events(model="sim-model", input="go",
-                                                        tools=[SHELL_TOOL], append_mode=True)]
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        events = [
+            e
+            async for e in stream.create_events(
+                model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
+            )
+        ]
         seen = list(events)
         while seen[-1]["type"] == "response.done":
             assert seen[-1]["response"]["status"] == "in_progress"
             calls = seen[-1]["pending_calls"]
-            seen = [e async for e in stream.append_events(seen[-1]["response"]["id"],
-                                                          _outputs(calls))]
+            seen = [
+                e async for e in stream.append_events(seen[-1]["response"]["id"], _outputs(calls))
+            ]
             events += seen
         types = [e["type"] for e in events]
         assert types.count("response.created") == 1
@@ -72,17 +86,23 @@ async def test_one_terminal_event_for_the_whole_rollout(server_factory: ServerFa
 
 
 async def test_append_with_wrong_call_id_is_rejected_and_response_keeps_waiting(
-        server_factory: ServerFactory) -> None:
+    server_factory: ServerFactory,
+) -> None:
     running = await server_factory(tool_rounds=1)
-    async with asyncio.timeout(30), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        paused = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL],
-                                     append_mode=True)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        paused = await stream.create(
+            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
+        )
         assert paused.pending_calls
         with pytest.raises(ResponsesError) as caught:
-            await stream.append(paused.id, [{"type": "function_call_output",
-                                             "call_id": "call_wrong", "output": "x"}])
+            await stream.append(
+                paused.id,
+                [{"type": "function_call_output", "call_id": "call_wrong", "output": "x"}],
+            )
         assert caught.value.code == "call_id_mismatch"
         assert caught.value.param == "input[0].call_id"
         with pytest.raises(ResponsesError) as missing:
@@ -97,30 +117,41 @@ async def test_append_for_a_response_that_is_not_waiting(client: AsyncResponsesC
         finished = await stream.create(model="sim-model", input="hi")
         for target in (finished.id, "resp_unknown"):
             with pytest.raises(ResponsesError) as caught:
-                await stream.append(target, [{"type": "function_call_output",
-                                              "call_id": "call_1", "output": "x"}])
+                await stream.append(
+                    target, [{"type": "function_call_output", "call_id": "call_1", "output": "x"}]
+                )
             assert caught.value.code == "response_not_waiting"
             assert caught.value.param == "response_id"
         assert (await stream.create(model="sim-model", input="still fine")).status == "completed"
 
 
-async def test_response_left_waiting_ends_incomplete(server_factory: ServerFactory,
-                                                     tmp_path: Any) -> None:
+async def test_response_left_waiting_ends_incomplete(
+    server_factory: ServerFactory, tmp_path: Any
+) -> None:
     config = make_config(tmp_path, tool_rounds=1)
     config.limits.append_timeout_s = 0.2
     running = await server_factory(config)
-    async with asyncio.timeout(20), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        paused = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL],
-                                     append_mode=True)
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        paused = await stream.create(
+            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
+        )
         assert paused.pending_calls
         rest = await collect_until_terminal(stream.events())
         assert rest[-1]["type"] == "response.incomplete"
         assert rest[-1]["response"]["incomplete_details"] == {"reason": "append_timeout"}
         # Late outputs are refused, and the stream still serves new work.
-        await stream.send(pb.ConnectRequest(response_append=pb.ResponseAppend(
-            response_id=paused.id, input=[item_to_pb(o) for o in _outputs(paused.pending_calls)])))
+        await stream.send(
+            pb.ConnectRequest(
+                response_append=pb.ResponseAppend(
+                    response_id=paused.id,
+                    input=[item_to_pb(o) for o in _outputs(paused.pending_calls)],
+                )
+            )
+        )
         late = await collect_until_terminal(stream.events())
         assert late[-1]["error"]["code"] == "response_not_waiting"
         assert (await stream.create(model="sim-model", input="new")).status == "completed"
@@ -135,11 +166,14 @@ async def test_append_mode_needs_a_stream(client: AsyncResponsesClient) -> None:
 
 async def test_cancel_while_waiting_for_append(server_factory: ServerFactory) -> None:
     running = await server_factory(tool_rounds=1)
-    async with asyncio.timeout(20), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        paused = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL],
-                                     append_mode=True)
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        paused = await stream.create(
+            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
+        )
         await stream.cancel(paused.id)
         rest = await collect_until_terminal(stream.events())
         assert rest[-1]["type"] == "response.incomplete"

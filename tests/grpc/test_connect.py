@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 from typing import Any
 
 import pytest
-
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import RunningServer
@@ -20,41 +20,63 @@ INSTRUCTIONS = "You are a coding agent. Use exec_command to inspect and fix the 
 
 
 def _output_for(call: dict[str, Any], turn: int, tokens: int = 2000) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call["call_id"],
-            "output": tool_output(tokens, seed=turn)}
+    return {
+        "type": "function_call_output",
+        "call_id": call["call_id"],
+        "output": tool_output(tokens, seed=turn),
+    }
 
 
 async def test_25_turn_loop_renders_only_new_input(server_factory: ServerFactory) -> None:
     """Stateful: tokens rendered per turn stay flat and cached_tokens grows; stateless: the
     whole history is rendered every turn."""
     running = await server_factory(tool_rounds=30)
-    async with asyncio.timeout(90), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client:
+    async with (
+        asyncio.timeout(90),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+    ):
         stateful = []
         async with client.connect() as stream:
-            response = await stream.create(model="sim-model", instructions=INSTRUCTIONS,
-                                           input="Fix the failing test.", tools=[SHELL_TOOL],
-                                           store=False)
+            response = await stream.create(
+                model="sim-model",
+                instructions=INSTRUCTIONS,
+                input="Fix the failing test.",
+                tools=[SHELL_TOOL],
+                store=False,
+            )
             stateful.append(response)
             for turn in range(1, 25):
                 response = await stream.create(
-                    model="sim-model", instructions=INSTRUCTIONS, tools=[SHELL_TOOL],
-                    previous_response_id=response.id, store=False,
-                    input=[_output_for(response.function_calls[0], turn)])
+                    model="sim-model",
+                    instructions=INSTRUCTIONS,
+                    tools=[SHELL_TOOL],
+                    previous_response_id=response.id,
+                    store=False,
+                    input=[_output_for(response.function_calls[0], turn)],
+                )
                 stateful.append(response)
 
         history: list[dict[str, Any]] = [
-            {"type": "message", "role": "user", "content": "Fix the failing test."}]
+            {"type": "message", "role": "user", "content": "Fix the failing test."}
+        ]
         stateless = []
-        response = await client.create(model="sim-model", instructions=INSTRUCTIONS,
-                                       input=history, tools=[SHELL_TOOL], store=False)
+        response = await client.create(
+            model="sim-model",
+            instructions=INSTRUCTIONS,
+            input=history,
+            tools=[SHELL_TOOL],
+            store=False,
+        )
         stateless.append(response)
         for turn in range(1, 25):
-            history = [*history, *response.output,
-                       _output_for(response.function_calls[0], turn)]
-            response = await client.create(model="sim-model", instructions=INSTRUCTIONS,
-                                           input=history, tools=[SHELL_TOOL], store=False)
+            history = [*history, *response.output, _output_for(response.function_calls[0], turn)]
+            response = await client.create(
+                model="sim-model",
+                instructions=INSTRUCTIONS,
+                input=history,
+                tools=[SHELL_TOOL],
+                store=False,
+            )
             stateless.append(response)
 
     assert len(stateful) == len(stateless) == 25
@@ -66,22 +88,24 @@ async def test_25_turn_loop_renders_only_new_input(server_factory: ServerFactory
     # previous turn's small output, whatever the history length.
     assert all(0.8 * median <= n <= 1.2 * median for n in later), rendered
     assert 1800 < median < 3000
-    assert cached[0] == 0 and all(b > a for a, b in zip(cached[1:], cached[2:], strict=False))
+    assert cached[0] == 0 and all(b > a for a, b in itertools.pairwise(cached[1:]))
     assert stateful[-1].usage is not None and stateful[-1].usage.input_tokens > 45_000
     assert all(r.stats["items_validated"] == 1 for r in stateful[1:])
 
     full = [r.stats["tokens_rendered"] for r in stateless]
-    assert all(b > a for a, b in zip(full, full[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(full))
     assert full[-1] > 20 * full[1] // 2
     # Both paths see the same prompt: the incremental render equals the full render.
     assert [r.usage.input_tokens for r in stateful if r.usage] == [
-        r.usage.input_tokens for r in stateless if r.usage]
+        r.usage.input_tokens for r in stateless if r.usage
+    ]
     assert all(r.usage is not None and r.usage.cached_tokens == 0 for r in stateless)
     assert [r.stats["items_validated"] for r in stateless][-1] == len(history)
 
 
 async def test_unknown_previous_response_id_keeps_stream_usable(
-        client: AsyncResponsesClient) -> None:
+    client: AsyncResponsesClient,
+) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
         with pytest.raises(ResponsesError) as caught:
             await stream.create(model="sim-model", input="hi", previous_response_id="resp_nope")
@@ -91,30 +115,39 @@ async def test_unknown_previous_response_id_keeps_stream_usable(
         assert ok.status == "completed" and ok.output_text
 
 
-async def test_failed_continuation_evicts_what_it_referenced(
-        client: AsyncResponsesClient) -> None:
+async def test_failed_continuation_evicts_what_it_referenced(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
-        first = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL],
-                                    store=False)
+        first = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL], store=False)
         with pytest.raises(ResponsesError) as caught:
-            await stream.create(model="sim-model", previous_response_id=first.id, store=False,
-                                input=[{"type": "function_call_output", "call_id": "call_bogus",
-                                        "output": "x"}], tools=[SHELL_TOOL])
+            await stream.create(
+                model="sim-model",
+                previous_response_id=first.id,
+                store=False,
+                input=[{"type": "function_call_output", "call_id": "call_bogus", "output": "x"}],
+                tools=[SHELL_TOOL],
+            )
         assert caught.value.param == "input[0].call_id"
         with pytest.raises(ResponsesError) as again:
-            await stream.create(model="sim-model", previous_response_id=first.id, store=False,
-                                input="retry", tools=[SHELL_TOOL])
+            await stream.create(
+                model="sim-model",
+                previous_response_id=first.id,
+                store=False,
+                input="retry",
+                tools=[SHELL_TOOL],
+            )
         assert again.value.code == "previous_response_not_found"
 
 
 async def test_cache_keeps_only_the_most_recent_response_by_default(
-        client: AsyncResponsesClient) -> None:
+    client: AsyncResponsesClient,
+) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
         first = await stream.create(model="sim-model", input="one", store=False)
         await stream.create(model="sim-model", input="two", store=False)
         with pytest.raises(ResponsesError) as caught:
-            await stream.create(model="sim-model", input="three", store=False,
-                                previous_response_id=first.id)
+            await stream.create(
+                model="sim-model", input="three", store=False, previous_response_id=first.id
+            )
         assert caught.value.code == "previous_response_not_found"
 
 
@@ -122,29 +155,41 @@ async def test_cache_size_is_configurable(server_factory: ServerFactory, tmp_pat
     config = make_config(tmp_path)
     config.cache.max_responses = 2
     running = await server_factory(config)
-    async with asyncio.timeout(20), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
         first = await stream.create(model="sim-model", input="one", store=False)
         await stream.create(model="sim-model", input="two", store=False)
-        third = await stream.create(model="sim-model", input="three", store=False,
-                                    previous_response_id=first.id)
+        third = await stream.create(
+            model="sim-model", input="three", store=False, previous_response_id=first.id
+        )
         assert third.usage is not None and third.usage.cached_tokens > 0
 
 
 async def test_second_create_while_one_is_in_flight_is_rejected(
-        server_factory: ServerFactory) -> None:
+    server_factory: ServerFactory,
+) -> None:
     running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=40)
-    async with asyncio.timeout(30), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        await stream.send(pb.ConnectRequest(
-            response_create=params_to_pb({"model": "sim-model", "input": "first"})))
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        await stream.send(
+            pb.ConnectRequest(
+                response_create=params_to_pb({"model": "sim-model", "input": "first"})
+            )
+        )
         events = stream.events()
         created = await anext(events)
         assert created["type"] == "response.created"
-        await stream.send(pb.ConnectRequest(
-            response_create=params_to_pb({"model": "sim-model", "input": "second"})))
+        await stream.send(
+            pb.ConnectRequest(
+                response_create=params_to_pb({"model": "sim-model", "input": "second"})
+            )
+        )
         rest = []
         async for event in events:
             rest.append(event)
@@ -158,44 +203,78 @@ async def test_second_create_while_one_is_in_flight_is_rejected(
 
 async def test_generate_false_warms_the_cache(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
-        warm = await stream.create(model="sim-model", instructions=INSTRUCTIONS,
-                                   tools=[SHELL_TOOL], input="base instructions",
-                                   generate=False, store=False)
+        warm = await stream.create(
+            model="sim-model",
+            instructions=INSTRUCTIONS,
+            tools=[SHELL_TOOL],
+            input="base instructions",
+            generate=False,
+            store=False,
+        )
         assert warm.status == "completed" and warm.output == []
         assert warm.stats["engine_runs"] == 0
         assert warm.usage is not None and warm.usage.output_tokens == 0
-        turn = await stream.create(model="sim-model", instructions=INSTRUCTIONS,
-                                   tools=[SHELL_TOOL], input="now do it",
-                                   previous_response_id=warm.id, store=False)
+        turn = await stream.create(
+            model="sim-model",
+            instructions=INSTRUCTIONS,
+            tools=[SHELL_TOOL],
+            input="now do it",
+            previous_response_id=warm.id,
+            store=False,
+        )
         assert turn.usage is not None
         assert turn.usage.cached_tokens == warm.usage.input_tokens
         assert turn.stats["route_resolved"] is False
 
 
-async def test_lanes_run_in_parallel_and_echo_their_stream_id(
-        client: AsyncResponsesClient) -> None:
+async def test_lanes_run_in_parallel_and_echo_their_stream_id(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
-        results = await asyncio.gather(*[
-            stream.create(stream_id=f"agent-{i}", model="sim-model", input=f"task {i}",
-                          tools=[SHELL_TOOL], store=False)
-            for i in range(4)
-        ])
+        results = await asyncio.gather(
+            *[
+                stream.create(
+                    stream_id=f"agent-{i}",
+                    model="sim-model",
+                    input=f"task {i}",
+                    tools=[SHELL_TOOL],
+                    store=False,
+                )
+                for i in range(4)
+            ]
+        )
         # Each lane has its own cache: continuing lane 0 from lane 1's response fails.
         with pytest.raises(ResponsesError):
-            await stream.create(stream_id="agent-0", model="sim-model", input="x",
-                                previous_response_id=results[1].id, store=False)
+            await stream.create(
+                stream_id="agent-0",
+                model="sim-model",
+                input="x",
+                previous_response_id=results[1].id,
+                store=False,
+            )
         follow = await stream.create(
-            stream_id="agent-2", model="sim-model", previous_response_id=results[2].id,
-            store=False, tools=[SHELL_TOOL],
-            input=[{"type": "function_call_output",
-                    "call_id": results[2].function_calls[0]["call_id"], "output": "ok"}])
+            stream_id="agent-2",
+            model="sim-model",
+            previous_response_id=results[2].id,
+            store=False,
+            tools=[SHELL_TOOL],
+            input=[
+                {
+                    "type": "function_call_output",
+                    "call_id": results[2].function_calls[0]["call_id"],
+                    "output": "ok",
+                }
+            ],
+        )
         assert follow.usage is not None and follow.usage.cached_tokens > 0
 
 
 async def test_events_echo_the_lane(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20), client.connect() as stream:
-        events = [e async for e in stream.create_events(stream_id="lane-7", model="sim-model",
-                                                        input="hi", store=False)]
+        events = [
+            e
+            async for e in stream.create_events(
+                stream_id="lane-7", model="sim-model", input="hi", store=False
+            )
+        ]
         assert events and all(e.get("stream_id") == "lane-7" for e in events)
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
         types = [e["type"] for e in events]
@@ -206,21 +285,35 @@ async def test_events_echo_the_lane(client: AsyncResponsesClient) -> None:
 
 
 async def test_store_lets_another_stream_and_a_restarted_server_continue(
-        server_factory: ServerFactory, tmp_path: Any) -> None:
+    server_factory: ServerFactory, tmp_path: Any
+) -> None:
     config = make_config(tmp_path)
     running = await server_factory(config)
     async with asyncio.timeout(30):
         async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
             async with client.connect() as stream:
-                first = await stream.create(model="sim-model", input="remember 42",
-                                            tools=[SHELL_TOOL])
+                first = await stream.create(
+                    model="sim-model", input="remember 42", tools=[SHELL_TOOL]
+                )
                 second = await stream.create(
-                    model="sim-model", previous_response_id=first.id, tools=[SHELL_TOOL],
-                    input=[{"type": "function_call_output",
-                            "call_id": first.function_calls[0]["call_id"], "output": "42"}])
+                    model="sim-model",
+                    previous_response_id=first.id,
+                    tools=[SHELL_TOOL],
+                    input=[
+                        {
+                            "type": "function_call_output",
+                            "call_id": first.function_calls[0]["call_id"],
+                            "output": "42",
+                        }
+                    ],
+                )
             async with client.connect() as other:
-                third = await other.create(model="sim-model", input="and then?",
-                                           previous_response_id=second.id, tools=[SHELL_TOOL])
+                third = await other.create(
+                    model="sim-model",
+                    input="and then?",
+                    previous_response_id=second.id,
+                    tools=[SHELL_TOOL],
+                )
             # Not from a cache: the history came from the store and was processed again.
             assert third.stats["tokens_reused"] == 0
             assert third.stats["items_validated"] == 5
@@ -233,19 +326,28 @@ async def test_store_lets_another_stream_and_a_restarted_server_continue(
             stored = await client.get(third.id)
             assert stored.status == "completed" and stored.previous_response_id == second.id
             async with client.connect() as stream:
-                fourth = await stream.create(model="sim-model", input="continue",
-                                             previous_response_id=third.id, tools=[SHELL_TOOL])
+                fourth = await stream.create(
+                    model="sim-model",
+                    input="continue",
+                    previous_response_id=third.id,
+                    tools=[SHELL_TOOL],
+                )
             assert fourth.status == "completed"
 
 
 async def test_cancel_stops_an_in_flight_response(server_factory: ServerFactory) -> None:
     # At 2 tokens/s the answer would take minutes; the test's timeout proves cancellation.
     running = await server_factory(tokens_per_second=2, answer_tokens=400)
-    async with asyncio.timeout(15), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client, client.connect() as stream:
-        await stream.send(pb.ConnectRequest(
-            response_create=params_to_pb({"model": "sim-model", "input": "long answer"})))
+    async with (
+        asyncio.timeout(15),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        await stream.send(
+            pb.ConnectRequest(
+                response_create=params_to_pb({"model": "sim-model", "input": "long answer"})
+            )
+        )
         events = stream.events()
         created = await anext(events)
         await stream.cancel(created["response"]["id"])
@@ -259,16 +361,19 @@ async def test_cancel_stops_an_in_flight_response(server_factory: ServerFactory)
 
 async def test_client_going_away_aborts_engine_work(server_factory: ServerFactory) -> None:
     running = await server_factory(tokens_per_second=2, answer_tokens=400)
-    async with asyncio.timeout(15), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client:
+    async with (
+        asyncio.timeout(15),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+    ):
         async with client.connect() as stream:
-            await stream.send(pb.ConnectRequest(
-                response_create=params_to_pb({"model": "sim-model", "input": "long"})))
+            await stream.send(
+                pb.ConnectRequest(
+                    response_create=params_to_pb({"model": "sim-model", "input": "long"})
+                )
+            )
             await anext(stream.events())
             assert len(running.core.inflight) == 1
             stream.abort()
-        while running.core.inflight or running.core.sessions_open:
-            await asyncio.sleep(0.01)  # condition polling, bounded by the timeout above
+        await running.core.wait_until_idle()
         stats = await client.stats()
         assert stats["streams_open"] == 0

@@ -11,14 +11,21 @@ from tests.conftest import SHELL_TOOL
 
 async def test_tool_loop_over_connect(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(30), client.connect() as stream:
-        first = await stream.create(model="sim-model", input="list the files",
-                                    tools=[SHELL_TOOL])
+        first = await stream.create(model="sim-model", input="list the files", tools=[SHELL_TOOL])
         assert first.status == "completed"
         assert len(first.function_calls) == 1
         call = first.function_calls[0]
         second = await stream.create(
-            model="sim-model", previous_response_id=first.id, tools=[SHELL_TOOL],
-            input=[{"type": "function_call_output", "call_id": call["call_id"],
-                    "output": "a.txt\nb.txt"}])
+            model="sim-model",
+            previous_response_id=first.id,
+            tools=[SHELL_TOOL],
+            input=[
+                {
+                    "type": "function_call_output",
+                    "call_id": call["call_id"],
+                    "output": "a.txt\nb.txt",
+                }
+            ],
+        )
         assert second.status == "completed"
         assert second.usage is not None and second.usage.cached_tokens > 0

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 
 
 async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20):
-        items = [{"type": "message", "role": "user", "content": f"message {i}"}
-                 for i in range(7)]
+        items = [{"type": "message", "role": "user", "content": f"message {i}"} for i in range(7)]
         created = await client.create(model="sim-model", input=items)
         stored = await client.get(created.id)
         assert stored.id == created.id and stored.output_text == created.output_text
@@ -51,11 +49,14 @@ async def test_stats_count_work(client: AsyncResponsesClient) -> None:
         response = await client.create(model="sim-model", input="count me")
         after = await client.stats()
         assert after["responses_total"] == before["responses_total"] + 1
-        assert after["tokens_rendered_total"] - before["tokens_rendered_total"] == (
-            response.stats["tokens_rendered"])
+        assert (
+            after["tokens_rendered_total"] - before["tokens_rendered_total"]
+            == (response.stats["tokens_rendered"])
+        )
         assert after["items_validated_total"] == before["items_validated_total"] + 1
         assert after["engine_ms_total"] > before["engine_ms_total"] or (
-            response.stats["engine_ms"] == 0)
+            response.stats["engine_ms"] == 0
+        )
         assert after["process_cpu_seconds"] > 0
         assert "validation" in after["stage_items_total"]
 
