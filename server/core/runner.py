@@ -62,6 +62,9 @@ class Lane:
         self.inflight: ResponseRun | None = None
         self.tools_memo: tuple[Any, list[dict[str, Any]]] | None = None
         self.route_memo: tuple[Any, Route] | None = None
+        # Set when the client has said it will send nothing more (half-close): a response
+        # that would wait for tool outputs ends at once instead.
+        self.input_closed = False
 
     @property
     def stateful(self) -> bool:
@@ -375,7 +378,7 @@ class ResponseRun:
         """Send response.done and wait for a matching append; None on timeout."""
         assert self.record is not None and self.state is not None
         self.pending_calls = {call["call_id"]: call for call in calls}
-        timeout = self.core.config.limits.append_timeout_s
+        timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
         await self.emit(self.seq.event(
             "response.done", response=self.record.snapshot(), pending_calls=list(calls),

@@ -71,7 +71,15 @@ class Session:
         await self.finish(wait_for_runs=False)
 
     async def finish(self, *, wait_for_runs: bool = True) -> None:
-        """No more client events: let in-flight responses end (or stop them), then end."""
+        """No more client events: let in-flight responses end (or stop them), then end.
+
+        A response waiting for tool outputs can get none any more, so it ends at once.
+        """
+        for lane in self._lanes.values():
+            lane.input_closed = True
+            run = lane.inflight
+            if run is not None and run.waiting_for_append:
+                run.cancel("client_gone")
         if wait_for_runs:
             while self._runs:
                 await asyncio.gather(*list(self._runs), return_exceptions=True)
