@@ -77,18 +77,43 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     return running
 
 
-async def serve(config: ServerConfig, *, http: bool = True) -> None:
-    """Run until SIGTERM/SIGINT, then stop gracefully."""
+async def serve(
+    config: ServerConfig,
+    *,
+    http: bool = True,
+    reload: Callable[[], ServerConfig] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT, then stop gracefully.
+
+    With ``reload``, SIGHUP re-reads the configuration and applies its model routes: streams
+    resolve a changed alias again on their next response (other settings need a restart).
+    """
     running = await start_server(config, http=http)
     where = f"gRPC on {config.host}:{running.grpc_port}"
     if running.http_port is not None:
         where += f", HTTP+SSE and WebSocket on http://{config.host}:{running.http_port}/v1"
-    log.info("bidi-responses listening: %s (models: %s)", where,
-             ", ".join(running.core.router.aliases))
+    log.info(
+        "bidi-responses listening: %s (models: %s)", where, ", ".join(running.core.router.aliases)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+
+        def reload_routes() -> None:
+            try:
+                changed = running.core.router.update(reload().models)
+            except Exception:
+                log.exception("SIGHUP: configuration not reloaded")
+                return
+            log.info(
+                "SIGHUP: model routes reloaded; changed: %s (models: %s)",
+                ", ".join(changed) or "none",
+                ", ".join(running.core.router.aliases),
+            )
+
+        loop.add_signal_handler(signal.SIGHUP, reload_routes)
     try:
         await stop.wait()
         log.info("stopping: finishing in-flight responses and draining writes")

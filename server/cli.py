@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
 
-from bidi_responses.server.config import RouteConfig, SimSettings, load_config
+from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings, load_config
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,33 +20,76 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--http-port", type=int, default=None, help="HTTP/WebSocket port (default 8000)")
     p.add_argument("--no-http", action="store_true", help="serve gRPC only")
     p.add_argument("--data-dir", default=None, help="where the SQLite store lives")
-    p.add_argument("--engine", choices=["sim", "script"], default=None,
-                   help="engine behind the default model alias 'sim-model' (default sim)")
-    p.add_argument("--model", default="sim-model", help="alias that --engine serves")
+    p.add_argument(
+        "--engine",
+        choices=["sim", "script"],
+        default=None,
+        help="engine behind the default model alias 'sim-model' (default sim)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="alias that --engine and the --sim-* flags configure (default sim-model; "
+        "added unless --config defines the model aliases)",
+    )
     p.add_argument("--sim-tps", type=float, default=None, help="sim decode tokens/s (1000)")
     p.add_argument("--sim-ttft-ms", type=float, default=None, help="sim base time to first token")
-    p.add_argument("--sim-tool-rounds", type=int, default=None,
-                   help="tool-calling turns before the sim answers in text (3)")
+    p.add_argument(
+        "--sim-tool-rounds",
+        type=int,
+        default=None,
+        help="tool-calling turns before the sim answers in text (3)",
+    )
     p.add_argument("--sim-seed", type=int, default=None, help="sim random seed (0)")
     p.add_argument("--script", default=None, help="JSONL file for --engine script")
-    p.add_argument("--cache-responses", type=int, default=None,
-                   help="responses kept per stream cache (1)")
-    p.add_argument("--delta-window-ms", type=float, default=None,
-                   help="wait this long to merge deltas into one event (0: merge only ready ones)")
+    p.add_argument(
+        "--cache-responses", type=int, default=None, help="responses kept per stream cache (1)"
+    )
+    p.add_argument(
+        "--delta-window-ms",
+        type=float,
+        default=None,
+        help="wait this long to merge deltas into one event (0: merge only ready ones)",
+    )
     p.add_argument("--no-coalesce", action="store_true", help="one event per engine token")
+    p.add_argument(
+        "--grace-period-s",
+        type=float,
+        default=None,
+        help="on SIGTERM/SIGINT, how long in-flight responses may take to finish (10)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from bidi_responses.server.app import serve
-
-    config = load_config(args.config, host=args.host, grpc_port=args.grpc_port,
-                         http_port=args.http_port, data_dir=args.data_dir)
-    explicit_engine = any(v is not None for v in (
-        args.engine, args.sim_tps, args.sim_ttft_ms, args.sim_tool_rounds, args.sim_seed,
-        args.script))
-    if explicit_engine or args.model not in config.models:
-        route = config.models.get(args.model) or RouteConfig()
+def _config(args: argparse.Namespace) -> ServerConfig:
+    """The server configuration: the --config file, then the flags on top."""
+    config = load_config(
+        args.config,
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        data_dir=args.data_dir,
+        grace_period_s=args.grace_period_s,
+    )
+    explicit_engine = any(
+        v is not None
+        for v in (
+            args.engine,
+            args.sim_tps,
+            args.sim_ttft_ms,
+            args.sim_tool_rounds,
+            args.sim_seed,
+            args.script,
+        )
+    )
+    model = args.model or "sim-model"
+    # A config file that lists its model aliases gets no extra default alias.
+    if (
+        explicit_engine
+        or args.model is not None
+        or (model not in config.models and args.config is None)
+    ):
+        route = config.models.get(model) or RouteConfig()
         sim = route.sim if route.sim is not None else SimSettings()
         if args.sim_tps is not None:
             sim.tokens_per_second = args.sim_tps
@@ -60,35 +104,56 @@ def _serve(args: argparse.Namespace) -> int:
         if args.script is not None:
             route.script_path = args.script
         if route.engine == "script" and not route.script_path:
-            print("error: --engine script needs --script PATH", file=sys.stderr)
-            return 2
-        config.models[args.model] = route
+            raise ValueError("--engine script needs --script PATH")
+        config.models[model] = route
+    if not config.models:
+        raise ValueError("no model aliases: add [models.<alias>] to the config file")
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:
         config.streaming.delta_window_ms = args.delta_window_ms
     if args.no_coalesce:
         config.streaming.coalesce_deltas = False
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bidi_responses.server.app import serve
+
     try:
-        asyncio.run(serve(config, http=not args.no_http))
-    except KeyboardInterrupt:
-        pass
+        config = _config(args)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
     return 0
 
 
 def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("usage", help="summarize the usage ledger")
     p.add_argument("--data-dir", default=".bidi-responses", help="the server's data directory")
-    p.add_argument("--by", choices=["tenant", "model", "transport", "status"], default="tenant")
+    p.add_argument(
+        "--by",
+        default="tenant",
+        help="group by tenant, model, transport or status, or several joined by "
+        "commas (default tenant)",
+    )
+    p.add_argument(
+        "--since",
+        default=None,
+        help="only responses created since then: 15m, 2h, 7d, or a unix time",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def _usage(args: argparse.Namespace) -> int:
     from bidi_responses.server.usage import print_usage
 
-    return print_usage(args.data_dir, by=args.by, as_json=args.json)
+    return print_usage(args.data_dir, by=args.by, as_json=args.json, since=args.since)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -89,10 +89,12 @@ class ServerConfig:
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     # Model alias -> route. The CLI fills "sim-model" from its engine flags.
     models: dict[str, RouteConfig] = field(default_factory=lambda: {"sim-model": RouteConfig()})
-    # Pre-inference stages, by registered name or "module:attribute".
-    stages: list[str] = field(
-        default_factory=lambda: ["validation"]
-    )
+    # Pre-inference stages in order, by registered name ("validation", "secrets", "injection")
+    # or "module:attribute" / "path/to/file.py:attribute" for your own (docs/pipeline.md).
+    stages: list[str] = field(default_factory=lambda: ["validation", "secrets", "injection"])
+    # Settings per stage, keyed like ``stages``, passed to the stage's factory as keyword
+    # arguments. TOML: ``[stage_settings.secrets]`` then ``block = true``.
+    stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     post_queue_size: int = 1024
     grace_period_s: float = 10.0
 

@@ -1,51 +1,147 @@
-"""``bidi-responses usage``: a summary of the usage ledger."""
+"""``bidi-responses usage``: a summary of the usage ledger.
+
+The ledger has one row per finished response (completed, incomplete, failed, or cancelled when
+its stream was cut short), written off the critical path. This command reads the SQLite file
+directly, read-only, so it works while the server runs.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bidi_responses.server.core.store import read_ledger
+from bidi_responses.server.core.store import LedgerRow, read_ledger
+
+GROUP_KEYS = ("tenant", "model", "transport", "status")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def summarize(data_dir: str | Path, by: str = "tenant") -> list[dict[str, Any]]:
-    """Ledger totals grouped by ``by`` (tenant, model, transport or status)."""
+def parse_since(value: str, now: float | None = None) -> int:
+    """A start time: a duration back from now (``90s``, ``15m``, ``2h``, ``7d``) or a unix
+    timestamp."""
+    now = time.time() if now is None else now
+    match = _DURATION.match(value.strip())
+    if match:
+        return int(now - float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return int(float(value))
+    except ValueError:
+        raise ValueError(
+            f"invalid --since '{value}': use a duration such as 15m, 2h or 7d, or a unix time"
+        ) from None
+
+
+def _group_keys(by: str | Sequence[str]) -> list[str]:
+    keys = [k.strip() for k in by.split(",")] if isinstance(by, str) else list(by)
+    for key in keys:
+        if key not in GROUP_KEYS:
+            raise ValueError(f"cannot group by '{key}' (choose from {', '.join(GROUP_KEYS)})")
+    return keys
+
+
+def _empty() -> dict[str, Any]:
+    return {
+        "responses": 0,
+        "input_tokens": 0,
+        "cached_tokens": 0,
+        "output_tokens": 0,
+        "engine_ms": 0.0,
+        "api_ms": 0.0,
+    }
+
+
+def _add(group: dict[str, Any], row: LedgerRow) -> None:
+    group["responses"] += 1
+    group["input_tokens"] += row.input_tokens
+    group["cached_tokens"] += row.cached_tokens
+    group["output_tokens"] += row.output_tokens
+    group["engine_ms"] += row.engine_ms
+    group["api_ms"] += row.api_pre_ms + row.api_post_ms
+
+
+def _finish(group: dict[str, Any]) -> dict[str, Any]:
+    group["engine_ms"] = round(group["engine_ms"], 3)
+    group["api_ms"] = round(group["api_ms"], 3)
+    inputs = group["input_tokens"]
+    group["cached_share"] = round(group["cached_tokens"] / inputs, 4) if inputs else 0.0
+    return group
+
+
+def load_rows(data_dir: str | Path, since: int | None = None) -> list[LedgerRow]:
+    """The ledger rows of ``data_dir`` (created at or after ``since``)."""
     path = Path(data_dir) / "responses.db"
     if not path.exists():
-        raise FileNotFoundError(f"no ledger at {path}: has a server run with --data-dir {data_dir}?")
-    groups: dict[str, dict[str, Any]] = defaultdict(lambda: {
-        "responses": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0,
-        "engine_ms": 0.0, "api_ms": 0.0,
-    })
-    for row in read_ledger(path):
-        group = groups[str(getattr(row, by))]
-        group["responses"] += 1
-        group["input_tokens"] += row.input_tokens
-        group["cached_tokens"] += row.cached_tokens
-        group["output_tokens"] += row.output_tokens
-        group["engine_ms"] += row.engine_ms
-        group["api_ms"] += row.api_pre_ms + row.api_post_ms
-    return [{by: key, **values} for key, values in sorted(groups.items())]
+        raise FileNotFoundError(
+            f"no ledger at {path}: has a server run with --data-dir {data_dir}?"
+        )
+    rows = read_ledger(path)
+    if since is not None:
+        rows = [row for row in rows if row.created_at >= since]
+    return rows
 
 
-def print_usage(data_dir: str | Path, *, by: str = "tenant", as_json: bool = False) -> int:
+def summarize(
+    data_dir: str | Path, by: str | Sequence[str] = "tenant", *, since: int | None = None
+) -> list[dict[str, Any]]:
+    """Ledger totals grouped by ``by`` (tenant, model, transport, status, or several joined
+    by commas), sorted by group."""
+    keys = _group_keys(by)
+    groups: dict[tuple[str, ...], dict[str, Any]] = defaultdict(_empty)
+    for row in load_rows(data_dir, since):
+        _add(groups[tuple(str(getattr(row, key)) for key in keys)], row)
+    return [
+        {**dict(zip(keys, group, strict=True)), **_finish(values)}
+        for group, values in sorted(groups.items())
+    ]
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of summary rows."""
+    total = _empty()
+    for row in rows:
+        for key in total:
+            total[key] += row[key]
+    return _finish(total)
+
+
+def print_usage(
+    data_dir: str | Path,
+    *,
+    by: str | Sequence[str] = "tenant",
+    as_json: bool = False,
+    since: str | None = None,
+) -> int:
     """Print the summary; returns the process exit code."""
     try:
-        rows = summarize(data_dir, by)
-    except FileNotFoundError as error:
+        keys = _group_keys(by)
+        start = parse_since(since) if since else None
+        rows = summarize(data_dir, keys, since=start)
+    except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}")
         return 1
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"groups": rows, "total": totals(rows)}, indent=2))
         return 0
-    header = f"{by:<24} {'responses':>9} {'input':>12} {'cached':>12} {'output':>10} " \
-             f"{'engine s':>9} {'api s':>8}"
+    label = "/".join(keys)
+    width = max([len(label), 8, *(len("/".join(str(r[k]) for k in keys)) for r in rows)])
+    header = (
+        f"{label:<{width}} {'responses':>9} {'input':>12} {'cached':>12} {'cached%':>7} "
+        f"{'output':>10} {'engine s':>9} {'api s':>8}"
+    )
     print(header)
     print("-" * len(header))
-    for row in rows:
-        print(f"{row[by]:<24} {row['responses']:>9} {row['input_tokens']:>12} "
-              f"{row['cached_tokens']:>12} {row['output_tokens']:>10} "
-              f"{row['engine_ms'] / 1000:>9.2f} {row['api_ms'] / 1000:>8.3f}")
+    for row in [*rows, {**{k: "" for k in keys}, **totals(rows)}]:
+        name = "/".join(str(row[k]) for k in keys) or "total"
+        print(
+            f"{name:<{width}} {row['responses']:>9} {row['input_tokens']:>12} "
+            f"{row['cached_tokens']:>12} {row['cached_share'] * 100:>6.1f}% "
+            f"{row['output_tokens']:>10} {row['engine_ms'] / 1000:>9.2f} "
+            f"{row['api_ms'] / 1000:>8.3f}"
+        )
     return 0

@@ -146,9 +146,7 @@ class ResponseRun:
                 status=409,
             )
         items, _ = parse_input(raw_input, self.core.config.limits)
-        outputs = [
-            (i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"
-        ]
+        outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
         answered = [it["call_id"] for _, it in outputs]
         for index, item in outputs:
             if item["call_id"] not in self.pending_calls:
@@ -183,9 +181,13 @@ class ResponseRun:
         try:
             try:
                 if core.draining:
-                    raise ApiError("The server is shutting down and takes no new responses; "
-                                   "retry on a new connection.", code="server_shutting_down",
-                                   status=503, type="server_error")
+                    raise ApiError(
+                        "The server is shutting down and takes no new responses; "
+                        "retry on a new connection.",
+                        code="server_shutting_down",
+                        status=503,
+                        type="server_error",
+                    )
                 request = self._parse()
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
@@ -211,8 +213,12 @@ class ResponseRun:
         except Exception as exc:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
-                internal = ApiError("The server had an error processing the request.",
-                                    code="server_error", status=500, type="server_error")
+                internal = ApiError(
+                    "The server had an error processing the request.",
+                    code="server_error",
+                    status=500,
+                    type="server_error",
+                )
                 await self.emit(error_event(500, internal.to_error_object()))
             else:
                 self.record.error = {"code": "server_error", "message": str(exc) or repr(exc)}
@@ -237,18 +243,26 @@ class ResponseRun:
             if isinstance(request.tool_choice, dict):
                 name = request.tool_choice["name"]
                 if not any(t.get("name") == name for t in request.tools):
-                    raise ApiError(f"Invalid 'tool_choice.name': no function tool named '{name}'.",
-                                   param="tool_choice.name")
+                    raise ApiError(
+                        f"Invalid 'tool_choice.name': no function tool named '{name}'.",
+                        param="tool_choice.name",
+                    )
         else:
             request = parse_create(self.body, limits)
             if lane.stateful:
                 lane.tools_memo = (raw_tools, request.tools)
         if request.background:
-            raise ApiError("Background mode is not supported on this transport.",
-                           code="unsupported_parameter", param="background")
+            raise ApiError(
+                "Background mode is not supported on this transport.",
+                code="unsupported_parameter",
+                param="background",
+            )
         if request.append_mode and not lane.stateful:
-            raise ApiError("'append_mode' needs a Connect stream or a WebSocket connection.",
-                           code="unsupported_parameter", param="append_mode")
+            raise ApiError(
+                "'append_mode' needs a Connect stream or a WebSocket connection.",
+                code="unsupported_parameter",
+                param="append_mode",
+            )
         return request
 
     async def _prepare(self, request: CreateRequest) -> None:
@@ -291,11 +305,15 @@ class ResponseRun:
 
         rendered = 0
         key = state.prefix_key
-        if key is None or key[0] != request.instructions or (
-            key[1] is not request.tools and key[1] != request.tools
+        if (
+            key is None
+            or key[0] != request.instructions
+            or (key[1] is not request.tools and key[1] != request.tools)
         ):
             rendered += state.set_prefix(
-                core.renderer, request.instructions, request.tools,
+                core.renderer,
+                request.instructions,
+                request.tools,
                 (request.instructions, request.tools),
             )
 
@@ -316,8 +334,9 @@ class ResponseRun:
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
         declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
-        batch = StageInput(items, paths, request, declared, self.state.call_names,
-                           self.state.answered_calls)
+        batch = StageInput(
+            items, paths, request, declared, self.state.call_names, self.state.answered_calls
+        )
         flags = await self.core.pipeline.run(batch, self.state.stage_state, self._counters)
         self.record.safety_flags.extend(flag.to_dict() for flag in flags)
         self.record.stats.stage_items = self._counters.items
@@ -349,9 +368,12 @@ class ResponseRun:
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
         functions = tuple(
             # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
-            FunctionSpec(t["name"], canonical_json(t.get("parameters"))
-                         or {"type": "object", "properties": {}})
-            for t in request.tools if t["type"] == "function"
+            FunctionSpec(
+                t["name"],
+                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
+            )
+            for t in request.tools
+            if t["type"] == "function"
         )
         forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
         mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
@@ -380,9 +402,13 @@ class ResponseRun:
         self.pending_calls = {call["call_id"]: call for call in calls}
         timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
-        await self.emit(self.seq.event(
-            "response.done", response=self.record.snapshot(), pending_calls=list(calls),
-        ))
+        await self.emit(
+            self.seq.event(
+                "response.done",
+                response=self.record.snapshot(),
+                pending_calls=list(calls),
+            )
+        )
         while True:
             loop = asyncio.get_running_loop()
             self._append_waiter = loop.create_future()
@@ -524,8 +550,10 @@ class ResponseRun:
             record.stats.api_post_ms = (time.perf_counter() - self._engine_end) * 1000
         snapshot = record.snapshot()
         state = self.state
-        if state is not None and self.lane.cache is not None and record.status in (
-            "completed", "incomplete"
+        if (
+            state is not None
+            and self.lane.cache is not None
+            and record.status in ("completed", "incomplete")
         ):
             state.last_response = snapshot
             if not request.store:
@@ -621,24 +649,45 @@ class _ItemStreamer:
         self.parts = []
         self.index = len(self.record.output)
         if event.kind == "message":
-            item: Item = {"type": "message", "id": new_id("msg"), "status": "in_progress",
-                          "role": "assistant", "content": []}
+            item: Item = {
+                "type": "message",
+                "id": new_id("msg"),
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
             self.current = item
             self.record.output.append(item)
-            await run.emit(run.seq.event("response.output_item.added", output_index=self.index,
-                                         item=_copy_item(item)))
-            await run.emit(run.seq.event(
-                "response.content_part.added", item_id=item["id"], output_index=self.index,
-                content_index=0, part={"type": "output_text", "text": "", "annotations": []},
-            ))
+            await run.emit(
+                run.seq.event(
+                    "response.output_item.added", output_index=self.index, item=_copy_item(item)
+                )
+            )
+            await run.emit(
+                run.seq.event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": []},
+                )
+            )
         else:
-            item = {"type": "function_call", "id": new_id("fc"),
-                    "call_id": event.call_id or new_id("call"), "name": event.name,
-                    "arguments": "", "status": "in_progress"}
+            item = {
+                "type": "function_call",
+                "id": new_id("fc"),
+                "call_id": event.call_id or new_id("call"),
+                "name": event.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
             self.current = item
             self.record.output.append(item)
-            await run.emit(run.seq.event("response.output_item.added", output_index=self.index,
-                                         item=dict(item)))
+            await run.emit(
+                run.seq.event(
+                    "response.output_item.added", output_index=self.index, item=dict(item)
+                )
+            )
 
     async def delta(self, text: str, tokens: int) -> None:
         run = self.run
@@ -646,11 +695,24 @@ class _ItemStreamer:
         assert item is not None
         self.parts.append(text)
         if item["type"] == "message":
-            await run.emit(run.seq.event("response.output_text.delta", item_id=item["id"],
-                                         output_index=self.index, content_index=0, delta=text))
+            await run.emit(
+                run.seq.event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    content_index=0,
+                    delta=text,
+                )
+            )
         else:
-            await run.emit(run.seq.event("response.function_call_arguments.delta",
-                                         item_id=item["id"], output_index=self.index, delta=text))
+            await run.emit(
+                run.seq.event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    delta=text,
+                )
+            )
 
     async def end(self) -> None:
         run = self.run
@@ -659,19 +721,40 @@ class _ItemStreamer:
         text = "".join(self.parts)
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
-            await run.emit(run.seq.event("response.output_text.done", item_id=item["id"],
-                                         output_index=self.index, content_index=0, text=text))
-            await run.emit(run.seq.event("response.content_part.done", item_id=item["id"],
-                                         output_index=self.index, content_index=0, part=part))
+            await run.emit(
+                run.seq.event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    content_index=0,
+                    text=text,
+                )
+            )
+            await run.emit(
+                run.seq.event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    content_index=0,
+                    part=part,
+                )
+            )
             item["content"] = [part]
         else:
             item["arguments"] = text
-            await run.emit(run.seq.event("response.function_call_arguments.done",
-                                         item_id=item["id"], output_index=self.index,
-                                         arguments=text, name=item["name"]))
+            await run.emit(
+                run.seq.event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    arguments=text,
+                    name=item["name"],
+                )
+            )
         item["status"] = "completed"
-        await run.emit(run.seq.event("response.output_item.done", output_index=self.index,
-                                     item=item))
+        await run.emit(
+            run.seq.event("response.output_item.done", output_index=self.index, item=item)
+        )
         self.items.append(item)
         self.current = None
 

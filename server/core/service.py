@@ -8,7 +8,6 @@ counters. Per-stream state lives in ``Session`` objects that it hands out.
 from __future__ import annotations
 
 import asyncio
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any

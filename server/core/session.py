@@ -8,6 +8,7 @@ never raises into the transport: a bad event becomes an ``error`` event and the 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -21,6 +22,7 @@ from bidi_responses.server.core.state import ResponseCache
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
 
+_STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.cancel")
 
 
@@ -155,6 +157,13 @@ class Session:
                 raise ApiError(
                     "Invalid 'stream_id': expected a string.",
                     code="invalid_type",
+                    param="stream_id",
+                )
+            if raw_lane and not _STREAM_ID.fullmatch(raw_lane):
+                # The hosted WebSocket mode's rule; "" stays the default lane (proto3 default).
+                raise ApiError(
+                    "Invalid 'stream_id': expected 1 to 256 characters of [A-Za-z0-9_.-].",
+                    code="invalid_stream_id",
                     param="stream_id",
                 )
             lane_id = raw_lane or ""

@@ -13,6 +13,7 @@ the engine instance, shared by every stream and transport.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import math
@@ -102,7 +103,7 @@ class SimEngine:
         self._corpus = token_deltas(self.encoding, self.encoding.encode_ordinary(_CORPUS))
         if any(len(delta.token_ids) != 1 for delta in self._corpus):
             raise AssertionError("the built-in corpus must be ASCII (one token per Delta)")
-        # Answers start at a line start, so that they read like the start of a paragraph.
+        # Answers start at a line start, so that they read like the start of a sentence or code.
         self._starts = [0] + [
             i + 1 for i, delta in enumerate(self._corpus[:-1]) if delta.text.endswith("\n")
         ]
@@ -137,6 +138,8 @@ class SimEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         """Stream the output for ``request``; the last event is an EngineFinish."""
+        # Planning counts as engine time: the pacing schedule starts before it.
+        start = asyncio.get_running_loop().time()
         items, reason = self.plan(request)
         async for event in play(
             items,
@@ -144,6 +147,7 @@ class SimEngine:
             timing=self.timing,
             prefix_cache=self.prefix_cache,
             finish_reason=reason,
+            start=start,
         ):
             yield event
 

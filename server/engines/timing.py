@@ -173,6 +173,10 @@ class Pacer:
     tokens are released back to back, so the engine never falls further behind than the loop
     forces it to. To stay fair to other streams and responsive to cancellation, it still yields
     to the loop once every ``yield_every`` tokens released without sleeping.
+
+    ``start`` (default: now, on ``clock``) is when the segment began; work the engine did
+    before creating the pacer (planning, the prefix-cache lookup) then counts as part of the
+    modeled time to first token instead of being added on top of it.
     """
 
     def __init__(
@@ -183,13 +187,14 @@ class Pacer:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         yield_every: int = 64,
+        start: float | None = None,
     ) -> None:
         self._timing = timing
         self._uncached = uncached_prompt_tokens
         # The loop's clock is the one asyncio.sleep keeps; tests may inject both.
         self._clock = clock if clock is not None else asyncio.get_running_loop().time
         self._sleep = sleep if sleep is not None else asyncio.sleep
-        self._t0 = self._clock()
+        self._t0 = start if start is not None else self._clock()
         self._ttft = timing.ttft_seconds(uncached_prompt_tokens)
         self._tps = timing.tokens_per_second
         self._yield_every = max(1, yield_every)
@@ -285,6 +290,7 @@ async def play(
     extra: Mapping[str, Any] | None = None,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Awaitable[None]] | None = None,
+    start: float | None = None,
 ) -> AsyncIterator[EngineEvent]:
     """Stream planned items as engine events, paced by ``timing``; ends with an EngineFinish.
 
@@ -297,15 +303,23 @@ async def play(
     already started is closed with ItemEnd, and the reason is ``"max_output_tokens"``; the
     core must treat that last item as incomplete (its argument JSON may be cut short).
 
-    ``clock`` and ``sleep`` default to the running loop's; tests inject fakes.
+    ``clock`` and ``sleep`` default to the running loop's; tests inject fakes. ``start`` is
+    when the segment began on that clock (default: now).
+
+    The engine's own CPU work (hashing the prompt for the prefix cache: a few milliseconds at
+    200k tokens) happens inside the modeled time to first token, not on top of it. A real
+    engine does that work in its own process, so it must not surface as API overhead.
 
     Cancellation of the consuming task raises CancelledError at the next sleep, which
     propagates; nothing needs cleaning up.
     """
+    clock = clock if clock is not None else asyncio.get_running_loop().time
+    if start is None:
+        start = clock()
     prompt = request.prompt_tokens
     cached = prefix_cache.match_and_insert(prompt)
     uncached = len(prompt) - cached
-    pacer = Pacer(timing, uncached, clock=clock, sleep=sleep)
+    pacer = Pacer(timing, uncached, clock=clock, sleep=sleep, start=start)
     budget = request.max_output_tokens
     reason: Literal["stop", "tool_calls", "max_output_tokens"] = finish_reason
 

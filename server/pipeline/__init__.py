@@ -1,16 +1,32 @@
 """The request pipeline around inference: validation, classifiers, routing, post-inference.
 
-Importing this package registers the built-in stages by name.
+Importing this package registers the built-in stages by name: ``validation``, ``secrets``
+and ``injection``. See docs/pipeline.md for the stage interface and how to add one.
 """
 
+from bidi_responses.server.pipeline import injection as _injection  # noqa: F401
+from bidi_responses.server.pipeline import secrets as _secrets  # noqa: F401
 from bidi_responses.server.pipeline import validation as _validation  # noqa: F401
 from bidi_responses.server.pipeline.base import (
     Flag,
     Pipeline,
     Stage,
     StageInput,
+    build_pipeline,
+    iter_texts,
     load_stage,
     register_stage,
+    registered_stages,
 )
 
-__all__ = ["Flag", "Pipeline", "Stage", "StageInput", "load_stage", "register_stage"]
+__all__ = [
+    "Flag",
+    "Pipeline",
+    "Stage",
+    "StageInput",
+    "build_pipeline",
+    "iter_texts",
+    "load_stage",
+    "register_stage",
+    "registered_stages",
+]

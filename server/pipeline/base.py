@@ -5,17 +5,23 @@ carries from earlier turns of the same stream (``carried``). It may raise ApiErr
 request, or return flags that are reported on the response. Model-backed classifiers can run
 off the event loop: ``examine`` is a coroutine, so a stage may ``await asyncio.to_thread(...)``.
 
-Register a stage class with ``register_stage`` or name it as ``module:attribute`` in the
-server configuration's ``stages`` list.
+Register a stage class with ``register_stage`` or name it as ``module:attribute`` (or
+``path/to/file.py:attribute``) in the server configuration's ``stages`` list; settings from
+``stage_settings`` are passed to the factory as keyword arguments. See docs/pipeline.md.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import inspect
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from bidi_responses.server.core.requests import CreateRequest, Item
@@ -57,7 +63,12 @@ class StageInput:
 
 
 class Stage(Protocol):
-    """One pre-inference stage."""
+    """One pre-inference stage.
+
+    ``name`` keys the stage's counters (``stats.stage_items``/``stage_ms``) and its carried
+    state, so it must be unique within a pipeline. A stage may also define ``close()`` (plain
+    or async), called once when the server stops, to release a thread or process pool.
+    """
 
     name: str
 
@@ -66,7 +77,7 @@ class Stage(Protocol):
         ...
 
 
-StageFactory = Callable[[], Stage]
+StageFactory = Callable[..., Stage]
 _REGISTRY: dict[str, StageFactory] = {}
 
 
@@ -75,17 +86,131 @@ def register_stage(name: str, factory: StageFactory) -> None:
     _REGISTRY[name] = factory
 
 
-def load_stage(spec: str) -> Stage:
-    """A stage by registered name or ``module:attribute`` (a class or factory)."""
+def registered_stages() -> list[str]:
+    """Names of the registered stages, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _resolve_factory(spec: str) -> StageFactory:
     if spec in _REGISTRY:
-        return _REGISTRY[spec]()
+        return _REGISTRY[spec]
     if ":" not in spec:
         known = ", ".join(sorted(_REGISTRY))
         raise ValueError(f"unknown pipeline stage '{spec}' (known: {known}; or module:attribute)")
-    module_name, attribute = spec.split(":", 1)
-    factory = getattr(importlib.import_module(module_name), attribute)
-    stage: Stage = factory()
+    module_name, attribute = spec.rsplit(":", 1)
+    if module_name.endswith(".py") or "/" in module_name:
+        path = Path(module_name).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"pipeline stage '{spec}': no file {path}")
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+        unique = f"bidi_responses_stage_{path.stem}_{digest}"
+        module = sys.modules.get(unique)
+        if module is None:
+            file_spec = importlib.util.spec_from_file_location(unique, path)
+            if file_spec is None or file_spec.loader is None:
+                raise ValueError(f"pipeline stage '{spec}': cannot import {path}")
+            module = importlib.util.module_from_spec(file_spec)
+            sys.modules[unique] = module
+            file_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ValueError(
+                f"pipeline stage '{spec}': cannot import '{module_name}' "
+                f"({error}); is it on PYTHONPATH?"
+            ) from error
+    factory = getattr(module, attribute, None)
+    if factory is None or not callable(factory):
+        raise ValueError(f"pipeline stage '{spec}': '{module_name}' has no callable '{attribute}'")
+    result: StageFactory = factory
+    return result
+
+
+def load_stage(spec: str, settings: Mapping[str, Any] | None = None) -> Stage:
+    """A stage by registered name or ``module:attribute`` (a class or factory).
+
+    ``settings`` are passed to the factory as keyword arguments; an unknown setting is a
+    ValueError that names the stage.
+    """
+    factory = _resolve_factory(spec)
+    kwargs = dict(settings or {})
+    if kwargs:
+        try:
+            inspect.signature(factory).bind(**kwargs)
+        except TypeError as error:
+            raise ValueError(
+                f"pipeline stage '{spec}': bad settings {sorted(kwargs)}: {error}"
+            ) from error
+        except ValueError:  # no signature available (a builtin): let the call decide
+            pass
+    stage: Stage = factory(**kwargs)
+    if not isinstance(getattr(stage, "name", None), str) or not callable(
+        getattr(stage, "examine", None)
+    ):
+        raise ValueError(
+            f"pipeline stage '{spec}': the factory must return an object with a "
+            "'name' string and an async 'examine(batch, carried)' method"
+        )
     return stage
+
+
+def build_pipeline(
+    specs: Sequence[str], settings: Mapping[str, Mapping[str, Any]] | None = None
+) -> Pipeline:
+    """The pipeline a configuration names: ``stages`` in order, each with its settings."""
+    settings = settings or {}
+    unused = set(settings) - set(specs)
+    if unused:
+        raise ValueError(
+            f"stage_settings for stages that are not configured: "
+            f"{', '.join(sorted(unused))} (stages: {', '.join(specs)})"
+        )
+    return Pipeline([load_stage(spec, settings.get(spec)) for spec in specs])
+
+
+def iter_texts(item: Item, path: str) -> Iterator[tuple[str, str]]:
+    """The text an item carries, as ``(json_path, text)`` pairs.
+
+    Message text parts (``input[0].content[1].text``), refusals, function call arguments,
+    tool outputs (``input[3].output``), custom tool input/output and reasoning summaries.
+    Classifiers use it so that every stage agrees on what "the item's text" is.
+    """
+    kind = item.get("type")
+    if kind == "message":
+        for index, part in enumerate(item.get("content") or ()):
+            if not isinstance(part, dict):
+                continue
+            for key in ("text", "refusal"):
+                text = part.get(key)
+                if isinstance(text, str) and text:
+                    yield f"{path}.content[{index}].{key}", text
+    elif kind == "function_call":
+        arguments = item.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            yield f"{path}.arguments", arguments
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        yield from _output_texts(item.get("output"), f"{path}.output")
+    elif kind == "custom_tool_call":
+        text = item.get("input")
+        if isinstance(text, str) and text:
+            yield f"{path}.input", text
+    elif kind == "reasoning":
+        for index, part in enumerate(item.get("summary") or ()):
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str) and text:
+                yield f"{path}.summary[{index}].text", text
+
+
+def _output_texts(output: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(output, str):
+        if output:
+            yield path, output
+    elif isinstance(output, list):
+        for index, part in enumerate(output):
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str) and text:
+                yield f"{path}[{index}].text", text
 
 
 @dataclass(slots=True)
@@ -101,6 +226,27 @@ class Pipeline:
 
     def __init__(self, stages: Sequence[Stage]) -> None:
         self.stages = list(stages)
+        names = [stage.name for stage in self.stages]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(
+                f"pipeline stage names must be unique; repeated: {', '.join(duplicates)}"
+            )
+
+    @property
+    def names(self) -> list[str]:
+        """Stage names in order."""
+        return [stage.name for stage in self.stages]
+
+    async def close(self) -> None:
+        """Let every stage release what it holds (``close()``, plain or async, if defined)."""
+        for stage in self.stages:
+            close = getattr(stage, "close", None)
+            if close is None:
+                continue
+            result = close()
+            if inspect.isawaitable(result):
+                await result
 
     async def run(
         self,
@@ -119,7 +265,7 @@ class Pipeline:
                 flags.extend(await stage.examine(batch, carried))
             finally:
                 counters.items[stage.name] = counters.items.get(stage.name, 0) + len(batch.items)
-                counters.ms[stage.name] = counters.ms.get(stage.name, 0.0) + (
-                    time.perf_counter() - started
-                ) * 1000
+                counters.ms[stage.name] = (
+                    counters.ms.get(stage.name, 0.0) + (time.perf_counter() - started) * 1000
+                )
         return flags

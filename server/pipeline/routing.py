@@ -1,12 +1,13 @@
 """Model routing: a model alias resolves to an engine and its settings.
 
-Resolution builds (or finds) the engine for the alias. A stream resolves once and reuses the
-route while the model stays the same; a change of model resolves again.
+Resolution builds (or finds) the engine for the alias. A stream lane resolves once and reuses
+the route while the model and the alias's settings stay the same (``route_key``); a change of
+model, or new settings for the alias (``update``, e.g. on SIGHUP), resolves again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +31,12 @@ EngineBuilder = Callable[[RouteConfig], Engine]
 class Router:
     """Maps model aliases to engines; counts resolutions."""
 
-    def __init__(self, routes: dict[str, RouteConfig], build_engine: EngineBuilder) -> None:
+    def __init__(self, routes: Mapping[str, RouteConfig], build_engine: EngineBuilder) -> None:
         self._routes = dict(routes)
         self._build_engine = build_engine
         self._engines: dict[str, Engine] = {}
+        # Bumped whenever an alias's settings change, so that cached routes go stale.
+        self._versions: dict[str, int] = dict.fromkeys(self._routes, 0)
         self.resolutions = 0
 
     @property
@@ -42,11 +45,11 @@ class Router:
         return sorted(self._routes)
 
     def route_key(self, model: str) -> tuple[str, int]:
-        """What a cached route depends on: the alias and the identity of its settings."""
-        return (model, id(self._routes.get(model)))
+        """What a cached route depends on: the alias and the version of its settings."""
+        return (model, self._versions.get(model, -1))
 
     def resolve(self, model: str) -> Route:
-        """Resolve ``model``; ApiError (404-like 400) listing the known aliases if unknown."""
+        """Resolve ``model``; ApiError (400 ``model_not_found``) listing the known aliases."""
         self.resolutions += 1
         config = self._routes.get(model)
         if config is None:
@@ -60,6 +63,23 @@ class Router:
         if engine is None:
             engine = self._engines[model] = self._build_engine(config)
         return Route(alias=model, engine=engine, settings_key=_settings_key(config))
+
+    def update(self, routes: Mapping[str, RouteConfig]) -> list[str]:
+        """Replace the routes; returns the aliases added, changed or removed (sorted).
+
+        A changed alias gets a new engine on its next resolution, and every stream that cached
+        it resolves again; unchanged aliases keep their engines and cached routes.
+        """
+        changed: list[str] = []
+        for alias in set(self._routes) | set(routes):
+            old, new = self._routes.get(alias), routes.get(alias)
+            if old == new:
+                continue
+            changed.append(alias)
+            self._versions[alias] = self._versions.get(alias, 0) + 1
+            self._engines.pop(alias, None)
+        self._routes = dict(routes)
+        return sorted(changed)
 
     def engines(self) -> list[Any]:
         """Engines built so far."""

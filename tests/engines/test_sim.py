@@ -692,3 +692,32 @@ def test_schema_instance_handles_unusual_schemas() -> None:
     }
     for seed in range(20):
         assert not schema_errors(schema_instance(recursive, random.Random(seed)), recursive)
+
+
+async def test_prefix_lookup_counts_inside_the_time_to_first_token() -> None:
+    now = [0.0]
+
+    async def fake_sleep(delay: float) -> None:
+        now[0] += delay
+
+    class SlowCache(PrefixCache):
+        def match_and_insert(self, prompt_tokens: Sequence[int]) -> int:
+            now[0] += 0.01  # the engine's own hashing work, on the API's event loop
+            return super().match_and_insert(prompt_tokens)
+
+    deltas = (Delta(text="a", token_ids=(1,)),)
+    events = [
+        event
+        async for event in play(
+            [PlannedItem(kind="message", deltas=deltas)],
+            request=EngineRequest(prompt_tokens=[], tools=()),
+            timing=EngineTiming(tokens_per_second=100, ttft_ms=50),
+            prefix_cache=SlowCache(),
+            finish_reason="stop",
+            clock=lambda: now[0],
+            sleep=fake_sleep,
+        )
+    ]
+    # Wall (fake) time equals the modeled time: the 10 ms lookup was absorbed by the TTFT.
+    assert now[0] == pytest.approx(0.06)
+    assert finish_of(events).engine_seconds == pytest.approx(0.06)

@@ -1,0 +1,277 @@
+"""``bidi-responses compare``: every mode, the same rollouts, measured side by side.
+
+The default configuration is ``make compare``: the headline rollout (1,000 tok/s, 25 tool turns
+of 4k-token outputs, all eight modes, 3 repeats), the 4,000 tok/s keep-up test with and without
+delta merging, the history-length sweep, the tokens/s sweep and the concurrency sweep, sized to
+finish in under ten minutes on two cores. ``--smoke`` is a tiny version for the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_compare", "config_from_args", "run"]
+
+_SWEEPS = ("headline", "keepup", "history", "tps", "concurrency")
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x.strip()]
+
+
+def _windows(text: str) -> list[float | None]:
+    out: list[float | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part:
+            out.append(None if part in ("off", "none") else float(part))
+    return out
+
+
+def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``compare`` subcommand (sets ``handler``)."""
+    p = sub.add_parser(
+        "compare",
+        help="benchmark gRPC bidi vs WebSocket vs HTTP on the same rollouts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument(
+        "--modes",
+        default="all",
+        help="modes by number or key, comma-separated (default all): 1 http_new, "
+        "2 http_keepalive, 3 http_store, 4 ws_cache, 5 ws_append, "
+        "6 grpc_create, 7 grpc_connect, 8 grpc_append",
+    )
+    p.add_argument(
+        "--sweeps",
+        default=",".join(_SWEEPS),
+        help=f"which parts to run (default {','.join(_SWEEPS)})",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="repeats per cell (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="workload and engine seed")
+    p.add_argument("--turns", type=int, default=25, help="headline tool turns (default 25)")
+    p.add_argument(
+        "--output-tokens",
+        type=int,
+        default=4000,
+        help="headline tool-output size in tokens (default 4000)",
+    )
+    p.add_argument(
+        "--tool-ms", type=float, default=0.0, help="client tool execution time per call (default 0)"
+    )
+    p.add_argument("--tps", type=float, default=1000.0, help="headline decode rate (1000)")
+    p.add_argument(
+        "--trace",
+        default=None,
+        help="replay a recorded trace (script-engine JSONL) instead of the sim model",
+    )
+    p.add_argument("--tps-values", default="65,1000,4000", help="tokens/s sweep points")
+    p.add_argument("--tps-turns", type=int, default=10, help="tool turns in the tokens/s sweep")
+    p.add_argument("--tps-modes", default=None, help="modes of the tokens/s sweep (default all)")
+    p.add_argument(
+        "--slow-modes", default="1,4,7", help="modes at slow points (<= 100 tok/s; default 1,4,7)"
+    )
+    p.add_argument("--slow-repeats", type=int, default=1, help="repeats at slow points (1)")
+    p.add_argument(
+        "--history-sizes", default="1000,25000,100000,200000", help="history sweep sizes in tokens"
+    )
+    p.add_argument(
+        "--history-turns",
+        type=int,
+        default=6,
+        help="measured small turns per history size (default 6)",
+    )
+    p.add_argument(
+        "--history-repeats",
+        type=int,
+        default=None,
+        help="repeats in the history sweep (default --repeats)",
+    )
+    p.add_argument("--agents", default="1,4,16,64", help="concurrency sweep points")
+    p.add_argument(
+        "--concurrency-modes",
+        default="1,2,4,7",
+        help="modes of the concurrency sweep (default 1,2,4,7)",
+    )
+    p.add_argument(
+        "--concurrency-turns",
+        type=int,
+        default=5,
+        help="tool turns per agent in the concurrency sweep (default 5)",
+    )
+    p.add_argument(
+        "--concurrency-repeats",
+        type=int,
+        default=2,
+        help="repeats in the concurrency sweep (default 2)",
+    )
+    p.add_argument(
+        "--concurrency-window",
+        type=float,
+        default=2.0,
+        help="also run the concurrency sweep with this delta window (ms) for "
+        "--concurrency-window-modes (0: skip; default 2)",
+    )
+    p.add_argument(
+        "--concurrency-window-modes",
+        default="7",
+        help="modes of the windowed concurrency sweep (default 7)",
+    )
+    p.add_argument(
+        "--keepup-windows",
+        default="off,0,2",
+        help="delta merging policies of the keep-up test: off, or a window in ms",
+    )
+    p.add_argument("--keepup-modes", default="7,4", help="modes of the keep-up test")
+    p.add_argument(
+        "--store-all",
+        action="store_true",
+        help="store=true in every mode (default: only mode 3, which needs it)",
+    )
+    p.add_argument(
+        "--malloc-tuned",
+        action="store_true",
+        help="set the GLIBC_TUNABLES of transport-floor.md in server and clients",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny configuration of everything (used by the test suite)",
+    )
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """A CompareConfig from parsed arguments."""
+    from bidi_responses.bench.clients import resolve_modes
+    from bidi_responses.bench.run import CompareConfig
+
+    sweeps = [s.strip() for s in args.sweeps.split(",") if s.strip()]
+    unknown = [s for s in sweeps if s not in _SWEEPS]
+    if unknown:
+        raise ValueError(f"unknown sweep(s) {unknown}; known: {', '.join(_SWEEPS)}")
+    config = CompareConfig(
+        modes=resolve_modes(args.modes),
+        out_dir=Path(args.out),
+        sweeps=sweeps,
+        repeats=args.repeats,
+        seed=args.seed,
+        turns=args.turns,
+        output_tokens=args.output_tokens,
+        tool_ms=args.tool_ms,
+        tps=args.tps,
+        trace=args.trace,
+        tps_values=_floats(args.tps_values),
+        tps_turns=args.tps_turns,
+        tps_modes=resolve_modes(args.tps_modes) if args.tps_modes else None,
+        slow_modes=resolve_modes(args.slow_modes) if args.slow_modes else None,
+        slow_repeats=args.slow_repeats,
+        history_sizes=_ints(args.history_sizes),
+        history_turns=args.history_turns,
+        history_repeats=args.history_repeats or args.repeats,
+        agents=_ints(args.agents),
+        concurrency_turns=args.concurrency_turns,
+        concurrency_modes=resolve_modes(args.concurrency_modes),
+        concurrency_repeats=args.concurrency_repeats,
+        concurrency_window=args.concurrency_window,
+        concurrency_window_modes=resolve_modes(args.concurrency_window_modes)
+        if args.concurrency_window_modes
+        else None,
+        keepup_windows=_windows(args.keepup_windows),
+        keepup_modes=resolve_modes(args.keepup_modes),
+        store_all=args.store_all,
+        malloc_tuned=args.malloc_tuned,
+        show_progress=not args.no_progress,
+        command=" ".join(shlex.quote(a) for a in ["bidi-responses", *sys.argv[1:]]),
+    )
+    if args.smoke:
+        _smoke(config)
+    return config
+
+
+def _smoke(config: Any) -> None:
+    """Shrink everything: a few turns of small outputs, one repeat, a fast engine."""
+    from bidi_responses.bench.clients import resolve_modes
+
+    config.repeats = 1
+    config.turns = 3
+    config.output_tokens = 300
+    config.tps = 4000.0
+    config.ttft_ms = 5.0
+    config.tps_values = [4000.0]
+    config.tps_turns = 2
+    config.tps_output_tokens = 300
+    config.tps_modes = resolve_modes("1,7")
+    config.history_sizes = [1000, 6000]
+    config.history_turns = 2
+    config.history_repeats = 1
+    config.agents = [1, 3]
+    config.concurrency_turns = 2
+    config.concurrency_output_tokens = 300
+    config.concurrency_modes = resolve_modes("2,7")
+    config.concurrency_repeats = 1
+    config.concurrency_window = 0.0
+    config.keepup_tokens = 400
+    config.keepup_responses = 1
+    config.keepup_windows = [0.0]
+    config.keepup_modes = resolve_modes("7")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``compare`` handler: run, print the tables, write the files."""
+    from bidi_responses.bench.report import build_report, machine_info, write_outputs
+    from bidi_responses.bench.run import MALLOC_TUNED, run_compare
+
+    try:
+        config = config_from_args(args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = config.out_dir
+    print(
+        f"bidi-responses compare: modes {', '.join(m.key for m in config.modes)}; "
+        f"sweeps {', '.join(config.sweeps)}; output in {out}/",
+        flush=True,
+    )
+    started = time.time()
+    t0 = time.perf_counter()
+    cells = run_compare(config)
+    elapsed = time.perf_counter() - t0
+    meta = {
+        "command": config.command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+        "duration_s": round(elapsed, 1),
+        "machine": machine_info(),
+        "allocator": (
+            f"glibc malloc, GLIBC_TUNABLES={MALLOC_TUNED}"
+            if config.malloc_tuned
+            else "default glibc malloc (no GLIBC_TUNABLES)"
+        ),
+        "clients": {
+            "http": "aiohttp (keep-alive pool; mode 1: force_close connector)",
+            "ws": "websockets (asyncio client, compression off)",
+            "grpc": "bidi_responses.client.AsyncResponsesClient (grpc.aio)",
+        },
+    }
+    report = build_report(cells, config, meta)
+    print()
+    print(report.text())
+    paths = write_outputs(report, out, plots=not args.no_plots)
+    print()
+    print(f"finished in {elapsed:.0f} s; wrote:")
+    for path in paths.values():
+        print(f"  {path}")
+    return 0

@@ -1,0 +1,364 @@
+"""Benchmark: post-inference work (ledger and store writes) stays off the critical path.
+
+The figure is the client-observed *gap* between one turn's terminal event and the next turn's
+first token, on one Connect stream: the client sends the next turn as soon as it has the
+terminal event (0 ms tool time), so the gap is the wire plus the server's pre-inference work
+plus the engine's time to first token. If post-inference work sat on the critical path, the
+gap would grow with it.
+
+Modes, each on its own server process with the same settings otherwise:
+
+* ``queued``: the server as shipped; writes queued, written by the background writer.
+* ``queued-slow``: the same with every write made ``--store-ms`` slower (a slow disk).
+* ``no-writes``: post-inference writes dropped entirely (the floor).
+* ``inline-slow``: the contrast, what the design avoids: the slow write done in line, as a
+  server does that finishes each request's post-inference work before it reads the
+  connection's next request. The terminal event goes out first, then the write holds up the
+  next turn.
+
+``queued`` and ``queued-slow`` should match ``no-writes``; ``inline-slow`` shows the cost the
+queue hides (about ``--store-ms`` per turn). The engine is set to isolate the API path: no
+base time to first token and a prefill rate high enough to be free (flags change both). Run::
+
+    python -m bidi_responses.bench.post_inference --turns 25 --repeats 3
+
+The client runs in this process, each server in its own. Results: a table on stdout and, with
+``--out``, a JSON file with every gap, the settings and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+MODES = ("queued", "queued-slow", "no-writes", "inline-slow")
+FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """One benchmark run's knobs (the same for every mode)."""
+
+    turns: int = 25
+    repeats: int = 3
+    store_ms: float = 20.0
+    tool_output_tokens: int = 4000
+    tokens_per_second: float = 1000.0
+    ttft_ms: float = 0.0
+    prefill_tokens_per_second: float = 1e9
+    seed: int = 0
+
+
+# -- the server side (a child process per mode) -----------------------------------------------
+
+
+async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -> None:
+    from bidi_responses.server.app import start_server
+    from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings
+    from bidi_responses.server.core.session import Session
+    from bidi_responses.server.core.store import LedgerRow, StoredResponse
+    from bidi_responses.server.pipeline.post import PostJob
+
+    sim = SimSettings(
+        tokens_per_second=settings.tokens_per_second,
+        ttft_ms=settings.ttft_ms,
+        prefill_tokens_per_second=settings.prefill_tokens_per_second,
+        tool_rounds=settings.turns + 10,
+        seed=settings.seed,
+    )
+    config = ServerConfig(grpc_port=0, data_dir=data_dir)
+    config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+    running = await start_server(config, http=False)
+    core = running.core
+    store = core.store
+    real_write = store.write
+
+    async def slow_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        await asyncio.sleep(store_ms / 1000)  # a slow disk: latency, not event-loop work
+        await real_write(record, ledger)
+
+    async def no_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        return None
+
+    # In line: the job is kept, the terminal event goes out, and the connection's next request
+    # is handled only after the kept jobs are written.
+    kept: list[PostJob] = []
+
+    async def keep(job: PostJob) -> None:
+        if job.record is not None:
+            store.stage(job.record.response["id"], job.record)
+        kept.append(job)
+
+    real_handle = Session.handle
+
+    async def handle_after_writes(self: Session, event: Any, received: float | None = None) -> None:
+        while kept:
+            job = kept.pop(0)
+            await slow_write(job.record, job.ledger)
+        await real_handle(self, event, received)
+
+    if mode == "queued-slow":
+        store.write = slow_write  # type: ignore[method-assign]
+    elif mode == "no-writes":
+        store.write = no_write  # type: ignore[method-assign]
+    elif mode == "inline-slow":
+        core.post.put = keep  # type: ignore[method-assign]
+        Session.handle = handle_after_writes  # type: ignore[method-assign]
+    elif mode != "queued":
+        raise SystemExit(f"unknown mode {mode}")
+    print(f"listening {running.grpc_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await running.stop()  # drains the queue
+    written = core.post.written if mode != "inline-slow" else -1
+    print(f"written {written} failed {core.post.failed}", flush=True)
+
+
+# -- the client side ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ModeResult:
+    """Gaps (ms) between a terminal event and the next turn's first token, per repeat."""
+
+    mode: str
+    gaps_ms: list[list[float]]
+    api_pre_ms: list[float]
+    server_written: int | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Median, p90, p99 and the spread of per-repeat medians."""
+        flat = sorted(g for rep in self.gaps_ms for g in rep)
+        medians = [statistics.median(rep) for rep in self.gaps_ms if rep]
+        return {
+            "mode": self.mode,
+            "turns": len(flat),
+            "gap_p50_ms": _pct(flat, 50),
+            "gap_p90_ms": _pct(flat, 90),
+            "gap_p99_ms": _pct(flat, 99),
+            "gap_mean_ms": statistics.fmean(flat) if flat else float("nan"),
+            "repeat_medians_ms": [round(m, 3) for m in medians],
+            "server_api_pre_p50_ms": _pct(sorted(self.api_pre_ms), 50),
+            "server_jobs_written": self.server_written,
+        }
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    pos = (len(values) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (pos - low)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _rollout(port: int, workload: Any, nonce: str) -> tuple[list[float], list[float]]:
+    """One rollout on a fresh Connect stream; the gaps and the server's api_pre_ms."""
+    from bidi_responses.client import AsyncResponsesClient
+
+    gaps: list[float] = []
+    pre: list[float] = []
+    async with (
+        AsyncResponsesClient(f"127.0.0.1:{port}") as client,
+        client.connect() as stream,
+    ):
+        params: dict[str, Any] = {
+            "model": "sim-model",
+            "instructions": workload.instructions,
+            "tools": workload.tools,
+            "input": [workload.user_message(nonce)],
+        }
+        terminal_at: float | None = None
+        for turn in range(workload.spec.tool_turns + 1):
+            response: dict[str, Any] | None = None
+            async for event in stream.create_events(**params):
+                kind = event["type"]
+                if kind in FIRST_TOKEN and terminal_at is not None:
+                    gaps.append((time.perf_counter() - terminal_at) * 1000)
+                    terminal_at = None
+                elif kind == "response.completed":
+                    terminal_at = time.perf_counter()
+                    response = event["response"]
+                elif kind == "error" or kind in ("response.failed", "response.incomplete"):
+                    raise RuntimeError(f"turn {turn}: {event}")
+            assert response is not None
+            pre.append(float(response["stats"]["api_pre_ms"]))
+            calls = [i for i in response["output"] if i["type"] == "function_call"]
+            if not calls:
+                break
+            params = {
+                "model": "sim-model",
+                "tools": workload.tools,
+                "previous_response_id": response["id"],
+                "input": [
+                    {
+                        "type": "function_call_output",
+                        "call_id": calls[0]["call_id"],
+                        "output": workload.tool_output(turn),
+                    }
+                ],
+            }
+    return gaps, pre[1:]  # the first turn has no predecessor in the stream
+
+
+async def _run_mode(mode: str, settings: Settings, workload: Any, data_root: Path) -> ModeResult:
+    data_dir = data_root / mode
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bidi_responses.bench.post_inference",
+        "--serve",
+        mode,
+        "--data-dir",
+        str(data_dir),
+        "--store-ms",
+        str(settings.store_ms),
+        "--turns",
+        str(settings.turns),
+        "--tps",
+        str(settings.tokens_per_second),
+        "--ttft-ms",
+        str(settings.ttft_ms),
+        "--prefill-tps",
+        str(settings.prefill_tokens_per_second),
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    try:
+        line = (await process.stdout.readline()).decode()
+        if not line.startswith("listening "):
+            raise RuntimeError(f"server for {mode} did not start: {line!r}")
+        port = int(line.split()[1])
+        result = ModeResult(mode, [], [])
+        await _rollout(port, workload, f"warmup-{mode}")  # warm caches, imports, the engine
+        for repeat in range(settings.repeats):
+            gaps, pre = await _rollout(port, workload, f"{mode}-{repeat}")
+            result.gaps_ms.append(gaps)
+            result.api_pre_ms.extend(pre)
+        process.send_signal(signal.SIGTERM)
+        tail = (await process.stdout.read()).decode().split()
+        if "written" in tail:
+            written = int(tail[tail.index("written") + 1])
+            result.server_written = written if written >= 0 else None
+        await process.wait()
+        return result
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """Run every mode in turn; returns the results document."""
+    from bidi_responses.bench.workload import WorkloadSpec, build_workload
+
+    workload = build_workload(
+        WorkloadSpec(
+            seed=settings.seed,
+            tool_turns=settings.turns,
+            tool_output_tokens=settings.tool_output_tokens,
+        )
+    )
+    results = []
+    with tempfile.TemporaryDirectory(prefix="post-bench-") as tmp:
+        for mode in modes:
+            results.append(await _run_mode(mode, settings, workload, Path(tmp)))
+    return {
+        "benchmark": "post_inference",
+        "settings": asdict(settings),
+        "summaries": [r.summary() for r in results],
+        "gaps_ms": {r.mode: r.gaps_ms for r in results},
+        "machine": {
+            "nproc": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+        },
+        "command": " ".join(["python -m bidi_responses.bench.post_inference", *sys.argv[1:]]),
+    }
+
+
+def format_table(document: dict[str, Any]) -> str:
+    """The summaries as an aligned text table."""
+    header = ["mode", "turns", "gap p50 ms", "p90", "p99", "repeat medians", "jobs written"]
+    rows = [
+        [
+            s["mode"],
+            str(s["turns"]),
+            f"{s['gap_p50_ms']:.2f}",
+            f"{s['gap_p90_ms']:.2f}",
+            f"{s['gap_p99_ms']:.2f}",
+            " ".join(f"{m:.2f}" for m in s["repeat_medians_ms"]),
+            str(s["server_jobs_written"]),
+        ]
+        for s in document["summaries"]
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the benchmark (or, with ``--serve``, be one mode's server)."""
+    parser = argparse.ArgumentParser(prog="python -m bidi_responses.bench.post_inference")
+    defaults = Settings()
+    parser.add_argument("--turns", type=int, default=defaults.turns)
+    parser.add_argument("--repeats", type=int, default=defaults.repeats)
+    parser.add_argument("--store-ms", type=float, default=defaults.store_ms)
+    parser.add_argument("--tool-output-tokens", type=int, default=defaults.tool_output_tokens)
+    parser.add_argument("--tps", type=float, default=defaults.tokens_per_second)
+    parser.add_argument("--ttft-ms", type=float, default=defaults.ttft_ms)
+    parser.add_argument("--prefill-tps", type=float, default=defaults.prefill_tokens_per_second)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    settings = Settings(
+        turns=args.turns,
+        repeats=args.repeats,
+        store_ms=args.store_ms,
+        tool_output_tokens=args.tool_output_tokens,
+        tokens_per_second=args.tps,
+        ttft_ms=args.ttft_ms,
+        prefill_tokens_per_second=args.prefill_tps,
+    )
+    if args.serve:
+        asyncio.run(_serve(args.serve, args.data_dir, args.store_ms, settings))
+        return 0
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    document = asyncio.run(run_benchmark(settings, modes))
+    print(format_table(document))
+    if args.out:
+        Path(args.out).write_text(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

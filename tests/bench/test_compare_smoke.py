@@ -1,0 +1,141 @@
+"""``bidi-responses compare --smoke``: the harness end to end, on a tiny configuration.
+
+The run starts real servers and client processes, so it checks what unit tests cannot: that
+every mode completes its rollouts, that the files, table and plots are written, and that the
+server's counters tell the story the comparison is about (stateful modes render and send only
+the new input). Timings are not asserted: they depend on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bidi_responses.bench.clients import MODES
+
+FULL = ("http_new", "http_keepalive", "grpc_create")
+STATEFUL = ("ws_cache", "ws_append", "grpc_connect", "grpc_append")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("compare")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bidi_responses.server.cli",
+            "compare",
+            "--smoke",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return out, results, proc.stdout
+
+
+def _rows(results: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    summary = next(s for s in results["summaries"] if s["name"] == name)
+    return {row["mode"]: row for row in summary["rows"]}
+
+
+def test_files_and_table(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    out, results, stdout = smoke
+    for name in (
+        "results.json",
+        "turns.csv",
+        "runs.csv",
+        "summary.csv",
+        "report.md",
+        "report.txt",
+        "overhead_vs_history.png",
+        "e2e_vs_tps.png",
+        "throughput_vs_concurrency.png",
+        "headline.png",
+        "keepup.png",
+    ):
+        path = out / name
+        assert path.is_file() and path.stat().st_size > 0, name
+    assert (out / "overhead_vs_history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "headline" in stdout and "Targets" in stdout
+    for mode in MODES.values():
+        assert mode.label in stdout
+    assert results["meta"]["machine"]["nproc"]
+    assert {t["id"] for t in results["targets"]} >= {"T1", "T2", "T4", "T5"}
+
+
+def test_every_mode_completes_the_same_rollout(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    _, results, _ = smoke
+    head = next(c for c in results["cells"] if c["name"] == "headline")
+    turns_per_mode = {}
+    for run in head["runs"]:
+        assert run["statuses"] == ["completed"], run
+        turns_per_mode[run["mode"]] = run["responses"]
+    # 3 tool turns and the final answer, whatever the transport.
+    assert turns_per_mode == {key: 4 for key in MODES}
+
+
+def test_counters_show_the_cache(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    _, results, _ = smoke
+    rows = _rows(results, "headline")
+    for full in FULL:
+        for stateful in STATEFUL:
+            # The stream cache renders only new input; full history renders everything again.
+            assert (
+                rows[stateful]["tokens_rendered_per_turn"] < rows[full]["tokens_rendered_per_turn"]
+            ), (stateful, full)
+            assert rows[stateful]["bytes_up_per_turn"] < rows[full]["bytes_up_per_turn"]
+    for row in rows.values():
+        assert row["turn_p50_ms"] > 0
+        assert row["server_cpu_ms_per_turn"] > 0
+        assert row["bytes_down_per_turn"] > 0
+    # Append mode sends only tool outputs: no instructions or tools after the first turn.
+    assert rows["grpc_append"]["bytes_up_per_turn"] < rows["grpc_connect"]["bytes_up_per_turn"]
+    assert rows["ws_append"]["bytes_up_per_turn"] < rows["ws_cache"]["bytes_up_per_turn"]
+
+    history = _rows_by_size(results)
+    biggest = max(size for _, size in history)
+    for full in FULL:
+        for stateful in STATEFUL:
+            assert (
+                history[(stateful, biggest)]["tokens_rendered_per_turn"] * 5
+                < history[(full, biggest)]["tokens_rendered_per_turn"]
+            )
+
+
+def _rows_by_size(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    summary = next(s for s in results["summaries"] if s["name"] == "history")
+    return {(r["mode"], r["history_target"]): r for r in summary["rows"]}
+
+
+def test_overhead_is_turn_time_minus_engine_time(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    _, results, _ = smoke
+    head = next(c for c in results["cells"] if c["name"] == "headline")
+    for turn in head["turns"]:
+        assert turn["engine_ms"] > 0
+        assert turn["overhead_ms"] == pytest.approx(turn["turn_ms"] - turn["engine_ms"])
+        assert turn["ttft_ms"] is not None and 0 < turn["ttft_ms"] <= turn["turn_ms"]
+
+
+def test_keepup_and_concurrency(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    _, results, _ = smoke
+    keep = next(s for s in results["summaries"] if s["name"] == "keepup")
+    (row,) = keep["rows"]
+    assert row["tokens"] == 400
+    assert 0.5 < row["delivery"] < 1.5
+    conc = next(s for s in results["summaries"] if s["name"] == "concurrency")
+    assert {(r["mode"], r["agents"]) for r in conc["rows"]} == {
+        (m, n) for m in ("http_keepalive", "grpc_connect") for n in (1, 3)
+    }
+    assert all(r["throughput_turns_s"] > 0 for r in conc["rows"])

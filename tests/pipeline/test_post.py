@@ -1,0 +1,261 @@
+"""Post-inference work runs off the critical path, with backpressure, and loses nothing.
+
+The store here is instrumented: its writes wait on an event that the test sets only after the
+next turn has produced its first token. The turn can only have started if nothing on its path
+waited for the earlier write, which proves the point without measuring time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostJob, PostQueue
+
+from tests.conftest import SHELL_TOOL, ServerFactory, make_config
+
+FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
+Write = Callable[[StoredResponse | None, LedgerRow | None], Awaitable[None]]
+
+
+def _gate_writes(running: RunningServer) -> tuple[asyncio.Event, list[str]]:
+    """Make the server's store writes wait for the returned event; lists writes begun."""
+    store = running.core.store
+    real: Write = store.write
+    gate = asyncio.Event()
+    begun: list[str] = []
+
+    async def gated(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        begun.append(ledger.response_id if ledger else "?")
+        await gate.wait()
+        await real(record, ledger)
+
+    store.write = gated  # type: ignore[method-assign]
+    return gate, begun
+
+
+def _ledger(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT response_id, status FROM usage_ledger").fetchall()
+
+
+async def test_next_turn_starts_before_the_previous_write_lands(
+    server_factory: ServerFactory,
+) -> None:
+    async with asyncio.timeout(30):
+        running = await server_factory(tool_rounds=10)
+        post = running.core.post
+        gate, begun = _gate_writes(running)
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            first = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
+            # The terminal event arrived; its job is queued, its write not done.
+            assert post.written == 0
+            call = first.function_calls[0]
+            events = stream.create_events(
+                model="sim-model",
+                previous_response_id=first.id,
+                tools=[SHELL_TOOL],
+                input=[
+                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+                ],
+            )
+            kinds = []
+            async for event in events:
+                kinds.append(event["type"])
+                if event["type"] in FIRST_TOKEN:
+                    # The next turn's first token, while turn 1's write still waits.
+                    assert post.written == 0 and begun == [first.id]
+                    gate.set()
+                if event["type"] == "response.completed":
+                    second = event["response"]
+            assert set(kinds) & set(FIRST_TOKEN)
+            # Stored responses are readable before their write lands (staged).
+            fetched = await client.get(first.id)
+            assert fetched.id == first.id
+            await post.join()
+        assert post.written == 2 and post.failed == 0
+        rows = dict(_ledger(running.core.config.store_path))
+        assert rows == {first.id: "completed", second["id"]: "completed"}
+
+
+async def test_a_stateless_continuation_reads_a_write_still_queued(
+    server_factory: ServerFactory,
+) -> None:
+    async with asyncio.timeout(30):
+        running = await server_factory(tool_rounds=10)
+        gate, _ = _gate_writes(running)
+        async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
+            first = await client.create(model="sim-model", input="go", tools=[SHELL_TOOL])
+            call = first.function_calls[0]
+            second = await client.create(
+                model="sim-model",
+                previous_response_id=first.id,
+                tools=[SHELL_TOOL],
+                input=[
+                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+                ],
+            )
+            assert running.core.post.written == 0
+            gate.set()
+            await running.core.post.join()
+        assert second.status == "completed" and second.stats["items_validated"] == 3
+        assert running.core.post.written == 2
+
+
+async def test_a_full_queue_makes_the_producer_wait(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(30):
+        config = make_config(tmp_path)
+        config.post_queue_size = 1
+        running = await server_factory(config)
+        post = running.core.post
+        gate, begun = _gate_writes(running)
+        real_put = post.put
+        waiting = asyncio.Event()
+
+        async def put(job: PostJob) -> None:
+            if post.depth >= post.maxsize:
+                waiting.set()  # this producer is about to wait for room
+            await real_put(job)
+
+        post.put = put  # type: ignore[method-assign]
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            one = await stream.create(model="sim-model", input="1", stream_id="a")
+            # The writer holds job 1 (waiting on the gate); job 2 fills the queue.
+            two = await stream.create(model="sim-model", input="2", stream_id="b")
+            third = asyncio.ensure_future(
+                stream.create(model="sim-model", input="3", stream_id="c")
+            )
+            await waiting.wait()  # set just before the put finds the queue full
+            assert post.full_waits == 1
+            assert not third.done()  # its terminal event waits for room in the queue
+            assert begun == [one.id]
+            gate.set()
+            three = await third
+        await post.join()
+        assert post.written == 3
+        assert {r for r, _ in _ledger(running.core.config.store_path)} == {one.id, two.id, three.id}
+
+
+class _FlakyStore:
+    """Fails ``failures`` writes, then hands them to a real store."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        self.store = store
+        self.failures = failures
+
+    def stage(self, response_id: str, record: StoredResponse) -> None:
+        self.store.stage(response_id, record)
+
+    def unstage(self, response_id: str, record: StoredResponse) -> None:
+        self.store.unstage(response_id, record)
+
+    async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError("database is locked")
+        await self.store.write(record, ledger)
+
+
+def _row(response_id: str) -> LedgerRow:
+    return LedgerRow(
+        response_id,
+        "t",
+        "sim-model",
+        "completed",
+        10,
+        5,
+        3,
+        1.0,
+        0.1,
+        0.1,
+        "grpc",
+        1_700_000_000,
+        1_700_000_001,
+    )
+
+
+async def test_failed_writes_are_retried_then_kept_and_replayed(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
+        store = Store(tmp_path / "responses.db")
+        dead = tmp_path / DEAD_LETTER_NAME
+        flaky: Any = _FlakyStore(store, failures=2)
+        queue = PostQueue(flaky, 8, dead_letter=dead, retries=3, retry_delay_s=0.001)
+        queue.start()
+        await queue.put(PostJob(None, _row("resp_a")))
+        await queue.join()
+        assert (queue.written, queue.retried, queue.failed) == (1, 2, 0)
+        flaky.failures = 100  # the disk is gone for good
+        await queue.put(PostJob(None, _row("resp_b")))
+        await queue.drain()
+        assert queue.failed == 1 and dead.exists()
+        assert [r for r, _ in _ledger(tmp_path / "responses.db")] == ["resp_a"]
+
+        # The next start replays the kept job; a replay of a written one changes nothing.
+        dead.write_bytes(dead.read_bytes() + PostJob(None, _row("resp_a")).to_json() + b"\n")
+        again = PostQueue(store, 8, dead_letter=dead)
+        again.start()
+        await again.drain()
+        store.close()
+        assert again.replayed == 2 and not dead.exists()
+        assert sorted(r for r, _ in _ledger(tmp_path / "responses.db")) == ["resp_a", "resp_b"]
+
+
+async def test_a_response_cut_short_still_gets_its_ledger_row(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(30):
+        # A slow engine, so that the stream ends while the response is in flight.
+        config = make_config(tmp_path, tokens_per_second=50, answer_tokens=500)
+        running = await server_factory(config)
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            events = stream.create_events(model="sim-model", input="write an essay")
+            async for event in events:
+                if event["type"] == "response.created":
+                    response_id = event["response"]["id"]
+                if event["type"] == "response.output_text.delta":
+                    break
+            stream.abort()  # the client goes away mid-response
+            await events.aclose()
+        # Whether the server has noticed yet or notices while stopping, the response is cut
+        # short and queues its ledger row; stopping drains the queue.
+        await running.stop(grace=0)
+        assert _ledger(running.core.config.store_path) == [(response_id, "cancelled")]
+
+
+@pytest.mark.parametrize("grace", [0.0, 5.0])
+async def test_stop_drains_queued_writes(
+    server_factory: ServerFactory, tmp_path: Path, grace: float
+) -> None:
+    async with asyncio.timeout(30):
+        running = await server_factory(tool_rounds=10)
+        gate, _ = _gate_writes(running)
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            ids = [(await stream.create(model="sim-model", input=str(n))).id for n in range(5)]
+        assert running.core.post.written == 0
+        stopping = asyncio.ensure_future(running.stop(grace=grace))
+        await asyncio.sleep(0)
+        assert not stopping.done()  # it waits for the writes
+        gate.set()
+        await stopping
+        assert {r for r, _ in _ledger(running.core.config.store_path)} == set(ids)
