@@ -97,7 +97,12 @@ class ConnectStream:
     async def send(self, request: pb.ConnectRequest) -> None:
         """Send a raw ConnectRequest (for clients that build messages themselves)."""
         async with self._write_lock:
-            await self._call.write(request)
+            try:
+                await self._call.write(request)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as error:
+                raise ResponsesError(
+                    "stream_closed", f"the stream has ended; open a new one ({error!r})"
+                ) from None
 
     async def events(self, stream_id: str = "") -> AsyncIterator[dict[str, Any]]:
         """Every event that arrives on a lane, until the stream ends."""
@@ -201,10 +206,17 @@ class AsyncResponsesClient:
     """An async client for ``bidi_responses.v1.ResponsesService``."""
 
     def __init__(
-        self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        api_key: str | None = None,
+        channel: grpc.aio.Channel | None = None,
     ) -> None:
+        """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
+        a tenant derived from it (as over HTTP)."""
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
 
     async def __aenter__(self) -> AsyncResponsesClient:
         return self
@@ -221,6 +233,10 @@ class AsyncResponsesClient:
         """Close the channel."""
         await self._channel.close()
 
+    def open_stream(self) -> ConnectStream:
+        """Open a Connect stream that the caller closes (``connect()`` does it for you)."""
+        return ConnectStream(self._stub.Connect(metadata=self._metadata))
+
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[ConnectStream]:
         """Open a Connect stream.
@@ -229,7 +245,7 @@ class AsyncResponsesClient:
         when the block raises (a timeout, a cancellation) it is aborted at once, which makes
         the server cancel in-flight work.
         """
-        stream = ConnectStream(self._stub.Connect())
+        stream = self.open_stream()
         try:
             yield stream
         except BaseException:
@@ -240,7 +256,9 @@ class AsyncResponsesClient:
     async def create_events(self, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
-        call = self._stub.CreateResponse(pb.CreateResponseRequest(params=params_to_pb(params)))
+        call = self._stub.CreateResponse(
+            pb.CreateResponseRequest(params=params_to_pb(params)), metadata=self._metadata
+        )
         try:
             async for message in call:
                 yield decoder.event(message.event)
@@ -253,7 +271,7 @@ class AsyncResponsesClient:
 
     async def _unary(self, method: Any, request: Any) -> Any:
         try:
-            return await method(request)
+            return await method(request, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise _status_error(error) from None
 

@@ -84,11 +84,11 @@ class SyncConnectStream:
 class ResponsesClient:
     """Blocking client for ``bidi_responses.v1.ResponsesService``."""
 
-    def __init__(self, target: str = "127.0.0.1:50051") -> None:
+    def __init__(self, target: str = "127.0.0.1:50051", *, api_key: str | None = None) -> None:
         self._loop = _LoopThread()
 
         async def make() -> AsyncResponsesClient:
-            return AsyncResponsesClient(target)
+            return AsyncResponsesClient(target, api_key=api_key)
 
         self._client = self._loop.run(make())
 
@@ -107,7 +107,7 @@ class ResponsesClient:
         """Open a Connect stream (close it with ``close()``)."""
 
         async def open_stream() -> ConnectStream:
-            return ConnectStream(self._client._stub.Connect())
+            return self._client.open_stream()
 
         return SyncConnectStream(self._loop, self._loop.run(open_stream()))
 

@@ -192,10 +192,9 @@ class ResponsesCore:
                 raise not_found("response", response_id)
             return stored.response
         run.cancel()
-        try:
-            await run.task
-        except BaseException:
-            pass
+        # Wait without re-raising: the run reports its own outcome, and a cancellation of
+        # this caller must still propagate.
+        await asyncio.wait([run.task])
         assert run.record is not None
         return run.record.snapshot()
 
@@ -205,4 +204,11 @@ class ResponsesCore:
             streams_open=self.sessions_open,
             route_resolutions_total=self.router.resolutions,
             post_queue_depth=self.post.depth,
+            post_queue={
+                "written": self.post.written,
+                "retried": self.post.retried,
+                "failed": self.post.failed,
+                "replayed": self.post.replayed,
+                "full_waits": self.post.full_waits,
+            },
         )

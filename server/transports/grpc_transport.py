@@ -14,15 +14,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import OutEvent
-from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.codec import (
     ProtoDecoder,
     ProtoEncoder,
     item_to_pb,
 )
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -38,11 +38,21 @@ _STATUS = {
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
     """End a unary call with the status that matches the HTTP status of ``error``."""
-    context.set_trailing_metadata((
-        ("error-code", error.code),
-        ("error-param", error.param or ""),
-    ))
+    context.set_trailing_metadata(
+        (
+            ("error-code", error.code),
+            ("error-param", error.param or ""),
+        )
+    )
     await context.abort(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message)
+
+
+def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    """The tenant named by the call's ``authorization: Bearer ...`` metadata, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return tenant_from_authorization(value if isinstance(value, str) else value.decode())
+    return None
 
 
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
@@ -51,7 +61,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     def __init__(self, core: ResponsesCore) -> None:
         self._core = core
 
-    async def Connect(  # noqa: N802 - the generated base class names the method
+    async def Connect(
         self,
         request_iterator: AsyncIterator[pb.ConnectRequest],
         context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
@@ -61,11 +71,15 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
+        tenant = _tenant(context)
 
         async def read() -> None:
             async for request in request_iterator:
                 received = time.perf_counter()
-                await session.handle(decoder.client_event(request), received)
+                event = decoder.client_event(request)
+                if tenant is not None and event.get("type") == "response.create":
+                    event.setdefault("user", tenant)
+                await session.handle(event, received)
             await session.finish()
 
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
@@ -78,19 +92,22 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             await asyncio.gather(reader, return_exceptions=True)
             await core.close_session(session)
 
-    async def CreateResponse(  # noqa: N802
+    async def CreateResponse(
         self,
         request: pb.CreateResponseRequest,
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
     ) -> AsyncIterator[pb.CreateResponseResponse]:
         """The stateless baseline: one call per turn."""
         body = ProtoDecoder().params_to_dict(request.params)
+        tenant = _tenant(context)
+        if tenant is not None:
+            body.setdefault("user", tenant)
         encoder = ProtoEncoder()
         async for data in self._core.stateless(body, "grpc-unary"):
             event = encoder.connect_response("", data)
             yield pb.CreateResponseResponse(event=event)
 
-    async def GetResponse(  # noqa: N802
+    async def GetResponse(
         self,
         request: pb.GetResponseRequest,
         context: grpc.aio.ServicerContext[pb.GetResponseRequest, pb.GetResponseResponse],
@@ -103,7 +120,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             raise
         return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
-    async def DeleteResponse(  # noqa: N802
+    async def DeleteResponse(
         self,
         request: pb.DeleteResponseRequest,
         context: grpc.aio.ServicerContext[pb.DeleteResponseRequest, pb.DeleteResponseResponse],
@@ -114,10 +131,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         except ApiError as error:
             await _abort(context, error)
             raise
-        return pb.DeleteResponseResponse(id=result["id"], object=result["object"],
-                                         deleted=result["deleted"])
+        return pb.DeleteResponseResponse(
+            id=result["id"], object=result["object"], deleted=result["deleted"]
+        )
 
-    async def ListInputItems(  # noqa: N802
+    async def ListInputItems(
         self,
         request: pb.ListInputItemsRequest,
         context: grpc.aio.ServicerContext[pb.ListInputItemsRequest, pb.ListInputItemsResponse],
@@ -125,19 +143,23 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """Page through a stored response's input items."""
         try:
             page = await self._core.list_input_items(
-                request.response_id, limit=request.limit or 20, order=request.order or "desc",
+                request.response_id,
+                limit=request.limit or 20,
+                order=request.order or "desc",
                 after=request.after or None,
             )
         except ApiError as error:
             await _abort(context, error)
             raise
         return pb.ListInputItemsResponse(
-            object="list", data=[item_to_pb(i) for i in page["data"]],
-            first_id=page["first_id"] or "", last_id=page["last_id"] or "",
+            object="list",
+            data=[item_to_pb(i) for i in page["data"]],
+            first_id=page["first_id"] or "",
+            last_id=page["last_id"] or "",
             has_more=page["has_more"],
         )
 
-    async def CancelResponse(  # noqa: N802
+    async def CancelResponse(
         self,
         request: pb.CancelResponseRequest,
         context: grpc.aio.ServicerContext[pb.CancelResponseRequest, pb.CancelResponseResponse],
@@ -150,7 +172,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             raise
         return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
-    async def GetStats(  # noqa: N802
+    async def GetStats(
         self,
         request: pb.GetStatsRequest,
         context: grpc.aio.ServicerContext[pb.GetStatsRequest, pb.GetStatsResponse],
@@ -159,14 +181,18 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         return pb.GetStatsResponse(**self._core.stats())
 
 
-async def start_grpc_server(core: ResponsesCore, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(
+    core: ResponsesCore, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
     """Start the gRPC server; returns it and the bound port (``port`` 0 picks a free one)."""
     limit = core.config.limits.max_message_bytes
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
-        ("grpc.so_reuseport", 0),
-    ])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
         ResponsesServicer(core), server
     )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import socket
 import time
 from collections.abc import (
@@ -39,6 +38,7 @@ from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import TERMINAL_TYPES, OutEvent, error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.tenants import tenant_from_authorization
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -133,17 +133,6 @@ def _flat_sse_error(event: Mapping[str, Any], sequence_number: int) -> dict[str,
         "param": error.get("param"),
         "sequence_number": sequence_number,
     }
-
-
-def tenant_from_authorization(value: str | None) -> str | None:
-    """A stable tenant name for a bearer token (a short hash; the token itself is not kept)."""
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return "key_" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def _too_large(limit: int) -> ApiError:

@@ -181,14 +181,17 @@ async def test_cancel_while_waiting_for_append(server_factory: ServerFactory) ->
 
 
 async def test_half_close_ends_a_response_waiting_for_outputs(
-        server_factory: ServerFactory) -> None:
+    server_factory: ServerFactory,
+) -> None:
     running = await server_factory(tool_rounds=1)
-    async with asyncio.timeout(20), AsyncResponsesClient(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as client:
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+    ):
         async with client.connect() as stream:
-            paused = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL],
-                                         append_mode=True)
+            paused = await stream.create(
+                model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
+            )
             assert paused.pending_calls
             events = stream.events()
             await stream.close()  # half-close; the server ends the waiting response

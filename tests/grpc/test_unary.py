@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.tenants import tenant_from_authorization
 
 
 async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -> None:
@@ -70,3 +72,34 @@ async def test_list_input_items_bad_cursor(client: AsyncResponsesClient) -> None
         with pytest.raises(ResponsesError) as bad_limit:
             await client.list_input_items(created.id, limit=500)
         assert bad_limit.value.param == "limit"
+
+
+async def test_usage_is_accounted_to_the_api_key_tenant(server: RunningServer) -> None:
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}", api_key="sk-team-a") as client,
+    ):
+        async with client.connect() as stream:
+            streamed = await stream.create(model="sim-model", input="hi")
+        stateless = await client.create(model="sim-model", input="hi")
+        explicit = await client.create(model="sim-model", input="hi", user="billing-42")
+        await server.core.post.join()
+        rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
+        expected = tenant_from_authorization("Bearer sk-team-a")
+        assert rows[streamed.id].tenant == expected
+        assert rows[stateless.id].tenant == expected
+        assert rows[explicit.id].tenant == "billing-42"
+        assert rows[streamed.id].transport == "grpc"
+        stats = await client.stats()
+        assert stats["post_queue"]["written"] >= 3
+
+
+async def test_writes_after_the_stream_ended_raise_a_clear_error(
+    client: AsyncResponsesClient,
+) -> None:
+    async with asyncio.timeout(20), client.connect() as stream:
+        await stream.create(model="sim-model", input="hi")
+        await stream.close()
+        with pytest.raises(ResponsesError) as caught:
+            await stream.create(model="sim-model", input="again")
+        assert caught.value.code == "stream_closed"
