@@ -10,6 +10,7 @@ the state changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -522,10 +523,8 @@ class ResponseRun:
         finally:
             if not producer.done():
                 producer.cancel()
-            try:
+            with contextlib.suppress(BaseException):  # already reported through the queue
                 await producer
-            except BaseException:  # noqa: BLE001 - already reported through the queue
-                pass
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens

@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.requests import CreateRequest, Item
 
 
@@ -79,6 +81,7 @@ class Stage(Protocol):
 
 StageFactory = Callable[..., Stage]
 _REGISTRY: dict[str, StageFactory] = {}
+log = logging.getLogger(__name__)
 
 
 def register_stage(name: str, factory: StageFactory) -> None:
@@ -239,14 +242,20 @@ class Pipeline:
         return [stage.name for stage in self.stages]
 
     async def close(self) -> None:
-        """Let every stage release what it holds (``close()``, plain or async, if defined)."""
+        """Let every stage release what it holds (``close()``, plain or async, if defined).
+
+        A stage whose ``close`` fails is logged; the others still close.
+        """
         for stage in self.stages:
             close = getattr(stage, "close", None)
             if close is None:
                 continue
-            result = close()
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("pipeline stage %s failed to close", stage.name)
 
     async def run(
         self,
@@ -262,10 +271,30 @@ class Pipeline:
                 carried = stage_state[stage.name] = {}
             started = time.perf_counter()
             try:
-                flags.extend(await stage.examine(batch, carried))
+                found = await stage.examine(batch, carried)
+            except ApiError as error:
+                log.info(
+                    "stage %s blocked a request: %s at %s (model %s, user %s)",
+                    stage.name,
+                    error.code,
+                    error.param,
+                    batch.request.model,
+                    batch.request.user or "-",
+                )
+                raise
             finally:
                 counters.items[stage.name] = counters.items.get(stage.name, 0) + len(batch.items)
                 counters.ms[stage.name] = (
                     counters.ms.get(stage.name, 0.0) + (time.perf_counter() - started) * 1000
                 )
+            for flag in found:
+                log.info(
+                    "stage %s flagged %s at %s (model %s, user %s)",
+                    stage.name,
+                    flag.code,
+                    flag.param,
+                    batch.request.model,
+                    batch.request.user or "-",
+                )
+            flags.extend(found)
         return flags

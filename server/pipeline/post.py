@@ -206,6 +206,9 @@ class PostQueue:
 
     async def drain(self) -> None:
         """Wait until every queued job is written, then stop the writer."""
+        if self._worker is not None and self._worker.done():
+            log.error("post-inference writer had stopped; restarting it to drain")
+            self._worker = None
         if self._worker is None and self._queue.qsize():
             self.start()  # jobs were queued but the writer never ran: write them now
         if self._worker is not None:

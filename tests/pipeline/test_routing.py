@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.config import RouteConfig, SimSettings, load_config
 
 from tests.conftest import FAST_SIM, ServerFactory
+from tests.pipeline.server_process import serve_process
 
 
 async def test_route_resolves_once_per_lane_and_again_on_a_model_change(
@@ -136,3 +138,26 @@ async def test_server_from_a_toml_config(server_factory: ServerFactory, tmp_path
             with pytest.raises(ResponsesError, match="Known models: fast\\."):
                 await client.create(model="sim-model", input="hi")
         assert response.usage is not None and response.usage.output_tokens == 7
+
+
+async def test_sighup_reloads_the_model_routes(tmp_path: Path) -> None:
+    config = tmp_path / "server.toml"
+    route = '[models.{0}]\nengine = "sim"\n[models.{0}.sim]\ntokens_per_second = 1000000.0\n'
+    config.write_text(route.format("alpha"))
+    async with asyncio.timeout(60):
+        async with serve_process(tmp_path / "data", args=("--config", str(config))) as (
+            process,
+            port,
+            log,
+        ):
+            async with AsyncResponsesClient(f"127.0.0.1:{port}") as client:
+                assert (await client.create(model="alpha", input="hi")).status == "completed"
+                with pytest.raises(ResponsesError, match=r"Known models: alpha\."):
+                    await client.create(model="beta", input="hi")
+                config.write_text(route.format("alpha") + route.format("beta"))
+                process.send_signal(signal.SIGHUP)
+                await log.wait_for("model routes reloaded")
+                assert (await client.create(model="beta", input="hi")).status == "completed"
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+        assert "changed: beta (models: alpha, beta)" in str(log)

@@ -10,83 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from bidi_responses.client import AsyncResponsesClient
 
 from tests.conftest import SHELL_TOOL
+from tests.pipeline.server_process import serve_process
 from tests.workload import tool_output
 
 AGENTS = 16
 TURNS = 12
 SIGTERM_AFTER = 48
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@asynccontextmanager
-async def _serve(
-    data_dir: Path,
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, list[str]]]:
-    """A server subprocess, yielded once it logs that it listens; its log lines are kept."""
-    port = _free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bidi_responses.server.cli",
-        "serve",
-        "--no-http",
-        "--grpc-port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--sim-tps",
-        "1000000",
-        "--sim-ttft-ms",
-        "0",
-        "--sim-tool-rounds",
-        "100",
-        "--log-level",
-        "INFO",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    log: list[str] = []
-    try:
-        while True:  # event-driven readiness: the line that says where it listens
-            line = (await process.stdout.readline()).decode()
-            assert line, f"server exited before listening: {''.join(log)}"
-            log.append(line)
-            if f"gRPC on 127.0.0.1:{port}" in line:
-                break
-
-        async def keep_reading() -> None:
-            assert process.stdout is not None
-            async for raw in process.stdout:
-                log.append(raw.decode())
-
-        reader = asyncio.ensure_future(keep_reading())
-        yield process, port, log
-        await reader
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def _agent(
@@ -133,7 +71,7 @@ async def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path: Path) -> N
         completed: list[str] = []
         errors: list[str] = []
         threshold = asyncio.Event()
-        async with _serve(data) as (process, port, log):
+        async with serve_process(data) as (process, port, log):
             agents = [
                 asyncio.ensure_future(_agent(port, n, completed, errors, threshold))
                 for n in range(AGENTS)
@@ -142,7 +80,7 @@ async def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path: Path) -> N
             at_signal = len(completed)
             process.send_signal(signal.SIGTERM)
             finished = await asyncio.gather(*agents)
-            assert await process.wait() == 0, "".join(log)
+            assert await process.wait() == 0, str(log)
         # Responses were still completing when the signal arrived, and some agents were
         # refused further work.
         assert at_signal < len(completed) < AGENTS * (TURNS + 1)
@@ -164,7 +102,7 @@ async def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path: Path) -> N
         assert not (data / "post-failed.jsonl").exists()
 
         # Restart on the same data: every stored response is served; the usage summary agrees.
-        async with _serve(data) as (process, port, log):
+        async with serve_process(data) as (process, port, log):
             async with AsyncResponsesClient(f"127.0.0.1:{port}") as client:
                 fetched = await asyncio.gather(*(client.get(i) for i in completed))
                 assert [r.id for r in fetched] == completed

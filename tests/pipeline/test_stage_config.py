@@ -153,3 +153,52 @@ def test_model_stage_in_a_process_pool() -> None:
         assert carried["max_score"] == pytest.approx(predict([items[0]["output"]])[0])
     finally:
         stage.close()
+
+
+def test_the_example_configuration_builds() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "server.toml"
+    config = load_config(example)
+    assert build_pipeline(config.stages, config.stage_settings).names == [
+        "validation",
+        "secrets",
+        "injection",
+    ]
+
+
+async def test_secrets_block_mode_through_the_server(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(30):
+        config = make_config(tmp_path)
+        config.stage_settings = {"secrets": {"block": True}}
+        running = await server_factory(config)
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            first = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
+            call = first.function_calls[0]
+            output = {"type": "function_call_output", "call_id": call["call_id"]}
+            with pytest.raises(ResponsesError) as raised:
+                await stream.create(
+                    model="sim-model",
+                    previous_response_id=first.id,
+                    tools=[SHELL_TOOL],
+                    input=[{**output, "output": "AWS_ACCESS_KEY_ID=AKIAZ7QX3M5TB2NV4WLR"}],
+                )
+            # The stream goes on; the blocked continuation evicted the cached response, as
+            # any failed continuation does, so the client continues from the store.
+            retried = await stream.create(
+                model="sim-model",
+                previous_response_id=first.id,
+                tools=[SHELL_TOOL],
+                input=[{**output, "output": "AWS_ACCESS_KEY_ID=<redacted>"}],
+            )
+        error = raised.value
+        assert (error.code, error.param, error.status) == (
+            "secret_detected",
+            "input[0].output",
+            400,
+        )
+        assert "AKIA" not in error.message
+        assert retried.status == "completed" and retried.safety_flags == []
