@@ -121,6 +121,23 @@ def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
     return {}
 
 
+# The optional scalar fields of ResponseCreateParams: present in JSON iff set in protobuf.
+OPTIONAL_PARAMS = (
+    "instructions",
+    "previous_response_id",
+    "store",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "generate",
+    "append_mode",
+    "safety_identifier",
+    "prompt_cache_key",
+    "user",
+)
+
+
 class ProtoDecoder:
     """Decodes client messages of one stream; remembers the last tools it converted."""
 
@@ -150,20 +167,7 @@ class ProtoDecoder:
                 body["tool_choice"] = choice.mode
             elif which == "function":
                 body["tool_choice"] = {"type": "function", "name": choice.function.name}
-        for name in (
-            "instructions",
-            "previous_response_id",
-            "store",
-            "max_output_tokens",
-            "temperature",
-            "top_p",
-            "parallel_tool_calls",
-            "generate",
-            "append_mode",
-            "safety_identifier",
-            "prompt_cache_key",
-            "user",
-        ):
+        for name in OPTIONAL_PARAMS:
             if params.HasField(name):
                 body[name] = getattr(params, name)
         if params.metadata:
@@ -722,20 +726,7 @@ def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
         params.tools.extend(_tools_to_pb(tools))
     if body.get("tool_choice") is not None:
         params.tool_choice.CopyFrom(_tool_choice_to_pb(body["tool_choice"]))
-    for name in (
-        "instructions",
-        "previous_response_id",
-        "store",
-        "max_output_tokens",
-        "temperature",
-        "top_p",
-        "parallel_tool_calls",
-        "generate",
-        "append_mode",
-        "safety_identifier",
-        "prompt_cache_key",
-        "user",
-    ):
+    for name in OPTIONAL_PARAMS:
         if body.get(name) is not None:
             setattr(params, name, body[name])
     for key, value in (body.get("metadata") or {}).items():
