@@ -233,7 +233,7 @@ def _smoke(config: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ``compare`` handler: run, print the tables, write the files."""
     from bidi_responses.bench.report import build_report, machine_info, write_outputs
-    from bidi_responses.bench.run import MALLOC_TUNED, run_compare
+    from bidi_responses.bench.run import MALLOC_TUNED, WorkerError, run_compare
 
     try:
         config = config_from_args(args)
@@ -248,7 +248,12 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.time()
     t0 = time.perf_counter()
-    cells = run_compare(config)
+    try:
+        cells = run_compare(config)
+    except (WorkerError, RuntimeError) as error:
+        # A failed turn invalidates the comparison: say what failed instead of half a table.
+        print(f"\nerror: the comparison did not complete:\n{error}", file=sys.stderr)
+        return 1
     elapsed = time.perf_counter() - t0
     meta = {
         "command": config.command,

@@ -429,6 +429,8 @@ class TurnRecord:
     server_cpu_ms: float | None = None
     #: This client process's CPU time for this turn.
     client_cpu_ms: float | None = None
+    #: Time per pre-inference pipeline stage (``response.stats.stage_ms``) for this turn.
+    stage_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -473,6 +475,7 @@ async def run_agent(
     new_input = list(first_input)
     previous: dict[str, Any] | None = None
     last_stats: dict[str, float] = {}
+    last_stages: dict[str, float] = {}
     records: list[TurnRecord] = []
     tool_turn = 0
     cpu_mark = server_cpu() if server_cpu is not None else 0.0
@@ -507,10 +510,14 @@ async def run_agent(
             # One long response: its counters are cumulative, a turn is the difference.
             turn_stats = {k: float(stats.get(k, 0)) - last_stats.get(k, 0.0) for k in _CUMULATIVE}
             last_stats = {k: float(stats.get(k, 0)) for k in _CUMULATIVE}
+            stages = {k: float(v) for k, v in (stats.get("stage_ms") or {}).items()}
+            stage_ms = {k: v - last_stages.get(k, 0.0) for k, v in stages.items()}
+            last_stages = stages
             history_tokens = int(last_stats["tokens_rendered"])
             pre_ms = float(stats.get("api_pre_ms", 0.0)) if previous is None else 0.0
         else:
             turn_stats = {k: float(stats.get(k, 0)) for k in _CUMULATIVE}
+            stage_ms = {k: float(v) for k, v in (stats.get("stage_ms") or {}).items()}
             usage = response.get("usage") or {}
             history_tokens = int(usage.get("input_tokens", 0))
             pre_ms = float(stats.get("api_pre_ms", 0.0))
@@ -550,6 +557,7 @@ async def run_agent(
                 deltas=ex.deltas,
                 server_cpu_ms=cpu_ms,
                 client_cpu_ms=client_ms,
+                stage_ms=stage_ms,
             )
         )
         if progress is not None:

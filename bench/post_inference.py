@@ -223,8 +223,9 @@ async def _rollout(port: int, workload: Any, nonce: str) -> tuple[list[float], l
     return gaps, pre[1:]  # the first turn has no predecessor in the stream
 
 
-async def _run_mode(mode: str, settings: Settings, workload: Any, data_root: Path) -> ModeResult:
-    data_dir = data_root / mode
+async def _start_server(
+    mode: str, settings: Settings, data_root: Path
+) -> tuple[asyncio.subprocess.Process, int]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -232,7 +233,7 @@ async def _run_mode(mode: str, settings: Settings, workload: Any, data_root: Pat
         "--serve",
         mode,
         "--data-dir",
-        str(data_dir),
+        str(data_root / mode),
         "--store-ms",
         str(settings.store_ms),
         "--turns",
@@ -247,32 +248,35 @@ async def _run_mode(mode: str, settings: Settings, workload: Any, data_root: Pat
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert process.stdout is not None
-    try:
-        line = (await process.stdout.readline()).decode()
-        if not line.startswith("listening "):
-            raise RuntimeError(f"server for {mode} did not start: {line!r}")
-        port = int(line.split()[1])
-        result = ModeResult(mode, [], [])
-        await _rollout(port, workload, f"warmup-{mode}")  # warm caches, imports, the engine
-        for repeat in range(settings.repeats):
-            gaps, pre = await _rollout(port, workload, f"{mode}-{repeat}")
-            result.gaps_ms.append(gaps)
-            result.api_pre_ms.extend(pre)
-        process.send_signal(signal.SIGTERM)
-        tail = (await process.stdout.read()).decode().split()
-        if "written" in tail:
-            written = int(tail[tail.index("written") + 1])
-            result.server_written = written if written >= 0 else None
+    line = (await process.stdout.readline()).decode()
+    if not line.startswith("listening "):
+        process.kill()
         await process.wait()
-        return result
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        raise RuntimeError(f"server for {mode} did not start: {line!r}")
+    return process, int(line.split()[1])
+
+
+async def _stop_server(process: asyncio.subprocess.Process) -> int | None:
+    """SIGTERM, wait; the number of jobs its post queue wrote (None if it did not count)."""
+    if process.returncode is not None:
+        return None
+    assert process.stdout is not None
+    process.send_signal(signal.SIGTERM)
+    tail = (await process.stdout.read()).decode().split()
+    await process.wait()
+    if "written" not in tail:
+        return None
+    written = int(tail[tail.index("written") + 1])
+    return written if written >= 0 else None
 
 
 async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
-    """Run every mode in turn; returns the results document."""
+    """Run every mode; returns the results document.
+
+    All the modes' servers run side by side (idle when not measured) and the repeats go
+    round-robin over the modes, in a rotating order, so that a drift of the machine's speed
+    during the run falls on every mode alike.
+    """
     from bidi_responses.bench.workload import WorkloadSpec, build_workload
 
     workload = build_workload(
@@ -282,15 +286,32 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> d
             tool_output_tokens=settings.tool_output_tokens,
         )
     )
-    results = []
+    results = {mode: ModeResult(mode, [], []) for mode in modes}
+    servers: dict[str, tuple[asyncio.subprocess.Process, int]] = {}
     with tempfile.TemporaryDirectory(prefix="post-bench-") as tmp:
-        for mode in modes:
-            results.append(await _run_mode(mode, settings, workload, Path(tmp)))
+        try:
+            for mode in modes:
+                servers[mode] = await _start_server(mode, settings, Path(tmp))
+            for mode in modes:  # warm caches, imports and the engine
+                await _rollout(servers[mode][1], workload, f"warmup-{mode}")
+            for repeat in range(settings.repeats):
+                order = modes[repeat % len(modes) :] + modes[: repeat % len(modes)]
+                for mode in order:
+                    gaps, pre = await _rollout(servers[mode][1], workload, f"{mode}-{repeat}")
+                    results[mode].gaps_ms.append(gaps)
+                    results[mode].api_pre_ms.extend(pre)
+            for mode in modes:
+                results[mode].server_written = await _stop_server(servers[mode][0])
+        finally:
+            for process, _ in servers.values():
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
     return {
         "benchmark": "post_inference",
         "settings": asdict(settings),
-        "summaries": [r.summary() for r in results],
-        "gaps_ms": {r.mode: r.gaps_ms for r in results},
+        "summaries": [results[mode].summary() for mode in modes],
+        "gaps_ms": {mode: results[mode].gaps_ms for mode in modes},
         "machine": {
             "nproc": os.cpu_count(),
             "python": sys.version.split()[0],

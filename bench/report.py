@@ -182,6 +182,10 @@ def _turn_figures(turns: list[dict[str, Any]], runs: list[dict[str, Any]]) -> di
         "bytes_down_per_turn": _mean(received) if received else None,
         "events_per_turn": _mean(t["events"] for t in measured),
         "tokens_rendered_per_turn": _mean(t["tokens_rendered"] for t in measured),
+        "stage_ms_per_turn": {
+            name: _mean(t.get("stage_ms", {}).get(name, 0.0) for t in measured)
+            for name in sorted({n for t in measured for n in t.get("stage_ms", {})})
+        },
         "tokens_reused_per_turn": _mean(t["tokens_reused"] for t in measured),
         "items_validated_per_turn": _mean(t["items_validated"] for t in measured),
         "history_tokens_max": max((t["history_tokens"] for t in measured), default=0),
@@ -427,6 +431,8 @@ class Report:
         for s in self.summaries:
             if s["kind"] == "rollout":
                 out.append(_rollout_table(s))
+                if s["name"] == "headline":
+                    out.append(_pre_table(s))
             elif s["kind"] == "history":
                 out.append(_history_table(s))
                 out.append(_breakdown_table(s))
@@ -631,6 +637,36 @@ def _concurrency_table(s: dict[str, Any]) -> tuple[str, list[str], list[list[str
     return title, header, rows
 
 
+def _pre_table(s: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    stages = sorted({n for r in s["rows"] for n in r.get("stage_ms_per_turn", {})})
+    title = (
+        f"{s['name']}: the server's pre-inference work per turn (api pre = request receipt to "
+        "engine start, median ms; stages = pipeline stages, mean ms; counters = means)"
+    )
+    header = [
+        "#",
+        "mode",
+        "api pre ms",
+        *[f"{n} ms" for n in stages],
+        "items validated",
+        "tok rendered",
+        "tok reused",
+    ]
+    rows = [
+        [
+            str(r["number"]),
+            r["label"],
+            _fmt(r["api_pre_p50_ms"], 2),
+            *[_fmt(r.get("stage_ms_per_turn", {}).get(n), 2) for n in stages],
+            _fmt(r["items_validated_per_turn"], 1),
+            _fmt(r["tokens_rendered_per_turn"], 0),
+            _fmt(r["tokens_reused_per_turn"], 0),
+        ]
+        for r in s["rows"]
+    ]
+    return title, header, rows
+
+
 def _breakdown_table(s: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
     p = s["params"]
     size = p["sizes"][0]
@@ -748,7 +784,7 @@ def write_outputs(report: Report, out_dir: Path, *, plots: bool = True) -> dict[
     _write_csv(
         paths["summary_csv"],
         [
-            {"cell": s["name"], **{k: v for k, v in row.items() if not isinstance(v, list | dict)}}
+            {"cell": s["name"], **{k: v for k, v in row.items() if not isinstance(v, list)}}
             for s in report.summaries
             for row in s["rows"]
         ],
@@ -770,7 +806,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                out[f"{key}.{sub}"] = inner
+        else:
+            out[key] = value
+    return out
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    # Nested dicts (per-stage times) become one column per key.
+    rows = [_flat(row) for row in rows]
     columns: list[str] = []
     for row in rows:
         for key in row:

@@ -46,6 +46,7 @@ __all__ = [
     "CompareConfig",
     "ServerProcess",
     "ServerSettings",
+    "WorkerError",
     "WorkerPool",
     "run_compare",
 ]
@@ -542,7 +543,12 @@ class Runner:
     ) -> dict[str, Any]:
         """Run jobs in parallel, with the server's CPU time read around them."""
         cpu0 = server.cpu_seconds()
-        results = self.pool.run(jobs, progress)
+        try:
+            results = self.pool.run(jobs, progress)
+        except WorkerError as error:
+            raise WorkerError(
+                f"{error}\n-- server log ({server.name}):\n{server.log_tail()}"
+            ) from None
         cpu1 = server.cpu_seconds()
         turns = [dict(t, **tags) for r in results for t in r["turns"]]
         measured = [t for t in turns if not t["setup"]]
@@ -616,11 +622,14 @@ class Runner:
                     "max_tool_turns": cfg.history_turns,
                 }
                 self._warm_up(modes, {**base, "first_input": hw.history(1000)})
-                for size in cfg.history_sizes:
-                    # The same prefilled history for every mode and repeat: the engine's prefix
-                    # cache then charges them alike, and overhead excludes engine time anyway.
-                    first = hw.history(size)
-                    for repeat in range(cfg.history_repeats):
+                # The same prefilled history for every mode and repeat: the engine's prefix
+                # cache then charges them alike, and overhead excludes engine time anyway.
+                firsts = {size: hw.history(size) for size in cfg.history_sizes}
+                # Repeats outermost, so that every size is measured early and late in the run
+                # and a slow spell of the machine does not land on one size only.
+                for repeat in range(cfg.history_repeats):
+                    for size in cfg.history_sizes:
+                        first = firsts[size]
                         for mode in _rotated(modes, repeat):
                             bar.describe(f"{size // 1000}k {mode.key} r{repeat + 1}")
                             cmd = {**base, "mode": mode.key, "repeat": repeat, "first_input": first}

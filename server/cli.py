@@ -49,7 +49,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--delta-window-ms",
         type=float,
         default=None,
-        help="wait this long to merge deltas into one event (0: merge only ready ones)",
+        help="after an item's first delta, wait this long to merge deltas into one event "
+        "(default 2; 0 merges only deltas that are already waiting)",
     )
     p.add_argument("--no-coalesce", action="store_true", help="one event per engine token")
     p.add_argument(

@@ -44,13 +44,15 @@ class StreamingConfig:
     """How engine output becomes delta events.
 
     Deltas already waiting when the server writes are merged into one event, up to
-    ``max_delta_chars``; ``delta_window_ms`` > 0 also waits that long for more. Clients
+    ``max_delta_chars``; after an item's first delta (which goes out at once, so time to first
+    token is unchanged), the server also waits up to ``delta_window_ms`` for more. Clients
     concatenate deltas, so the text they rebuild is unchanged; fewer messages cost less on
-    transports with a high per-message price (grpc.aio).
+    transports with a high per-message price (grpc.aio: ~90 µs of server CPU per message, so
+    one stream at 4,000 tokens/s needs the 2 ms window to stay under a quarter of a core).
     """
 
     coalesce_deltas: bool = True
-    delta_window_ms: float = 0.0
+    delta_window_ms: float = 2.0
     max_delta_chars: int = 4096
 
 

@@ -492,8 +492,10 @@ class ResponseRun:
                     count = len(event.token_ids)
                     if config.coalesce_deltas:
                         # Merge deltas that are already waiting (and, with a window, those
-                        # arriving within it): one message instead of several.
-                        deadline = time.perf_counter() + config.delta_window_ms / 1000
+                        # arriving within it): one message instead of several. An item's
+                        # first delta never waits, so the window costs no time to first token.
+                        window = config.delta_window_ms if streamer.parts else 0.0
+                        deadline = time.perf_counter() + window / 1000
                         while len(text) < config.max_delta_chars:
                             if queue.empty():
                                 wait = deadline - time.perf_counter()
