@@ -39,15 +39,20 @@ typecheck: proto
 		-p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench -m bidi_responses.codec
 
 lint: proto lint-proto typecheck
-	$(VENV)/bin/ruff check server client bench tests tools protos/bidi_responses/codec.py
-	$(VENV)/bin/ruff format --check server client bench tests tools protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff format --check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
 
 test: proto lint
 	$(PY) -m pytest -q
 
-# Everything, including the slow benchmarks' full versions.
+# Everything, including the slow tests.
 test-all: proto
 	$(PY) -m pytest -q -m "slow or not slow"
+
+# Timed micro-benchmarks and the post-inference benchmark (not part of `make test`).
+bench: proto
+	$(PY) -m pytest -q tests/bench/test_micro.py --benchmark-enable
+	$(PY) -m bidi_responses.bench.post_inference --turns 25 --repeats 3
 
 serve: proto
 	$(VENV)/bin/bidi-responses serve

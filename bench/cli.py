@@ -3,7 +3,9 @@
 The default configuration is ``make compare``: the headline rollout (1,000 tok/s, 25 tool turns
 of 4k-token outputs, all eight modes, 3 repeats), the 4,000 tok/s keep-up test with and without
 delta merging, the history-length sweep, the tokens/s sweep and the concurrency sweep, sized to
-finish in under ten minutes on two cores. ``--smoke`` is a tiny version for the test suite.
+finish in under ten minutes on two cores. Every server runs with the default delta merging
+window (``streaming.delta_window_ms``, 2 ms) except where a table says otherwise. ``--smoke`` is
+a tiny version for the test suite.
 """
 
 from __future__ import annotations
@@ -119,19 +121,21 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--concurrency-window",
         type=float,
-        default=2.0,
-        help="also run the concurrency sweep with this delta window (ms) for "
-        "--concurrency-window-modes (0: skip; default 2)",
+        default=0.0,
+        help="also run the concurrency sweep with this delta window (ms) instead of the "
+        "server's default (2) for --concurrency-window-modes (default 0: merge only deltas "
+        "already waiting; skipped if it equals the default)",
     )
     p.add_argument(
         "--concurrency-window-modes",
         default="7",
-        help="modes of the windowed concurrency sweep (default 7)",
+        help="modes of that second concurrency sweep (default 7; empty: skip it)",
     )
     p.add_argument(
         "--keepup-windows",
         default="off,0,2",
-        help="delta merging policies of the keep-up test: off, or a window in ms",
+        help="delta merging policies of the keep-up test: off, or a window in ms "
+        "(default off,0,2; 2 is the server's default)",
     )
     p.add_argument("--keepup-modes", default="7,4", help="modes of the keep-up test")
     p.add_argument(
@@ -223,7 +227,7 @@ def _smoke(config: Any) -> None:
     config.concurrency_output_tokens = 300
     config.concurrency_modes = resolve_modes("2,7")
     config.concurrency_repeats = 1
-    config.concurrency_window = 0.0
+    config.concurrency_window_modes = []
     config.keepup_tokens = 400
     config.keepup_responses = 1
     config.keepup_windows = [0.0]

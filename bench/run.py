@@ -40,8 +40,10 @@ from bidi_responses.bench.workload import (
     count_tokens,
     load_trace_turns,
 )
+from bidi_responses.server.config import StreamingConfig
 
 __all__ = [
+    "DEFAULT_DELTA_WINDOW_MS",
     "CellResult",
     "CompareConfig",
     "ServerProcess",
@@ -50,6 +52,17 @@ __all__ = [
     "WorkerPool",
     "run_compare",
 ]
+
+
+#: The server's default delta merging window (ms): every cell runs with it unless it says not.
+DEFAULT_DELTA_WINDOW_MS: float = StreamingConfig().delta_window_ms
+
+
+def window_label(window: float | None) -> str:
+    """How a delta merging policy is named in tables: off, or the window (and if default)."""
+    if window is None:
+        return "off"
+    return f"window {window:g} ms" + (" (default)" if window == DEFAULT_DELTA_WINDOW_MS else "")
 
 
 @dataclass(slots=True)
@@ -64,7 +77,7 @@ class ServerSettings:
     answer_tokens: int = 200
     seed: int = 0
     coalesce_deltas: bool = True
-    delta_window_ms: float = 0.0
+    delta_window_ms: float = DEFAULT_DELTA_WINDOW_MS
     engine: str = "sim"
     script_path: str | None = None
     http: bool = True
@@ -348,14 +361,18 @@ class CompareConfig:
     concurrency_modes: list[ModeInfo] | None = None
     concurrency_repeats: int = 2
     concurrency_processes: int = 2
-    concurrency_window: float = 2.0
+    # A second concurrency sweep with this window instead of the default (0: merge only what
+    # is ready, the old default), for concurrency_window_modes; skipped if it is the default.
+    concurrency_window: float = 0.0
     concurrency_window_modes: list[ModeInfo] | None = None
     # Keep-up test.
     keepup_tps: float = 4000.0
     keepup_tokens: int = 4000
     keepup_responses: int = 3
     keepup_modes: list[ModeInfo] | None = None
-    keepup_windows: list[float | None] = field(default_factory=lambda: [None, 0.0, 2.0])
+    keepup_windows: list[float | None] = field(
+        default_factory=lambda: [None, 0.0, DEFAULT_DELTA_WINDOW_MS]
+    )
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False
@@ -648,7 +665,10 @@ class Runner:
     # -- concurrency --------------------------------------------------------------------------
 
     def concurrency_cell(
-        self, modes: Sequence[ModeInfo], name: str = "concurrency", window: float = 0.0
+        self,
+        modes: Sequence[ModeInfo],
+        name: str = "concurrency",
+        window: float = DEFAULT_DELTA_WINDOW_MS,
     ) -> CellResult:
         """Many agents at once: throughput (turns/s) and latency as concurrency grows.
 
@@ -746,7 +766,7 @@ class Runner:
         bar = _Progress(cfg.show_progress, total, "keep-up")
         try:
             for window in cfg.keepup_windows:
-                policy = "off" if window is None else f"window {window:g} ms"
+                policy = window_label(window)
                 settings = ServerSettings(
                     tokens_per_second=cfg.keepup_tps,
                     tool_rounds=0,
@@ -889,8 +909,9 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
             if chosen:
                 cells.append(runner.concurrency_cell(chosen))
             extra = _subset(config.concurrency_window_modes, modes, ())
-            if extra and config.concurrency_window:
-                # The same sweep with a delta merging window: the per-message fix under load.
+            if extra and config.concurrency_window != DEFAULT_DELTA_WINDOW_MS:
+                # The same sweep with another delta merging window (by default 0: only deltas
+                # already waiting are merged), to show what the default window does under load.
                 window = config.concurrency_window
                 cells.append(
                     runner.concurrency_cell(extra, name=f"concurrency-w{window:g}", window=window)

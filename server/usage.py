@@ -136,8 +136,9 @@ def print_usage(
     )
     print(header)
     print("-" * len(header))
-    for row in [*rows, {**{k: "" for k in keys}, **totals(rows)}]:
-        name = "/".join(str(row[k]) for k in keys) or "total"
+    total_row = {**{k: "" for k in keys}, **totals(rows)}
+    for row in [*rows, total_row]:
+        name = "total" if row is total_row else "/".join(str(row[k]) for k in keys)
         print(
             f"{name:<{width}} {row['responses']:>9} {row['input_tokens']:>12} "
             f"{row['cached_tokens']:>12} {row['cached_share'] * 100:>6.1f}% "

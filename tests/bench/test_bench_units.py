@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bidi_responses.bench.clients import MODES, resolve_modes
 from bidi_responses.bench.report import percentile
-from bidi_responses.bench.run import ServerSettings
+from bidi_responses.bench.run import ServerSettings, window_label
 from bidi_responses.bench.wire import WireCounter
 from bidi_responses.bench.workload import (
     WorkloadSpec,
@@ -18,7 +18,7 @@ from bidi_responses.bench.workload import (
     load_trace_turns,
     write_trace,
 )
-from bidi_responses.server.config import load_config
+from bidi_responses.server.config import StreamingConfig, load_config
 
 
 def _words(text: str) -> int:
@@ -95,6 +95,16 @@ def test_server_settings_toml_is_what_the_server_reads(tmp_path: Path) -> None:
     assert route.sim.answer_tokens == 123
     assert config.streaming.coalesce_deltas is False
     assert config.streaming.delta_window_ms == 2.5
+
+
+def test_cells_run_at_the_servers_default_window(tmp_path: Path) -> None:
+    default = StreamingConfig().delta_window_ms
+    path = tmp_path / "server.toml"
+    path.write_text(ServerSettings().toml(), encoding="utf-8")
+    assert load_config(path).streaming.delta_window_ms == default
+    assert window_label(default) == f"window {default:g} ms (default)"
+    assert window_label(default + 1) == f"window {default + 1:g} ms"
+    assert window_label(None) == "off"
 
 
 def test_wire_counter_reads_tcp_payload_bytes() -> None:
