@@ -9,7 +9,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings, load_config
+from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
+from bidi_responses.server.engines.sim import SimConfig
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,7 +92,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         or (model not in config.models and args.config is None)
     ):
         route = config.models.get(model) or RouteConfig()
-        sim = route.sim if route.sim is not None else SimSettings()
+        sim = route.sim if route.sim is not None else SimConfig()
         if args.sim_tps is not None:
             sim.tokens_per_second = args.sim_tps
         if args.sim_ttft_ms is not None:

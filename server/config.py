@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from bidi_responses.server.engines.sim import SimConfig
+
 
 @dataclass(slots=True)
 class Limits:
@@ -57,24 +59,11 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
-class SimSettings:
-    """Settings of the built-in simulated engine."""
-
-    tokens_per_second: float = 1000.0
-    ttft_ms: float = 50.0
-    prefill_tokens_per_second: float = 100_000.0
-    tool_rounds: int = 3
-    function_call_tokens: int = 40
-    answer_tokens: int = 200
-    seed: int = 0
-
-
-@dataclass(slots=True)
 class RouteConfig:
     """One model alias: which engine serves it, with which settings."""
 
     engine: str = "sim"
-    sim: SimSettings = field(default_factory=SimSettings)
+    sim: SimConfig = field(default_factory=SimConfig)
     script_path: str | None = None
 
 

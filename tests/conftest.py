@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig, SimSettings
+from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.engines.sim import SimConfig
 
 # A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
 # use the headline operating point instead.
-FAST_SIM = SimSettings(
+FAST_SIM = SimConfig(
     tokens_per_second=1_000_000,
     ttft_ms=0,
     prefill_tokens_per_second=1e9,

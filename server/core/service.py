@@ -8,6 +8,7 @@ counters. Per-stream state lives in ``Session`` objects that it hands out.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +24,6 @@ from bidi_responses.server.core.store import Store
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
-from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.server.pipeline import build_pipeline
 from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostQueue
 from bidi_responses.server.pipeline.routing import Router
@@ -54,19 +54,11 @@ class ResponsesCore:
         self._idle = asyncio.Condition()
 
     def _build_engine(self, route: RouteConfig) -> Engine:
-        sim = route.sim
-        sim_config = SimConfig(
-            tokens_per_second=sim.tokens_per_second,
-            ttft_ms=sim.ttft_ms,
-            prefill_tokens_per_second=sim.prefill_tokens_per_second,
-            tool_rounds=sim.tool_rounds,
-            function_call_tokens=sim.function_call_tokens,
-            answer_tokens=sim.answer_tokens,
-            seed=sim.seed,
-        )
+        # A copy, checked again (settings files and flags fill the config in field by field),
+        # so a later change of the route's settings cannot reach a running engine.
         return build_engine(
             route.engine,
-            sim_config=sim_config,
+            sim_config=dataclasses.replace(route.sim),
             script_path=route.script_path,
             encoding=self.encoding,
         )

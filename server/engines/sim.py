@@ -42,9 +42,13 @@ from bidi_responses.server.engines.timing import (
 __all__ = ["SimConfig", "SimEngine", "schema_instance"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SimConfig:
-    """Settings of the simulated engine; defaults are the benchmark's headline point."""
+    """Settings of the simulated engine; defaults are the benchmark's headline point.
+
+    Mutable so that configuration files and flags can fill it in; ``SimEngine`` checks it
+    again when it is built.
+    """
 
     tokens_per_second: float = 1000.0
     ttft_ms: float = 50.0

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
-from bidi_responses.server.config import RouteConfig, SimSettings, load_config
+from bidi_responses.server.config import RouteConfig, load_config
+from bidi_responses.server.engines.sim import SimConfig
 
 from tests.conftest import FAST_SIM, ServerFactory
 from tests.pipeline.server_process import serve_process
@@ -116,7 +117,7 @@ def test_model_aliases_from_toml(tmp_path: Path) -> None:
     )
     config = load_config(path, data_dir=str(tmp_path / "data"))
     assert sorted(config.models) == ["fast", "slow"]
-    assert config.models["fast"].sim == SimSettings(tokens_per_second=4000.0, ttft_ms=20.0)
+    assert config.models["fast"].sim == SimConfig(tokens_per_second=4000.0, ttft_ms=20.0)
     assert config.models["slow"].sim.tokens_per_second == 65.0
     path.write_text('[models.fast]\nengine = "sim"\nspeed = 3\n')
     with pytest.raises(ValueError, match=r"models\.fast: unknown setting 'speed'"):
