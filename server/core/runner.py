@@ -62,6 +62,8 @@ class Lane:
         self.cache = cache
         self.inflight: ResponseRun | None = None
         self.tools_memo: tuple[Any, list[dict[str, Any]]] | None = None
+        # The engine's view of the memoized tools, built once per tool list.
+        self.functions_memo: tuple[list[dict[str, Any]], tuple[FunctionSpec, ...]] | None = None
         self.route_memo: tuple[Any, Route] | None = None
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
@@ -367,15 +369,7 @@ class ResponseRun:
             await self._finish("completed")
             return
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
-        functions = tuple(
-            # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
-            FunctionSpec(
-                t["name"],
-                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
-            )
-            for t in request.tools
-            if t["type"] == "function"
-        )
+        functions = self._functions(request.tools)
         forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
         mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
         budget = request.max_output_tokens
@@ -396,6 +390,24 @@ class ResponseRun:
                 await self._finish("incomplete", reason="max_output_tokens")
                 return
         await self._finish("completed")
+
+    def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
+        """The function tools as the engine sees them, reused while the lane's tools are."""
+        memo = self.lane.functions_memo
+        if memo is not None and memo[0] is tools:
+            return memo[1]
+        functions = tuple(
+            # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
+            FunctionSpec(
+                t["name"],
+                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
+            )
+            for t in tools
+            if t["type"] == "function"
+        )
+        if self.lane.stateful:
+            self.lane.functions_memo = (tools, functions)
+        return functions
 
     async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
