@@ -57,15 +57,16 @@ class ConnectStream:
     def __init__(self, call: Any) -> None:
         self._call = call
         self._decoder = EventDecoder()
-        self._lanes: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
+        # Raw messages per lane: they are decoded only when someone asks for events, so
+        # ``create()`` pays for the terminal event alone.
+        self._lanes: dict[str, asyncio.Queue[pb.ConnectResponse | None]] = {}
         self._busy: set[str] = set()
         # grpc.aio allows one write at a time per call; lanes share the call.
         self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.warnings: list[dict[str, Any]] = []
-        self.bytes_received = 0
 
-    def _queue(self, lane: str) -> asyncio.Queue[dict[str, Any] | None]:
+    def _queue(self, lane: str) -> asyncio.Queue[pb.ConnectResponse | None]:
         queue = self._lanes.get(lane)
         if queue is None:
             queue = self._lanes[lane] = asyncio.Queue()
@@ -74,21 +75,24 @@ class ConnectStream:
     async def _read(self) -> None:
         try:
             async for message in self._call:
-                self.bytes_received += message.ByteSize()
-                event = self._decoder.event(message)
-                if event["type"] == "warning":
-                    self.warnings.append(event)
+                if message.WhichOneof("event") == "warning":
+                    self.warnings.append(self._decoder.event(message))
                     continue
-                self._queue(message.stream_id).put_nowait(event)
+                self._queue(message.stream_id).put_nowait(message)
         except grpc.aio.AioRpcError as error:
             closing = _status_error(error)
-            for queue in self._lanes.values():
+            for lane, queue in self._lanes.items():
                 queue.put_nowait(
-                    {
-                        "type": "error",
-                        "status": 0,
-                        "error": {"code": closing.code, "message": closing.message},
-                    }
+                    pb.ConnectResponse(
+                        stream_id=lane,
+                        error=pb.ErrorEvent(
+                            error=pb.ErrorDetail(
+                                type="stream_error",
+                                code=closing.code or "",
+                                message=closing.message,
+                            )
+                        ),
+                    )
                 )
         finally:
             for queue in self._lanes.values():
@@ -108,10 +112,10 @@ class ConnectStream:
         """Every event that arrives on a lane, until the stream ends."""
         queue = self._queue(stream_id)
         while True:
-            event = await queue.get()
-            if event is None:
+            message = await queue.get()
+            if message is None:
                 return
-            yield event
+            yield self._decoder.event(message)
 
     async def create_events(
         self, *, stream_id: str = "", **params: Any
@@ -125,28 +129,39 @@ class ConnectStream:
             raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
         self._busy.add(stream_id)
         try:
-            await self.send(
-                pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
-            )
-            async for event in self._until_turn_ends(stream_id):
-                yield event
+            async for message in self._create_messages(stream_id, params):
+                yield self._decoder.event(message)
         finally:
             self._busy.discard(stream_id)
 
-    async def _until_turn_ends(self, stream_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def _create_messages(
+        self, stream_id: str, params: dict[str, Any]
+    ) -> AsyncIterator[pb.ConnectResponse]:
+        await self.send(
+            pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+        )
+        async for message in self._until_turn_ends(stream_id):
+            yield message
+
+    async def _until_turn_ends(self, stream_id: str) -> AsyncIterator[pb.ConnectResponse]:
         queue = self._queue(stream_id)
         while True:
-            event = await queue.get()
-            if event is None:
+            message = await queue.get()
+            if message is None:
                 raise ResponsesError("stream_closed", "the stream ended before the response did")
-            yield event
-            kind = event["type"]
-            if kind in TERMINAL_EVENTS or kind == "error" or kind == "response.done":
+            yield message
+            if message.WhichOneof("event") in _TURN_END_CASES:
                 return
 
     async def create(self, *, stream_id: str = "", **params: Any) -> Response:
         """Create a response and wait for it; raises ResponsesError on an error event."""
-        return await _collect(self.create_events(stream_id=stream_id, **params))
+        if stream_id in self._busy:
+            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
+        self._busy.add(stream_id)
+        try:
+            return await self._collect(self._create_messages(stream_id, params))
+        finally:
+            self._busy.discard(stream_id)
 
     async def append_events(
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
@@ -159,14 +174,28 @@ class ConnectStream:
             ),
         )
         await self.send(request)
-        async for event in self._until_turn_ends(stream_id):
-            yield event
+        async for message in self._until_turn_ends(stream_id):
+            yield self._decoder.event(message)
 
     async def append(
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
     ) -> Response:
         """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
-        return await _collect(self.append_events(response_id, input, stream_id=stream_id))
+        request = pb.ConnectRequest(
+            stream_id=stream_id,
+            response_append=pb.ResponseAppend(
+                response_id=response_id, input=[item_to_pb(i) for i in input]
+            ),
+        )
+        await self.send(request)
+        return await self._collect(self._until_turn_ends(stream_id))
+
+    async def _collect(self, messages: AsyncIterator[pb.ConnectResponse]) -> Response:
+        """The turn's outcome, decoding only the message that ends it."""
+        async for message in messages:
+            if message.WhichOneof("event") in _TURN_END_CASES:
+                return _outcome(self._decoder.event(message))
+        raise ResponsesError("stream_closed", "the stream ended before the response did")
 
     async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
         """Ask the server to stop the lane's in-flight response."""
@@ -189,16 +218,27 @@ class ConnectStream:
         self._reader.cancel()
 
 
+_TURN_END_CASES = frozenset(
+    {"response_completed", "response_failed", "response_incomplete", "response_done", "error"}
+)
+
+
+def _outcome(event: dict[str, Any]) -> Response:
+    """The Response of a turn-ending event; ResponsesError for an error event."""
+    kind = event["type"]
+    if kind == "error":
+        raise ResponsesError.from_event(event)
+    if kind == "response.done":
+        return Response.from_dict(event["response"], event.get("pending_calls") or [])
+    return Response.from_dict(event["response"])
+
+
 async def _collect(events: AsyncGenerator[dict[str, Any], None]) -> Response:
     async with contextlib.aclosing(events):
         async for event in events:
             kind = event["type"]
-            if kind == "error":
-                raise ResponsesError.from_event(event)
-            if kind == "response.done":
-                return Response.from_dict(event["response"], event.get("pending_calls") or [])
-            if kind in TERMINAL_EVENTS:
-                return Response.from_dict(event["response"])
+            if kind in TERMINAL_EVENTS or kind in ("error", "response.done"):
+                return _outcome(event)
     raise ResponsesError("stream_closed", "the stream ended before the response did")
 
 
