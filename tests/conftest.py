@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
@@ -78,6 +79,29 @@ async def server(server_factory: ServerFactory) -> RunningServer:
     """A gRPC-only server on the fast sim engine."""
     running: RunningServer = await server_factory()
     return running
+
+
+@pytest.fixture
+async def http_server(server_factory: ServerFactory) -> RunningServer:
+    """gRPC plus HTTP+SSE and WebSocket mode on the fast sim engine."""
+    running: RunningServer = await server_factory(http=True)
+    return running
+
+
+@pytest.fixture
+async def sdk(http_server: RunningServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official openai SDK pointed at ``http_server`` (no retries: a failure shows at once;
+    ``responses.connect()`` derives ws://.../v1/responses from the base URL)."""
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{http_server.http_port}/v1",
+        api_key="test",
+        max_retries=0,
+        timeout=10,
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture

@@ -10,15 +10,6 @@ import orjson
 import pytest
 from bidi_responses.server.app import RunningServer
 
-from tests.conftest import ServerFactory
-
-
-@pytest.fixture
-async def http_server(server_factory: ServerFactory) -> RunningServer:
-    """gRPC plus HTTP/WebSocket on the fast sim engine."""
-    running: RunningServer = await server_factory(http=True)
-    return running
-
 
 @pytest.fixture
 async def http(http_server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:

@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL
-
-
-@pytest.fixture
-async def sdk(http_server: RunningServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    """The SDK pointed at the server (no retries: a failure shows at once)."""
-    client = openai.AsyncOpenAI(
-        base_url=f"http://127.0.0.1:{http_server.http_port}/v1",
-        api_key="test",
-        max_retries=0,
-        timeout=10,
-    )
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def test_create_retrieve_delete(sdk: openai.AsyncOpenAI) -> None:

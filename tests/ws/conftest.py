@@ -11,8 +11,6 @@ import pytest
 import websockets
 from bidi_responses.server.app import RunningServer
 
-from tests.conftest import ServerFactory
-
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
@@ -72,13 +70,6 @@ def error_of(events: list[dict[str, Any]]) -> dict[str, Any]:
 Connect = Callable[..., contextlib.AbstractAsyncContextManager[RawSocket]]
 
 
-@pytest.fixture
-async def ws_server(server_factory: ServerFactory) -> RunningServer:
-    """gRPC plus HTTP/WebSocket on the fast sim engine."""
-    running: RunningServer = await server_factory(http=True)
-    return running
-
-
 def connector(port: int) -> Connect:
     """``async with connect() as sock`` opens WebSocket mode on ``port``."""
 
@@ -93,7 +84,7 @@ def connector(port: int) -> Connect:
 
 
 @pytest.fixture
-def connect(ws_server: RunningServer) -> Connect:
-    """Open raw WebSocket-mode connections to ``ws_server``."""
-    assert ws_server.http_port is not None
-    return connector(ws_server.http_port)
+def connect(http_server: RunningServer) -> Connect:
+    """Open raw WebSocket-mode connections to ``http_server``."""
+    assert http_server.http_port is not None
+    return connector(http_server.http_port)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import orjson
-import pytest
-from bidi_responses.server.app import RunningServer
 from openai.lib.responses_websocket import (
     AsyncResponsesWebSocketSession,
     ResponsesWebSocketLimits,
@@ -26,21 +23,6 @@ LIMITS = ResponsesWebSocketLimits(
     max_bytes_per_lane=16 << 20,
     max_bytes=32 << 20,
 )
-
-
-@pytest.fixture
-async def sdk(ws_server: RunningServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    """The SDK pointed at the server; connect() derives ws://…/v1/responses from base_url."""
-    client = openai.AsyncOpenAI(
-        base_url=f"http://127.0.0.1:{ws_server.http_port}/v1",
-        api_key="test",
-        max_retries=0,
-        timeout=10,
-    )
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def next_turn(conn: Any) -> list[Any]:

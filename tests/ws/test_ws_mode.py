@@ -343,12 +343,12 @@ async def test_age_limit_warns_then_ends_the_connection(
 
 
 async def test_http_cancel_reaches_a_websocket_response(
-    ws_server: RunningServer, connect: Connect
+    http_server: RunningServer, connect: Connect
 ) -> None:
     async with (
         asyncio.timeout(20),
         connect() as sock,
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{ws_server.http_port}") as http,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_server.http_port}") as http,
     ):
         paused = await sock.create(model="sim-model", input="ls", tools=TOOLS, append_mode=True)
         response_id = paused[-1]["response"]["id"]
@@ -391,14 +391,14 @@ async def test_shutdown_lets_the_turn_finish_then_closes(tmp_path: Path) -> None
 
 
 async def test_the_socket_is_a_session_of_its_own(
-    ws_server: RunningServer, connect: Connect
+    http_server: RunningServer, connect: Connect
 ) -> None:
     async with asyncio.timeout(20):
-        before = ws_server.core.sessions_open
+        before = http_server.core.sessions_open
         async with connect() as sock:
             await sock.create(model="sim-model", input="hi")
-            assert ws_server.core.sessions_open == before + 1
+            assert http_server.core.sessions_open == before + 1
         async with connect() as sock2:
             await sock2.create(model="sim-model", input="hi")
             # The first connection's session was closed when its socket closed.
-            assert ws_server.core.sessions_open == before + 1
+            assert http_server.core.sessions_open == before + 1
