@@ -477,12 +477,6 @@ _SNAPSHOT_EVENTS = frozenset(
 )
 
 
-def response_from_pb(message: pb.Response) -> dict[str, Any]:
-    """A Response message as JSON (for clients and tests): the generic mapping."""
-    result: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return result
-
-
 # -- decoding server events (client side) ---------------------------------------------------
 
 

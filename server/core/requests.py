@@ -49,7 +49,6 @@ class CreateRequest:
     user: str | None = None
     stream: bool = False
     background: bool = False
-    input_chars: int = 0
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
@@ -133,7 +132,7 @@ def parse_create(body: Any, limits: Limits) -> CreateRequest:
         name = request.tool_choice["name"]
         if not any(t.get("name") == name for t in request.tools if t["type"] == "function"):
             raise invalid("tool_choice.name", f"no function tool named '{name}' is declared.")
-    request.input, request.input_chars = parse_input(body.get("input"), limits)
+    request.input, _ = parse_input(body.get("input"), limits)
     return request
 
 

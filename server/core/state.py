@@ -31,8 +31,6 @@ class ConversationState:
     answered_calls: set[str] = field(default_factory=set)
     raw_tools: Any = None
     tools: list[dict[str, Any]] = field(default_factory=list)
-    route_key: Any = None
-    route: Any = None
     model_turns: int = 0
     tool_rounds: int = 0
     # True while every response in the chain was written to the durable store, so a stored
@@ -96,10 +94,6 @@ class ResponseCache:
             return None
         self._bytes -= entry[1]
         return entry[0]
-
-    def evict(self, response_id: str) -> None:
-        """Forget ``response_id`` (a failed continuation evicts what it referenced)."""
-        self.take(response_id)
 
     def put(self, response_id: str, state: ConversationState) -> None:
         """Keep ``state`` under ``response_id``, evicting the oldest entries over budget."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.errors import ApiError
@@ -80,10 +79,6 @@ class Router:
             self._engines.pop(alias, None)
         self._routes = dict(routes)
         return sorted(changed)
-
-    def engines(self) -> list[Any]:
-        """Engines built so far."""
-        return list(self._engines.values())
 
 
 def _settings_key(config: RouteConfig) -> str:

@@ -20,7 +20,6 @@ from bidi_responses.codec import (
     item_to_pb,
 )
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import OutEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.v1 import responses_pb2 as pb
@@ -201,8 +200,3 @@ async def start_grpc_server(
         raise OSError(f"cannot listen for gRPC on {host}:{port}")
     await server.start()
     return server, bound
-
-
-def out_event_to_pb(encoder: ProtoEncoder, out: OutEvent) -> pb.ConnectResponse:
-    """Encode one session event (exposed for benchmarks of the framing cost)."""
-    return encoder.connect_response(out.lane, out.data)
