@@ -533,40 +533,32 @@ def _tool_output_blocks(rng: random.Random) -> Callable[[], str]:
     return lambda: rng.choice(_TOOL_BLOCKS)(rng)
 
 
-def _instructions_blocks(rng: random.Random) -> Callable[[], str]:
-    intro = iter(
-        [
-            "You are a coding agent working in the user's repository. You read code, run "
-            "commands and tests, and edit files until the task is done. Be precise and brief.\n\n"
-            "# Rules\n"
-        ]
-    )
+def _intro_then(intro: str, more: Callable[[], str]) -> Callable[[], str]:
+    """A block source that yields ``intro`` once, then whatever ``more`` makes."""
+    pending = [intro]
 
     def block() -> str:
-        first = next(intro, None)
-        if first is not None:
-            return first
-        return f"- {_sentence(rng)} {_sentence(rng)}\n"
+        return pending.pop() if pending else more()
 
     return block
+
+
+def _instructions_blocks(rng: random.Random) -> Callable[[], str]:
+    return _intro_then(
+        "You are a coding agent working in the user's repository. You read code, run "
+        "commands and tests, and edit files until the task is done. Be precise and brief.\n\n"
+        "# Rules\n",
+        lambda: f"- {_sentence(rng)} {_sentence(rng)}\n",
+    )
 
 
 def _user_blocks(rng: random.Random) -> Callable[[], str]:
-    intro = iter(
-        [
-            "The integration tests started failing after the last merge, and turns got slower as "
-            "conversations grow. Find the cause, fix it, and make the test suite pass. Here is "
-            "what I saw:\n\n"
-        ]
+    return _intro_then(
+        "The integration tests started failing after the last merge, and turns got slower as "
+        "conversations grow. Find the cause, fix it, and make the test suite pass. Here is "
+        "what I saw:\n\n",
+        lambda: rng.choice((_log_excerpt, _pytest_run, lambda r: _sentence(r) + "\n"))(rng),
     )
-
-    def block() -> str:
-        first = next(intro, None)
-        if first is not None:
-            return first
-        return rng.choice((_log_excerpt, _pytest_run, lambda r: _sentence(r) + "\n"))(rng)
-
-    return block
 
 
 def _tools() -> list[dict[str, Any]]:
