@@ -25,7 +25,7 @@ from bidi_responses.server.core.events import (
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.render import canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
-from bidi_responses.server.core.state import ConversationState, ResponseCache
+from bidi_responses.server.core.state import ConversationState, ResponseCache, object_bytes
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
@@ -36,7 +36,7 @@ from bidi_responses.server.engines.base import (
     ItemStart,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
-from bidi_responses.server.pipeline.post import PostJob
+from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
 from bidi_responses.server.pipeline.routing import Route
 
 if TYPE_CHECKING:
@@ -192,6 +192,7 @@ class ResponseRun:
                         type="server_error",
                     )
                 request = self._parse()
+                core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
             except ApiError as error:
@@ -205,7 +206,7 @@ class ResponseRun:
                 # The stream went away (client gone, or the server stopping after its grace
                 # period): no terminal event can be sent, but a started response still gets
                 # its ledger row, so usage is never lost.
-                await self._abandon()
+                self._abandon()
                 raise
             current = asyncio.current_task()
             if current is not None:
@@ -352,9 +353,7 @@ class ResponseRun:
         added = self.core.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
-            for value in item.values():
-                if isinstance(value, str):
-                    state.text_chars += len(value)
+            state.item_bytes += object_bytes(item)
         return added
 
     async def _respond(self, request: CreateRequest) -> None:
@@ -586,7 +585,21 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
-        await core.post.put(PostJob(stored, ledger))
+        try:
+            # Durable (journal) before the terminal event; the SQLite write comes later.
+            await core.post.put(PostJob(stored, ledger))
+        except StorageUnavailable as exc:
+            # What cannot be made durable is never reported done: the response fails.
+            if self.lane.cache is not None:
+                self.lane.cache.take(self.id)
+            outcome = record.status = "failed"
+            record.completed_at = None
+            record.error = {
+                "code": "storage_unavailable",
+                "message": f"The response could not be stored ({exc}); it was not kept.",
+            }
+            snapshot = record.snapshot()
+            await core.post.put(PostJob(None, self._ledger_row()))
         self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
         terminal = {
@@ -616,7 +629,7 @@ class ResponseRun:
             completed_at=record.completed_at,
         )
 
-    async def _abandon(self) -> None:
+    def _abandon(self) -> None:
         """Queue the ledger row of a started response that the stream's end cut short."""
         if self.record is None or not self._started or self._posted:
             return
@@ -625,10 +638,9 @@ class ResponseRun:
         self.record.incomplete_reason = "stream_closed"
         self.record.usage = self._usage
         self.core.counters.record(self.record.stats)
-        try:
-            await self.core.post.put(PostJob(None, self._ledger_row()))
-        except asyncio.CancelledError:
-            self.core.log.warning("ledger row of %s not queued (cancelled twice)", self.id)
+        # No client waits for it, and the stream's task is being cancelled: the queue makes
+        # it durable on its own (and its drain waits for it).
+        self.core.post.submit(PostJob(None, self._ledger_row()))
 
     def _stored_input(self, self_contained: bool) -> list[Item]:
         """The input items a stored response keeps (see ``Store``)."""

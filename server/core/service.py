@@ -17,15 +17,17 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.state import MemoryBudget
 from bidi_responses.server.core.store import Store
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.pipeline import build_pipeline
-from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostQueue
+from bidi_responses.server.pipeline.post import PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
 
@@ -40,11 +42,24 @@ class ResponsesCore:
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.store = Store(config.store_path)
+        durability = config.durability
+        journal = (
+            Journal(
+                config.journal_dir,
+                segment_bytes=durability.segment_bytes,
+                sync=durability.fsync,
+            )
+            if durability.journal
+            else None
+        )
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
-            dead_letter=config.store_path.parent / DEAD_LETTER_NAME,
+            journal=journal,
+            max_retry_delay_s=durability.max_retry_delay_s,
+            probe_interval_s=durability.probe_interval_s,
         )
+        self.cache_budget = MemoryBudget(config.cache.global_max_bytes)
         # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
         self.draining = False
         self.counters = Counters()
@@ -64,8 +79,8 @@ class ResponsesCore:
         )
 
     async def start(self) -> None:
-        """Start background work (the post-inference writer)."""
-        self.post.start()
+        """Replay the journal, then start background work (the post-inference writer)."""
+        await self.post.start()
 
     async def drain_streams(self) -> None:
         """Graceful stop, first half: refuse new responses (``server_shutting_down``), let
@@ -82,7 +97,7 @@ class ResponsesCore:
         self.draining = True
         for session in list(self._sessions):
             await session.close()
-        await self.post.drain()
+        await self.post.drain(self.config.durability.drain_timeout_s)
         self.store.close()
         await self.pipeline.close()
 
@@ -196,11 +211,6 @@ class ResponsesCore:
             streams_open=self.sessions_open,
             route_resolutions_total=self.router.resolutions,
             post_queue_depth=self.post.depth,
-            post_queue={
-                "written": self.post.written,
-                "retried": self.post.retried,
-                "failed": self.post.failed,
-                "replayed": self.post.replayed,
-                "full_waits": self.post.full_waits,
-            },
+            post_queue=self.post.counters(),
+            cache=self.cache_budget.counters(),
         )

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,8 @@ CREATE TABLE IF NOT EXISTS responses (
     self_contained INTEGER NOT NULL,
     instructions TEXT
 );
+-- Ids of deleted responses, so that replaying a journal never brings one back.
+CREATE TABLE IF NOT EXISTS deleted_responses (id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS usage_ledger (
     response_id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
@@ -97,9 +100,12 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self._path)
+            # Several server processes may share the file: WAL mode, and wait for the lock
+            # rather than fail. FULL: a commit is on disk when it returns, so the journal
+            # segment that held the job can be deleted.
+            conn = sqlite3.connect(self._path, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
         return conn
 
@@ -130,14 +136,34 @@ class Store:
 
     async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
+        await self.write_many([(record, ledger)])
 
-        def work() -> None:
-            conn = self._conn()
-            with conn:
+    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+        """Write several responses and ledger rows in one durable transaction.
+
+        Idempotent by response id: a row already there is kept, and a deleted response is not
+        written again (journal replay may repeat a write that already landed).
+        """
+        await self._run(partial(self._write_many, jobs))
+        for record, _ in jobs:
+            if record is None:
+                continue
+            response_id = record.response["id"]
+            if self._pending.get(response_id) is record:
+                del self._pending[response_id]
+            if response_id in self._deleted_pending:
+                self._deleted_pending.discard(response_id)
+                await self.delete(response_id)
+
+    def _write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+        conn = self._conn()
+        with conn:
+            for record, ledger in jobs:
                 if record is not None:
                     resp = record.response
                     conn.execute(
-                        "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT OR IGNORE INTO responses SELECT ?, ?, ?, ?, ?, ?, ? "
+                        "WHERE NOT EXISTS (SELECT 1 FROM deleted_responses WHERE id = ?)",
                         (
                             resp["id"],
                             record.previous_response_id,
@@ -146,6 +172,7 @@ class Store:
                             orjson.dumps(record.input_items),
                             int(record.self_contained),
                             resp.get("instructions"),
+                            resp["id"],
                         ),
                     )
                 if ledger is not None:
@@ -168,15 +195,6 @@ class Store:
                             ledger.completed_at,
                         ),
                     )
-
-        await self._run(work)
-        if record is not None:
-            response_id = record.response["id"]
-            if self._pending.get(response_id) is record:
-                del self._pending[response_id]
-            if response_id in self._deleted_pending:
-                self._deleted_pending.discard(response_id)
-                await self.delete(response_id)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -227,14 +245,28 @@ class Store:
     async def delete(self, response_id: str) -> bool:
         """Delete a stored response; False if there was none."""
         if response_id in self._pending:
-            # The write is still queued: hide it now and delete once it lands.
+            # The write is still queued: hide it now and delete once it lands. The tombstone
+            # keeps a journal replay after a crash from writing it back.
             self._deleted_pending.add(response_id)
+
+            def tombstone() -> None:
+                conn = self._conn()
+                with conn:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO deleted_responses VALUES (?)", (response_id,)
+                    )
+
+            await self._run(tombstone)
             return True
 
         def work() -> bool:
             conn = self._conn()
             with conn:
                 cur = conn.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+                if cur.rowcount > 0:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO deleted_responses VALUES (?)", (response_id,)
+                    )
             return cur.rowcount > 0
 
         return await self._run(work)

@@ -32,6 +32,7 @@ _STATUS = {
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
     500: grpc.StatusCode.INTERNAL,
+    503: grpc.StatusCode.UNAVAILABLE,
 }
 
 
@@ -64,13 +65,14 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request_iterator: AsyncIterator[pb.ConnectRequest],
         context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
-    ) -> AsyncIterator[pb.ConnectResponse]:
+    ) -> None:
         """The stateful stream."""
         core = self._core
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
         tenant = _tenant(context)
+        write_timeout = core.config.limits.write_timeout_s
 
         async def read() -> None:
             async for request in request_iterator:
@@ -83,13 +85,30 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
         session.start_age_limit()
+        stalled = False
         try:
             async for out in session.events():
-                yield encoder.connect_response(out.lane, out.data)
+                message = encoder.connect_response(out.lane, out.data)
+                # A write waits while HTTP/2 flow control says the client's window is full:
+                # a client that stopped reading is cut off instead of held forever.
+                try:
+                    async with asyncio.timeout(write_timeout):
+                        await context.write(message)
+                except TimeoutError:
+                    stalled = True
+                    break
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-            await core.close_session(session)
+            await core.close_session(session)  # cancels in-flight engine work
+        if stalled:
+            core.counters.write_timeouts += 1
+            context.set_trailing_metadata((("error-code", "write_timeout"),))
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"The client read nothing for {write_timeout:g} s (write timeout); the stream "
+                "was closed and its in-flight responses cancelled.",
+            )
 
     async def CreateResponse(
         self,

@@ -45,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 __all__ = [
     "HttpTransport",
@@ -60,11 +61,12 @@ __all__ = [
 # one of the codes the SDK reconnects after.
 WS_CLOSE_NORMAL = 1000
 WS_CLOSE_RESTART = 1012
+# A client that stopped reading (write timeout): "policy violation", with a reason.
+WS_CLOSE_POLICY = 1008
 
-# Frames above max_message_bytes and up to this multiple of it are read and answered with an
-# error event, keeping the socket; larger ones are refused by the WebSocket layer from the
-# frame header alone (close 1009), so a client cannot make the server buffer unbounded data.
-_WS_HARD_LIMIT_FACTOR = 2
+# After closing a stalled client, how long the close frame may wait for it before the socket
+# is dropped.
+_STALLED_CLOSE_S = 10.0
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -416,8 +418,20 @@ class HttpTransport:
 
     async def _write(self, conn: _Connection) -> None:
         websocket = conn.websocket
+        write_timeout = self._core.config.limits.write_timeout_s
         async for out in conn.session.events():
-            await websocket.send_text(ws_frame(out))
+            # A send waits while the socket's write buffer is full: a client that stopped
+            # reading is cut off after the write timeout instead of held forever.
+            try:
+                async with asyncio.timeout(write_timeout):
+                    await websocket.send_text(ws_frame(out))
+            except TimeoutError:
+                self._core.counters.write_timeouts += 1
+                await self._core.close_session(conn.session)  # cancels in-flight engine work
+                await websocket.close(
+                    WS_CLOSE_POLICY, f"write timeout: nothing read for {write_timeout:g} s"
+                )
+                return
         # The session ended from the server side: the age limit (its error event was the last
         # frame) or a drain at shutdown.
         await websocket.close(conn.close_code, conn.close_reason)
@@ -492,6 +506,25 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, except that closing never waits for a client that
+    stopped reading: the close frame joins the buffered data, and the socket is dropped if
+    the client still reads nothing for a while."""
+
+    async def send(self, message: Any) -> None:
+        """Send an ASGI message; a close goes out at once even while writing is paused."""
+        if (
+            message["type"] == "websocket.close"
+            and self.handshake_complete
+            and not self.writable.is_set()
+        ):
+            self.writable.set()
+            await super().send(message)
+            self.loop.call_later(_STALLED_CLOSE_S, self.transport.abort)
+            return
+        await super().send(message)
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket, so the bound port is known before uvicorn starts serving."""
     family, kind, proto, _, address = socket.getaddrinfo(
@@ -527,8 +560,9 @@ async def start_http_server(
         log_config=None,
         access_log=False,
         http="auto",
-        ws="websockets-sansio",
-        ws_max_size=limit * _WS_HARD_LIMIT_FACTOR,
+        ws=_WebSocketProtocol,
+        # Refused from the frame header (close 1009), before the payload is buffered.
+        ws_max_size=limit,
         server_header=False,
     )
     config.load()
