@@ -17,11 +17,11 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
 from bidi_responses.server.core.journal import Journal
+from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
 from bidi_responses.server.pipeline.post import PostJob, PostQueue
 
-from tests.conftest import SHELL_TOOL, ServerFactory, make_config
+from tests.conftest import SHELL_TOOL, ServerFactory, make_config, until
 
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
 Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
@@ -134,8 +134,7 @@ async def test_a_full_queue_makes_the_producer_wait(
             third = asyncio.ensure_future(
                 stream.create(model="sim-model", input="3", stream_id="c")
             )
-            while post.full_waits == 0:  # job 3 is durable and waits for room
-                await asyncio.sleep(0.001)
+            await until(lambda: post.full_waits > 0)  # job 3 is durable, waits for room
             assert post.full_waits == 1
             assert not third.done()  # its terminal event waits for room in the queue
             assert begun == [one.id]
@@ -223,13 +222,10 @@ async def test_store_true_work_is_refused_while_the_database_is_down(tmp_path: P
     async with asyncio.timeout(30):
         store = Store(tmp_path / "responses.db")
         flaky: Any = _FlakyStore(store, failures=10**9)
-        queue = PostQueue(
-            flaky, 8, journal=Journal(tmp_path / "journal"), retry_delay_s=0.001
-        )
+        queue = PostQueue(flaky, 8, journal=Journal(tmp_path / "journal"), retry_delay_s=0.001)
         await queue.start()
         await queue.put(PostJob(None, _row("resp_a")))
-        while queue.health.ok:
-            await asyncio.sleep(0.001)
+        await until(lambda: not queue.health.ok)
         with pytest.raises(ApiError) as refused:
             queue.admit(store=True)
         assert refused.value.status == 503 and refused.value.code == "storage_unavailable"
@@ -254,8 +250,8 @@ async def test_the_journal_is_replayed_once_at_start(tmp_path: Path) -> None:
         await journal.append(PostJob(None, _row("resp_b")).to_json())
         await journal.append(PostJob(None, _row("resp_a")).to_json())  # a repeat is harmless
         segment = next((tmp_path / "journal").glob("*.journal"))
-        with open(segment, "ab") as handle:
-            handle.write(b"\x10\x00\x00\x00torn")  # an append cut short by the crash
+        # An append cut short by the crash.
+        segment.write_bytes(segment.read_bytes() + b"\x10\x00\x00\x00torn")
         store = Store(tmp_path / "responses.db")
         live = PostQueue(store, 8, journal=Journal(tmp_path / "journal"))
         await live.start()
