@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -65,6 +66,10 @@ async def _agent(port: int, n: int, seen: Seen, stop: asyncio.Event) -> None:
                 )
         except (ResponsesError, grpc.aio.AioRpcError):
             return  # the server died under us
+
+
+def _reached(completed: dict[str, bool], count: int) -> bool:
+    return len(completed) >= count
 
 
 def _ledger_ids(db: Path) -> list[str]:
@@ -122,8 +127,7 @@ async def run_kills(
             agents = [asyncio.ensure_future(_agent(port, n, seen, stop)) for n in range(streams)]
             # A random moment: after a random number of completions.
             threshold = rng.randint(streams, streams * 6)
-            done = seen.completed
-            await until(lambda: len(done) >= threshold)
+            await until(partial(_reached, seen.completed, threshold))
             process.send_signal(signal.SIGKILL)
             await process.wait()
             await asyncio.gather(*agents)
