@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 import struct
@@ -134,7 +135,5 @@ class StalledWebSocket:
 
     async def close(self) -> None:
         self.writer.close()
-        try:
+        with contextlib.suppress(OSError):
             await self.writer.wait_closed()
-        except OSError:
-            pass
