@@ -8,7 +8,14 @@ gap would grow with it.
 
 Modes, each on its own server process with the same settings otherwise:
 
-* ``queued``: the server as shipped; writes queued, written by the background writer.
+* ``queued``: the server as shipped: each job made durable in the write-ahead journal (one
+  group-committed fdatasync) before the terminal event, then written to SQLite by the
+  background writer.
+* ``unjournaled``: durability off (``--no-journal``): the terminal event goes out before
+  anything is durable, as before the journal existed. The difference to ``queued`` is what
+  durability costs.
+* ``journal-nosync``: the journal without its fdatasync (survives a process crash, not a
+  machine crash), to split the cost between the append and the sync.
 * ``queued-slow``: the same with every write made ``--store-ms`` slower (a slow disk).
 * ``no-writes``: post-inference writes dropped entirely (the floor).
 * ``inline-slow``: the contrast, what the design avoids: the slow write done in line, as a
@@ -43,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-MODES = ("queued", "queued-slow", "no-writes", "inline-slow")
+MODES = ("queued", "unjournaled", "journal-nosync", "queued-slow", "no-writes", "inline-slow")
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
 
 
@@ -81,16 +88,19 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
     )
     config = ServerConfig(grpc_port=0, data_dir=data_dir)
     config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+    config.durability.journal = mode != "unjournaled"
+    config.durability.fsync = mode != "journal-nosync"
     running = await start_server(config, http=False)
     core = running.core
     store = core.store
-    real_write = store.write
+    real_write = store.write_many
+    Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
 
-    async def slow_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+    async def slow_write(jobs: Jobs) -> None:
         await asyncio.sleep(store_ms / 1000)  # a slow disk: latency, not event-loop work
-        await real_write(record, ledger)
+        await real_write(jobs)
 
-    async def no_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+    async def no_write(jobs: Jobs) -> None:
         return None
 
     # In line: the job is kept, the terminal event goes out, and the connection's next request
@@ -107,17 +117,17 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
     async def handle_after_writes(self: Session, event: Any, received: float | None = None) -> None:
         while kept:
             job = kept.pop(0)
-            await slow_write(job.record, job.ledger)
+            await slow_write([(job.record, job.ledger)])
         await real_handle(self, event, received)
 
     if mode == "queued-slow":
-        store.write = slow_write  # type: ignore[method-assign]
+        store.write_many = slow_write  # type: ignore[method-assign]
     elif mode == "no-writes":
-        store.write = no_write  # type: ignore[method-assign]
+        store.write_many = no_write  # type: ignore[method-assign]
     elif mode == "inline-slow":
         core.post.put = keep  # type: ignore[method-assign]
         Session.handle = handle_after_writes  # type: ignore[method-assign]
-    elif mode != "queued":
+    elif mode not in ("queued", "unjournaled", "journal-nosync"):
         raise SystemExit(f"unknown mode {mode}")
     print(f"listening {running.grpc_port}", flush=True)
     stop = asyncio.Event()

@@ -83,6 +83,9 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                 await session.handle(event, received)
             await session.finish()
 
+        # Headers first, on their own: a stalled client must not leave them pending with a
+        # large first message, or the status that cuts it off could not be sent.
+        await context.send_initial_metadata(())
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
         session.start_age_limit()
         stalled = False

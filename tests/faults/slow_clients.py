@@ -22,16 +22,19 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
 BIG = 1024 * 1024
+# Ordinary text (about 4 characters per token), quick to tokenize.
+_BLOCK = "def handle(request):\n    return router.dispatch(request)  # %d\n"
 
 
 def big_creates(lanes: int, chars: int = BIG) -> list[dict[str, Any]]:
     """Warm-up creates whose two events carry ``chars`` of instructions each."""
+    text = "".join(_BLOCK % i for i in range(chars // len(_BLOCK)))
     return [
         {
             "type": "response.create",
             "stream_id": f"lane-{n}",
             "model": "sim-model",
-            "instructions": f"{n} " + "x" * chars,
+            "instructions": f"{n} {text}",
             "input": "hi",
             "generate": False,
             "store": False,
@@ -52,11 +55,17 @@ class StalledGrpc:
         self.call: Any = pb_grpc.ResponsesServiceStub(self.channel).Connect()  # type: ignore[no-untyped-call]
 
     async def send(self, events: list[dict[str, Any]]) -> None:
+        """Send the events; stops quietly if the server has already ended the call."""
         for event in events:
             body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
-            await self.call.write(
-                pb.ConnectRequest(stream_id=event["stream_id"], response_create=params_to_pb(body))
-            )
+            try:
+                await self.call.write(
+                    pb.ConnectRequest(
+                        stream_id=event["stream_id"], response_create=params_to_pb(body)
+                    )
+                )
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                return
 
     async def outcome(self) -> tuple[grpc.StatusCode, str]:
         """Read everything; the status the call ended with."""
@@ -111,9 +120,13 @@ class StalledWebSocket:
         return cls(reader, writer)
 
     async def send(self, events: list[dict[str, Any]]) -> None:
+        """Send the events; stops quietly if the server has already dropped the connection."""
         for event in events:
-            self.writer.write(_client_frame(0x1, orjson.dumps(event)))
-            await self.writer.drain()
+            try:
+                self.writer.write(_client_frame(0x1, orjson.dumps(event)))
+                await self.writer.drain()
+            except ConnectionError:
+                return
 
     async def outcome(self) -> tuple[int, str]:
         """Read every frame to the close frame: its code and reason (1006 if none)."""

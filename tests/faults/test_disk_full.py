@@ -184,6 +184,7 @@ async def test_disk_full_refuses_stored_work_and_recovers(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 @pytest.mark.faults
+@pytest.mark.timeout(3600)
 async def test_disk_full_under_load(tmp_path: Path) -> None:
     async with asyncio.timeout(600):
         figures = await run_disk_full(tmp_path / "data", agents=50, limit=2 * 1024 * 1024)

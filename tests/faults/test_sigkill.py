@@ -152,6 +152,7 @@ async def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.faults
+@pytest.mark.timeout(3600)
 async def test_sigkill_20_times_under_100_streams(tmp_path: Path) -> None:
     async with asyncio.timeout(1800):
         figures = await run_kills(tmp_path / "data", kills=20, streams=100, seed=1)

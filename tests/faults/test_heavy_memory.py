@@ -1,0 +1,165 @@
+"""Heavy memory runs (``make faults``): many idle large caches under a global budget, and 40
+clients that never read. The server is a subprocess; its RSS is read from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from bidi_responses.client import AsyncResponsesClient, ResponsesError
+
+from tests.faults.slow_clients import StalledGrpc, StalledWebSocket, big_creates
+from tests.pipeline.server_process import FAST_FLAGS, free_port, serve_process
+from tests.workload import tool_output
+
+MIB = 1024 * 1024
+
+
+def rss_bytes(pid: int) -> tuple[int, int]:
+    """Resident and peak resident bytes of a process."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return int(fields["VmRSS"][0]) * 1024, int(fields["VmHWM"][0]) * 1024
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+@pytest.mark.timeout(3600)
+async def test_2000_streams_of_100k_tokens_under_a_256_mb_budget(tmp_path: Path) -> None:
+    budget_mb = 256
+    streams_n = 2000
+    async with asyncio.timeout(3600):
+        base_text = tool_output(100_000, seed=7)
+        args = (*FAST_FLAGS, "--cache-budget-mb", str(budget_mb))
+        async with (
+            serve_process(tmp_path / "data", args=args) as (process, port, _),
+            AsyncResponsesClient(f"127.0.0.1:{port}") as client,
+            contextlib.AsyncExitStack() as open_streams,
+        ):
+            # One small turn first, so the baseline has every import and buffer warmed.
+            await client.create(model="sim-model", input="warm up", store=False)
+            baseline, _ = rss_bytes(process.pid)
+            streams = [
+                await open_streams.enter_async_context(client.connect()) for _ in range(streams_n)
+            ]
+            first_ids: list[str] = []
+            started = time.perf_counter()
+            for batch in range(0, streams_n, 20):
+                replies = await asyncio.gather(
+                    *(
+                        streams[n].create(
+                            model="sim-model",
+                            input=f"stream {n}\n{base_text}",
+                            generate=False,
+                            store=False,
+                        )
+                        for n in range(batch, min(batch + 20, streams_n))
+                    )
+                )
+                first_ids.extend(r.id for r in replies)
+            filled_s = time.perf_counter() - started
+            rss, peak = rss_bytes(process.pid)
+            stats = await client.stats()
+            tokens = replies[-1].usage.input_tokens if replies[-1].usage else 0
+            # The oldest streams were evicted; the newest continue from their caches.
+            with pytest.raises(ResponsesError) as missing:
+                await streams[0].create(
+                    model="sim-model", previous_response_id=first_ids[0], input="next"
+                )
+            assert missing.value.code == "previous_response_not_found"
+            last = await streams[-1].create(
+                model="sim-model", previous_response_id=first_ids[-1], input="next"
+            )
+            assert last.stats["tokens_reused"] > 0
+        figures = {
+            "streams": streams_n,
+            "tokens_per_stream": tokens,
+            "budget_mb": budget_mb,
+            "baseline_rss_mb": round(baseline / MIB, 1),
+            "rss_after_mb": round(rss / MIB, 1),
+            "peak_rss_mb": round(peak / MIB, 1),
+            "over_baseline_mb": round((rss - baseline) / MIB, 1),
+            "cache": stats["cache"],
+            "fill_s": round(filled_s, 1),
+        }
+        print(f"\nFAULTS memory budget: {figures}")
+        assert stats["cache"]["bytes_used"] <= budget_mb * MIB
+        # Budget plus a stated overhead for 2,000 open streams and the turn in flight.
+        assert rss <= baseline + budget_mb * MIB + 160 * MIB, figures
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+async def test_40_never_reading_clients_are_cut_off_and_memory_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    write_timeout = 5.0
+    async with asyncio.timeout(600):
+        http_port = free_port()
+        args = (*FAST_FLAGS, "--write-timeout-s", str(write_timeout))
+        async with (
+            serve_process(tmp_path / "data", args=args, http_port=http_port) as (process, port, _),
+            AsyncResponsesClient(f"127.0.0.1:{port}") as client,
+        ):
+            await client.create(model="sim-model", input="warm up", store=False)
+            baseline, _ = rss_bytes(process.pid)
+            grpc_clients = [StalledGrpc(port) for _ in range(20)]
+            lanes = 6
+            ws_clients = [await StalledWebSocket.open(http_port) for _ in range(20)]
+            samples: list[int] = []
+            sampling = True
+
+            async def sample() -> None:
+                while sampling:
+                    samples.append(rss_bytes(process.pid)[0])
+                    await asyncio.sleep(0.2)
+
+            sampler = asyncio.ensure_future(sample())
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(c.send(big_creates(lanes)) for c in grpc_clients),
+                *(c.send(big_creates(lanes)) for c in ws_clients),
+            )
+            sent = time.perf_counter()
+            cut: dict[str, float] = {}
+
+            async def count_cut() -> None:
+                while True:
+                    stats = await client.stats()
+                    if stats["write_timeouts_total"] >= 40:
+                        cut["all"] = time.perf_counter()
+                        return
+                    await asyncio.sleep(0.1)
+
+            await count_cut()
+            grpc_outcomes = await asyncio.gather(*(c.outcome() for c in grpc_clients))
+            ws_outcomes = await asyncio.gather(*(c.outcome() for c in ws_clients))
+            sampling = False
+            await sampler
+            final, peak = rss_bytes(process.pid)
+            for c in grpc_clients:
+                await c.close()
+            for w in ws_clients:
+                await w.close()
+        assert {code for code, _ in grpc_outcomes} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        assert {code for code, _ in ws_outcomes} == {1008}
+        figures = {
+            "clients": 40,
+            "write_timeout_s": write_timeout,
+            "send_s": round(sent - started, 2),
+            "all_cut_off_after_last_send_s": round(cut["all"] - sent, 2),
+            "baseline_rss_mb": round(baseline / MIB, 1),
+            "max_sampled_rss_mb": round(max(samples) / MIB, 1),
+            "peak_rss_mb": round(peak / MIB, 1),
+            "rss_after_mb": round(final / MIB, 1),
+        }
+        print(f"\nFAULTS never-reading clients: {figures}")
+        assert cut["all"] - sent <= write_timeout + 10
