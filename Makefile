@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench faults clean
 
 all: test
 
@@ -53,6 +53,12 @@ test-all: proto
 bench: proto
 	$(PY) -m pytest -q tests/bench/test_micro.py --benchmark-enable
 	$(PY) -m bidi_responses.bench.post_inference --turns 25 --repeats 3
+
+# Heavy fault runs with real processes and signals (not part of `make test`, which runs their
+# smoke versions): SIGKILL 20 times under 100 streams, a full disk under load, 2,000 streams of
+# 100k tokens under a 256 MB cache budget, 40 clients that never read. Prints the figures.
+faults: proto
+	$(PY) -m pytest -q -s -m faults tests/faults
 
 serve: proto
 	$(VENV)/bin/bidi-responses serve
