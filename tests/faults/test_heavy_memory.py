@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 
@@ -103,8 +102,8 @@ async def test_40_never_reading_clients_are_cut_off_and_memory_stays_bounded(
     tmp_path: Path,
 ) -> None:
     write_timeout = 5.0
-    margin = 3.0
-    lanes = 6  # 6 x 2 x 1 MiB of events per client: more than the socket buffers hold
+    lanes = 3  # 3 x 2 x 1 MiB of events per client: more than the socket buffers hold
+    waves = 2  # a second wave must reuse the memory of the first, not add to it
     async with asyncio.timeout(600):
         http_port = free_port()
         args = (*FAST_FLAGS, "--write-timeout-s", str(write_timeout))
@@ -114,50 +113,74 @@ async def test_40_never_reading_clients_are_cut_off_and_memory_stays_bounded(
         ):
             await client.create(model="sim-model", input="warm up", store=False)
             baseline, _ = rss_bytes(process.pid)
-            grpc_clients = [StalledGrpc(port) for _ in range(20)]
-            ws_clients = [await StalledWebSocket.open(http_port) for _ in range(20)]
-            samples: list[int] = []
-            sampling = asyncio.Event()
-
-            async def sample() -> None:
-                while not sampling.is_set():
-                    samples.append(rss_bytes(process.pid)[0])
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(0.2):
-                            await sampling.wait()
-
-            async def stalled(stalled_client: StalledGrpc | StalledWebSocket) -> tuple[Any, str]:
-                await stalled_client.send(big_creates(lanes))
-                # The fault itself: read nothing for longer than the write timeout. Had the
-                # server not cut the client off by then, reading now would let its writes go
-                # on and the outcome below would be the data, not a cut-off status.
-                await asyncio.sleep(write_timeout + margin)
-                return await stalled_client.outcome()
-
-            sampler = asyncio.ensure_future(sample())
-            grpc_outcomes = await asyncio.gather(*(stalled(c) for c in grpc_clients))
-            ws_outcomes = await asyncio.gather(*(stalled(c) for c in ws_clients))
-            sampling.set()
-            await sampler
+            per_wave: list[dict[str, Any]] = []
+            for wave in range(1, waves + 1):
+                per_wave.append(
+                    await _never_reading_wave(
+                        client, process.pid, port, http_port, 40 * wave, lanes
+                    )
+                )
             stats = await client.stats()
-            final, peak = rss_bytes(process.pid)
-            for c in grpc_clients:
-                await c.close()
-            for w in ws_clients:
-                await w.close()
         figures = {
-            "clients": 40,
+            "clients_per_wave": 40,
+            "waves": waves,
             "write_timeout_s": write_timeout,
-            "grpc_outcomes": sorted({str(code) for code, _ in grpc_outcomes}),
-            "ws_outcomes": sorted({code for code, _ in ws_outcomes}),
-            "write_timeouts_total": stats["write_timeouts_total"],
             "baseline_rss_mb": round(baseline / MIB, 1),
-            "max_sampled_rss_mb": round(max(samples) / MIB, 1),
-            "peak_rss_mb": round(peak / MIB, 1),
-            "rss_after_mb": round(final / MIB, 1),
+            "per_wave": per_wave,
+            "write_timeouts_total": stats["write_timeouts_total"],
         }
         print(f"\nFAULTS never-reading clients: {figures}")
-        # Each was cut off within write timeout + margin of its last send, with its status.
-        assert {code for code, _ in grpc_outcomes} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
-        assert {code for code, _ in ws_outcomes} == {1008}
-        assert stats["write_timeouts_total"] == 40
+        # Each was cut off with its status; the second wave did not add to the memory.
+        for wave in per_wave:
+            assert wave["grpc_outcomes"] == ["StatusCode.RESOURCE_EXHAUSTED"], figures
+            assert wave["ws_outcomes"] == [1008], figures
+        assert stats["write_timeouts_total"] == 40 * waves
+        assert per_wave[1]["max_rss_mb"] <= per_wave[0]["max_rss_mb"] * 1.15, figures
+
+
+async def _never_reading_wave(
+    client: AsyncResponsesClient, pid: int, port: int, http_port: int, cut_total: int, lanes: int
+) -> dict[str, Any]:
+    """20 gRPC and 20 WebSocket clients that send and never read, until all are cut off."""
+    grpc_clients = [StalledGrpc(port) for _ in range(20)]
+    ws_clients = [await StalledWebSocket.open(http_port) for _ in range(20)]
+    samples: list[int] = []
+    sampling = asyncio.Event()
+
+    async def sample() -> None:
+        while not sampling.is_set():
+            samples.append(rss_bytes(pid)[0])
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await sampling.wait()
+
+    async def stalled(stalled_client: StalledGrpc | StalledWebSocket) -> float:
+        await stalled_client.send(big_creates(lanes))
+        return time.perf_counter()
+
+    sampler = asyncio.ensure_future(sample())
+    started = time.perf_counter()
+    sent = max(await asyncio.gather(*(stalled(c) for c in [*grpc_clients, *ws_clients])))
+    # Read nothing until the server has cut every client off (the fault itself).
+    while True:
+        if (await client.stats())["write_timeouts_total"] >= cut_total:
+            break
+        await asyncio.sleep(0.1)
+    all_cut = time.perf_counter()
+    grpc_outcomes = await asyncio.gather(*(c.outcome() for c in grpc_clients))
+    ws_outcomes = await asyncio.gather(*(c.outcome() for c in ws_clients))
+    sampling.set()
+    await sampler
+    final, _ = rss_bytes(pid)
+    for c in grpc_clients:
+        await c.close()
+    for w in ws_clients:
+        await w.close()
+    return {
+        "sending_s": round(sent - started, 2),
+        "last_send_to_all_cut_off_s": round(all_cut - sent, 2),
+        "grpc_outcomes": sorted({str(code) for code, _ in grpc_outcomes}),
+        "ws_outcomes": sorted({code for code, _ in ws_outcomes}),
+        "max_rss_mb": round(max(samples) / MIB, 1),
+        "rss_after_mb": round(final / MIB, 1),
+    }
