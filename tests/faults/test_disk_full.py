@@ -135,6 +135,7 @@ async def run_disk_full(data: Path, *, agents: int, limit: int) -> dict[str, flo
                 resource.RLIMIT_FSIZE,
                 (resource.RLIM_INFINITY, resource.RLIM_INFINITY),
             )
+            space_returned = time.perf_counter()
             recovered_at = 0.0
             async with asyncio.timeout(60):
                 while True:
@@ -170,7 +171,8 @@ async def run_disk_full(data: Path, *, agents: int, limit: int) -> dict[str, flo
         "unstored_turns_total": traffic.turns,
         "unstored_turns_during_outage": traffic.during_outage,
         "slowest_unstored_turn_s": round(traffic.slowest_s, 3),
-        "outage_to_recovery_s": round(recovered_at - outage_started, 3),
+        "outage_s": round(recovered_at - outage_started, 3),
+        "space_returned_to_recovery_s": round(recovered_at - space_returned, 3),
         "log_lines_storage_unavailable": len(lines),
         "acknowledged_in_ledger": len(traffic.completed),
     }

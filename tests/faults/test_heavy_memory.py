@@ -46,8 +46,14 @@ async def test_2000_streams_of_100k_tokens_under_a_256_mb_budget(tmp_path: Path)
             # One small turn first, so the baseline has every import and buffer warmed.
             await client.create(model="sim-model", input="warm up", store=False)
             baseline, _ = rss_bytes(process.pid)
+            # 200 streams per connection, as separate agents' clients would have.
+            channels = [
+                await open_streams.enter_async_context(AsyncResponsesClient(f"127.0.0.1:{port}"))
+                for _ in range(streams_n // 200)
+            ]
             streams = [
-                await open_streams.enter_async_context(client.connect()) for _ in range(streams_n)
+                await open_streams.enter_async_context(channels[n % len(channels)].connect())
+                for n in range(streams_n)
             ]
             first_ids: list[str] = []
             started = time.perf_counter()
