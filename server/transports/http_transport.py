@@ -288,8 +288,11 @@ class HttpTransport:
                     type="server_error",
                 )
             return _event_error_response(first)
-        return StreamingResponse(
-            _sse_stream(first, events), media_type="text/event-stream", headers=_SSE_HEADERS
+        return _SseResponse(
+            _sse_stream(first, events),
+            self._core,
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
         )
 
     async def upgrade_required(self, request: Request) -> Response:
@@ -456,6 +459,32 @@ class HttpTransport:
         for task in finishing:
             task.cancel()
         await asyncio.gather(*finishing, return_exceptions=True)
+
+
+class _SseResponse(StreamingResponse):
+    """An SSE response whose writes give up after the write timeout: a client that stopped
+    reading loses its connection, and its response is cancelled (the event iterator closes)."""
+
+    def __init__(self, content: AsyncIterator[bytes], core: ResponsesCore, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._core = core
+
+    async def stream_response(self, send: Any) -> None:
+        """Stream the events; stop (the connection drops) at a write that times out."""
+        write_timeout = self._core.config.limits.write_timeout_s
+
+        async def timed_send(message: Any) -> None:
+            async with asyncio.timeout(write_timeout):
+                await send(message)
+
+        try:
+            await super().stream_response(timed_send)
+        except TimeoutError:
+            self._core.counters.write_timeouts += 1
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 async def _sse_stream(

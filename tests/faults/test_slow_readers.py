@@ -4,15 +4,17 @@ its engine work is cancelled; memory stays bounded meanwhile (the heavy version 
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 from pathlib import Path
 
 import grpc
+import orjson
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
 
 from tests.conftest import ServerFactory, make_config, until
-from tests.faults.slow_clients import StalledGrpc, StalledWebSocket, big_creates
+from tests.faults.slow_clients import BIG, StalledGrpc, StalledWebSocket, big_creates
 
 LANES = 8  # 8 x 2 x 1 MiB of events: more than socket and HTTP/2 buffers hold
 
@@ -83,5 +85,47 @@ async def test_a_websocket_client_that_stops_reading_is_closed_1008(
             await client.close()
         assert code == 1008
         assert "write timeout" in reason
+        await core.post.join()
+        assert "cancelled" in _ledger(running).values()
+
+
+async def test_an_sse_client_that_stops_reading_loses_its_connection(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        config = _slow_config(tmp_path)
+        running: RunningServer = await server_factory(config, http=True)
+        assert running.http_port is not None
+        core = running.core
+        body = orjson.dumps(
+            {
+                "model": "sim-model",
+                "stream": True,
+                "store": False,
+                # Echoed in every snapshot event: megabytes the client will not read.
+                "instructions": big_creates(1, 3 * BIG)[0]["instructions"],
+                "input": "write a long essay",
+            }
+        )
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", running.http_port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
+        try:
+            writer.write(
+                b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+            await until(lambda: core.counters.write_timeouts == 1)
+            await until(lambda: not core.inflight)
+            # The connection ends after what was buffered (no terminal event was sent).
+            received = await reader.read()  # to end of file
+        finally:
+            writer.close()
+        assert received.startswith(b"HTTP/1.1 200")
+        assert b"response.completed" not in received
         await core.post.join()
         assert "cancelled" in _ledger(running).values()
