@@ -81,6 +81,9 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                 if tenant is not None and event.get("type") == "response.create":
                     event.setdefault("user", tenant)
                 await session.handle(event, received)
+                # An idle stream must not keep its last message (it may be megabytes of input
+                # that the cache budget does not see) alive in this frame.
+                del request, event
             await session.finish()
 
         # Headers first, on their own: a stalled client must not leave them pending with a

@@ -411,6 +411,7 @@ class HttpTransport:
             if problem is not None:
                 # Through the session's queue, so it is ordered with everything else sent.
                 await session.emit("", error_event(problem.status, problem.to_error_object()))
+                del message, text
                 continue
             if isinstance(event, dict) and event.get("type") == "response.create":
                 # The socket always streams; clients (Codex, the SDK examples) still send it.
@@ -418,6 +419,9 @@ class HttpTransport:
                 if conn.tenant is not None and event.get("user") is None:
                     event["user"] = conn.tenant
             await session.handle(event, received)
+            # An idle connection must not keep its last frame (it may be megabytes of input
+            # that the cache budget does not see) alive in this frame.
+            del message, text, event
 
     async def _write(self, conn: _Connection) -> None:
         websocket = conn.websocket

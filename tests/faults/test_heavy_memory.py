@@ -51,22 +51,25 @@ async def test_2000_streams_of_100k_tokens_under_a_256_mb_budget(tmp_path: Path)
                 await open_streams.enter_async_context(AsyncResponsesClient(f"127.0.0.1:{port}"))
                 for _ in range(streams_n // 200)
             ]
-            streams = [
-                await open_streams.enter_async_context(channels[n % len(channels)].connect())
-                for n in range(streams_n)
-            ]
+            streams: list[Any] = []
             first_ids: list[str] = []
             started = time.perf_counter()
             for batch in range(0, streams_n, 20):
+                # Each stream opens just before its first turn, as an agent's would.
+                opened = [
+                    await open_streams.enter_async_context(channels[n % len(channels)].connect())
+                    for n in range(batch, min(batch + 20, streams_n))
+                ]
+                streams.extend(opened)
                 replies = await asyncio.gather(
                     *(
-                        streams[n].create(
+                        stream.create(
                             model="sim-model",
-                            input=f"stream {n}\n{base_text}",
+                            input=f"stream {batch + i}\n{base_text}",
                             generate=False,
                             store=False,
                         )
-                        for n in range(batch, min(batch + 20, streams_n))
+                        for i, stream in enumerate(opened)
                     )
                 )
                 first_ids.extend(r.id for r in replies)
