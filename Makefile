@@ -34,13 +34,13 @@ lint-proto: $(BUF)
 typecheck: proto
 	rm -rf $(TYPECHECK_ROOT) && mkdir -p $(TYPECHECK_ROOT)/bidi_responses
 	for f in __init__.py codec.py v1; do ln -s $(CURDIR)/protos/bidi_responses/$$f $(TYPECHECK_ROOT)/bidi_responses/$$f; done
-	for d in server client bench; do ln -s $(CURDIR)/$$d $(TYPECHECK_ROOT)/bidi_responses/$$d; done
+	for d in server client bench cluster; do ln -s $(CURDIR)/$$d $(TYPECHECK_ROOT)/bidi_responses/$$d; done
 	cd $(TYPECHECK_ROOT) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml \
-		-p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench -m bidi_responses.codec
+		-p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench -p bidi_responses.cluster -m bidi_responses.codec
 
 lint: proto lint-proto typecheck
-	$(VENV)/bin/ruff check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
-	$(VENV)/bin/ruff format --check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
 
 test: proto lint
 	$(PY) -m pytest -q

@@ -22,6 +22,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--no-http", action="store_true", help="serve gRPC only")
     p.add_argument("--data-dir", default=None, help="where the SQLite store lives")
     p.add_argument(
+        "--store-url",
+        default=None,
+        help="store backend: postgresql://... for a store shared by replicas "
+        "(default: SQLite in --data-dir)",
+    )
+    p.add_argument(
         "--engine",
         choices=["sim", "script"],
         default=None,
@@ -110,6 +116,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.models[model] = route
     if not config.models:
         raise ValueError("no model aliases: add [models.<alias>] to the config file")
+    if args.store_url is not None:
+        config.store.url = args.store_url
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:

@@ -59,6 +59,24 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
+class StoreConfig:
+    """Where stored responses and the usage ledger live.
+
+    ``url`` empty: embedded SQLite in ``data_dir`` (one process). ``postgresql://...``: a
+    database shared by replicas behind a proxy (docs/replicas.md).
+    """
+
+    url: str = ""
+    # Connections per process to a PostgreSQL store.
+    pool_size: int = 4
+    # Send a response's terminal event only after its store write and ledger row have landed.
+    # None: yes for a shared store (so any replica can continue the conversation at once and a
+    # replica that dies loses no acknowledged turn), no for SQLite (the write overlaps the
+    # client's next turn).
+    ack_after_write: bool | None = None
+
+
+@dataclass(slots=True)
 class RouteConfig:
     """One model alias: which engine serves it, with which settings."""
 
@@ -88,6 +106,7 @@ class ServerConfig:
     stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     post_queue_size: int = 1024
     grace_period_s: float = 10.0
+    store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
     def store_path(self) -> Path:

@@ -135,6 +135,7 @@ OPTIONAL_PARAMS = (
     "safety_identifier",
     "prompt_cache_key",
     "user",
+    "idempotency_key",
 )
 
 

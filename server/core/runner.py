@@ -22,6 +22,7 @@ from bidi_responses.server.core.events import (
     Usage,
     error_event,
 )
+from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.render import canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
@@ -192,6 +193,8 @@ class ResponseRun:
                         type="server_error",
                     )
                 request = self._parse()
+                if request.idempotency_key is not None and await self._replayed(request):
+                    return
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
             except ApiError as error:
@@ -227,9 +230,40 @@ class ResponseRun:
                 self.record.error = {"code": "server_error", "message": str(exc) or repr(exc)}
                 await self._finish("failed")
         finally:
-            core.inflight.pop(self.id, None)
+            if core.inflight.get(self.id) is self:
+                del core.inflight[self.id]
             if self.lane.inflight is self:
                 self.lane.inflight = None
+
+    async def _replayed(self, request: CreateRequest) -> bool:
+        """Take the response id the idempotency key names; if that response already exists,
+        send its terminal event again and return True (the turn does not run twice)."""
+        assert request.idempotency_key is not None
+        self.id = idempotent_response_id(request.user, check_key(request.idempotency_key))
+        if self.id in self.core.inflight:
+            raise ApiError(
+                f"A response with this 'idempotency_key' ('{self.id}') is still in progress; "
+                "wait for its terminal event.",
+                code="idempotent_request_in_progress",
+                param="idempotency_key",
+                status=409,
+            )
+        stored = await self.core.store.get(self.id)
+        if stored is None:
+            return False
+        if stored.response.get("previous_response_id") != request.previous_response_id:
+            raise ApiError(
+                f"'idempotency_key' was already used for response '{self.id}', which continues "
+                f"'{stored.response.get('previous_response_id')}', not "
+                f"'{request.previous_response_id}'.",
+                code="idempotency_key_reused",
+                param="idempotency_key",
+                status=409,
+            )
+        status = stored.response.get("status")
+        terminal = "response.incomplete" if status == "incomplete" else "response.completed"
+        await self.emit(self.seq.event(terminal, response=stored.response))
+        return True
 
     def _parse(self) -> CreateRequest:
         limits = self.core.config.limits
@@ -586,8 +620,15 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
-        await core.post.put(PostJob(stored, ledger))
-        self._posted = True  # from here on, a cut-short stream must not queue a second row
+        job = PostJob(stored, ledger)
+        if core.ack_after_write:
+            # A shared store: the terminal event goes out only once any replica can read the
+            # response and its ledger row is in (the write goes on if this task is cancelled).
+            self._posted = True
+            await core.post.write_through(job)
+        else:
+            await core.post.put(job)
+            self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
         terminal = {
             "completed": "response.completed",

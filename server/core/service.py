@@ -20,7 +20,7 @@ from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
-from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.store_backend import ResponseStore, open_store
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
@@ -39,7 +39,12 @@ class ResponsesCore:
         self.renderer = Renderer(self.encoding)
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
-        self.store = Store(config.store_path)
+        self.store: ResponseStore = open_store(
+            config.store.url, config.store_path, pool_size=config.store.pool_size
+        )
+        ack = config.store.ack_after_write
+        # With a shared store a turn is acknowledged only once any replica can read it.
+        self.ack_after_write = self.store.shared if ack is None else ack
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
@@ -64,7 +69,8 @@ class ResponsesCore:
         )
 
     async def start(self) -> None:
-        """Start background work (the post-inference writer)."""
+        """Connect the store, then start background work (the post-inference writer)."""
+        await self.store.open()
         self.post.start()
 
     async def drain_streams(self) -> None:
@@ -83,7 +89,7 @@ class ResponsesCore:
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()
-        self.store.close()
+        await self.store.aclose()
         await self.pipeline.close()
 
     # -- streams -----------------------------------------------------------------------------

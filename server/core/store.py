@@ -81,7 +81,10 @@ class LedgerRow:
 
 
 class Store:
-    """SQLite-backed response store and usage ledger."""
+    """SQLite-backed response store and usage ledger (a ``ResponseStore``)."""
+
+    # One process owns the file: a turn may be acknowledged before its write lands.
+    shared = False
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +254,13 @@ class Store:
             return [LedgerRow(*row) for row in rows]
 
         return await self._run(work)
+
+    async def open(self) -> None:
+        """Nothing to do: the schema was created when the file was opened."""
+
+    async def aclose(self) -> None:
+        """``close`` under the async ``ResponseStore`` interface."""
+        self.close()
 
     def close(self) -> None:
         """Close the database thread (after the post-inference queue has drained)."""
