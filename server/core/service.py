@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -50,8 +50,10 @@ class ResponsesCore:
             config.post_queue_size,
             dead_letter=config.store_path.parent / DEAD_LETTER_NAME,
         )
-        # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
+        # Set by ``begin_drain`` on shutdown: new responses are refused from then on.
         self.draining = False
+        # Called once when a drain begins (the health service turns NOT_SERVING).
+        self.drain_hooks: list[Callable[[], None]] = []
         self.counters = Counters()
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
@@ -73,11 +75,27 @@ class ResponsesCore:
         await self.store.open()
         self.post.start()
 
-    async def drain_streams(self) -> None:
-        """Graceful stop, first half: refuse new responses (``server_shutting_down``), let
-        in-flight ones finish and deliver their terminal events, then end every stream."""
+    def begin_drain(self) -> None:
+        """From now on refuse new responses (``server_shutting_down``) and report NOT_SERVING
+        to health checks."""
+        if self.draining:
+            return
         self.draining = True
+        for hook in self.drain_hooks:
+            try:
+                hook()
+            except Exception:
+                self.log.exception("drain hook failed")
+
+    async def drain_streams(self) -> None:
+        """Graceful stop, first half: refuse new responses (``server_shutting_down``), tell
+        every stream (a ``server_draining`` warning), let in-flight responses finish and
+        deliver their terminal events, then end every stream."""
+        self.begin_drain()
         sessions = list(self._sessions)
+        for session in sessions:
+            if session.stateful:
+                session.warn_draining(self.config.grace_period_s)
         if sessions:
             await asyncio.gather(
                 *(session.finish() for session in sessions), return_exceptions=True
@@ -85,7 +103,7 @@ class ResponsesCore:
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
-        self.draining = True
+        self.begin_drain()
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()

@@ -72,6 +72,20 @@ class Session:
         await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
         await self.finish(wait_for_runs=False)
 
+    def warn_draining(self, grace_s: float) -> None:
+        """Tell the client that this server is draining: finish the turn in flight here, send
+        the next one on a new stream (through the proxy, to another replica)."""
+        event = {
+            "type": "warning",
+            "code": "server_draining",
+            "message": "This server is shutting down: responses in flight finish within "
+            f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
+        }
+        try:
+            self._out.put_nowait(OutEvent("", event))
+        except asyncio.QueueFull:
+            pass  # a client that reads nothing gets the stream's end as its signal
+
     async def finish(self, *, wait_for_runs: bool = True) -> None:
         """No more client events: let in-flight responses end (or stop them), then end.
 
