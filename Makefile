@@ -6,7 +6,8 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean \
+	postgres replicas failover replicas-throughput
 
 all: test
 
@@ -42,7 +43,7 @@ lint: proto lint-proto typecheck
 	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
 	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
 
-test: proto lint
+test: proto lint postgres
 	$(PY) -m pytest -q
 
 # Everything, including the slow tests.
@@ -59,6 +60,27 @@ serve: proto
 
 compare: proto
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# PostgreSQL's server (Debian) for the shared-store tests and the replica targets; the tests
+# that need it skip, saying why, where it cannot be installed.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update && apt-get install -y --no-install-recommends postgresql) || \
+		echo "warning: PostgreSQL could not be installed; its tests will skip"
+
+# N replicas on one PostgreSQL behind one Envoy, until Ctrl-C (docs/replicas.md).
+N ?= 3
+replicas: proto postgres
+	$(PY) -m bidi_responses.cluster.replicas -n $(N)
+
+# 50 agents x 20 turns through Envoy over 3 replicas; one killed, one drained mid-run.
+failover: proto postgres
+	$(PY) -m bidi_responses.cluster.failover failover --agents 50 --turns 20
+
+# Turns per second through Envoy with 1, 2 and 3 replicas (they share this machine's cores).
+replicas-throughput: proto postgres
+	$(PY) -m bidi_responses.cluster.failover throughput --replicas 1,2,3 --repeats 3 \
+		--agents 50 --turns 20 --sim-ttft-ms 0 --sim-tps 1000000
 
 clean:
 	rm -rf $(VENV) node_modules build bench-out .bidi-responses

@@ -49,11 +49,7 @@ def _endpoints(addresses: list[tuple[str, int]]) -> list[dict[str, Any]]:
     return [
         {
             "lb_endpoints": [
-                {
-                    "endpoint": {
-                        "address": {"socket_address": {"address": host, "port_value": port}}
-                    }
-                }
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
                 for host, port in addresses
             ]
         }
@@ -102,9 +98,10 @@ def _cluster(
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
     }  # fmt: skip
     if http2:
+        options = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
         cluster["typed_extension_protocol_options"] = {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            options: {
+                "@type": f"type.googleapis.com/{options}",
                 "explicit_http_config": {
                     "http2_protocol_options": {
                         "max_concurrent_streams": 10000,

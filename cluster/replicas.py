@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,13 @@ from types import TracebackType
 
 from bidi_responses.cluster.envoy import EnvoyProcess, render_config
 from bidi_responses.cluster.postgres import TempPostgres, free_port
+
+
+def _accepts(port: int) -> bool:
+    """True if something accepts connections on the loopback port."""
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @dataclass(slots=True)
@@ -143,7 +151,8 @@ class Cluster:
                 raise RuntimeError(
                     f"replica {replica.index} exited:\n{replica.log_path.read_text()[-3000:]}"
                 )
-            if "bidi-responses listening" in replica.log_path.read_text(errors="replace"):
+            ports = [replica.grpc_port] + ([replica.http_port] if self.http else [])
+            if all(_accepts(port) for port in ports):
                 return
             time.sleep(0.05)  # poll interval of a readiness check with a deadline
         raise TimeoutError(f"replica {replica.index} not listening after {timeout} s")
@@ -235,8 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"admin: http://127.0.0.1:{cluster.admin_port}/clusters", flush=True)
         print(f"store: {cluster.store_url}", flush=True)
         for r in cluster.replicas:
-            print(f"replica {r.index}: pid {r.process.pid if r.process else '-'}, "
-                  f"gRPC {r.grpc_port}, HTTP {r.http_port}, log {r.log_path}", flush=True)  # fmt: skip
+            pid = r.process.pid if r.process else "-"
+            print(
+                f"replica {r.index}: pid {pid}, gRPC {r.grpc_port}, HTTP {r.http_port}, "
+                f"log {r.log_path}",
+                flush=True,
+            )
         with contextlib.suppress(KeyboardInterrupt):
             while not stop:
                 time.sleep(0.5)  # an idle foreground process; signals end it

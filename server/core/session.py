@@ -8,6 +8,7 @@ never raises into the transport: a bad event becomes an ``error`` event and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -81,10 +82,9 @@ class Session:
             "message": "This server is shutting down: responses in flight finish within "
             f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
         }
-        try:
+        # A client that reads nothing (a full queue) gets the stream's end as its signal.
+        with contextlib.suppress(asyncio.QueueFull):
             self._out.put_nowait(OutEvent("", event))
-        except asyncio.QueueFull:
-            pass  # a client that reads nothing gets the stream's end as its signal
 
     async def finish(self, *, wait_for_runs: bool = True) -> None:
         """No more client events: let in-flight responses end (or stop them), then end.
