@@ -74,6 +74,11 @@ class StoreConfig:
     # replica that dies loses no acknowledged turn), no for SQLite (the write overlaps the
     # client's next turn).
     ack_after_write: bool | None = None
+    # On drain, leave each stream's cached conversation state in the shared store so the
+    # replica that gets the next turn restores it instead of re-rendering (handoff.py).
+    state_handoff: bool = True
+    # An unclaimed state is dropped after this long.
+    state_ttl_s: float = 3600.0
 
 
 @dataclass(slots=True)

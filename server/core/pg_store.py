@@ -65,6 +65,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX usage_ledger_order ON usage_ledger (created_at, seq);
         """,
     ),
+    Migration(
+        2,
+        "conversation states left by draining replicas (handoff.py)",
+        """
+        CREATE TABLE conversation_states (
+            response_id TEXT PRIMARY KEY,
+            state BYTEA NOT NULL,
+            saved_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        CREATE INDEX conversation_states_age ON conversation_states (saved_at);
+        """,
+    ),
 )
 
 _LEDGER_COLUMNS = (
@@ -241,6 +253,32 @@ class PostgresStore:
             f"SELECT {_LEDGER_COLUMNS} FROM usage_ledger ORDER BY created_at, seq"
         )
         return [LedgerRow(*row) for row in rows]
+
+    # -- the state tier (handoff.py) ------------------------------------------------------------
+
+    async def save_states(self, states: list[tuple[str, bytes]], ttl_s: float) -> None:
+        """Keep each (response id, encoded state); drop states older than ``ttl_s``."""
+        async with self._require().acquire() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM conversation_states "
+                "WHERE saved_at < now() - make_interval(secs => $1)",
+                float(ttl_s),
+            )
+            if states:
+                await conn.executemany(
+                    "INSERT INTO conversation_states (response_id, state) VALUES ($1, $2) "
+                    "ON CONFLICT (response_id) DO UPDATE SET state = EXCLUDED.state, "
+                    "saved_at = now()",
+                    states,
+                )
+
+    async def take_state(self, response_id: str) -> bytes | None:
+        """Remove and return the state saved for ``response_id`` (one taker wins)."""
+        state: bytes | None = await self._require().fetchval(
+            "DELETE FROM conversation_states WHERE response_id = $1 RETURNING state",
+            response_id,
+        )
+        return state
 
     async def aclose(self) -> None:
         """Close the pool (after the post-inference queue has drained)."""

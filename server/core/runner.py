@@ -22,6 +22,7 @@ from bidi_responses.server.core.events import (
     Usage,
     error_event,
 )
+from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.render import canonical_json
@@ -235,6 +236,33 @@ class ResponseRun:
             if self.lane.inflight is self:
                 self.lane.inflight = None
 
+    async def _restore(self, previous: str) -> ConversationState | None:
+        """The state a draining replica left for ``previous`` (handoff.py), or None."""
+        core = self.core
+        assert core.state_tier is not None
+        try:
+            blob = await core.state_tier.take_state(previous)
+            if blob is None:
+                return None
+            state = decode_state(blob)
+        except Exception:  # unreadable or unreachable: rebuild from the stored chain
+            core.log.exception("conversation state of %s not restored", previous)
+            return None
+        return state
+
+    async def _hand_off(self, state: ConversationState) -> None:
+        """The server is draining: leave this conversation's state for the replica that gets
+        its next turn, before the terminal event lets the client move (handoff.py)."""
+        tier = self.core.state_tier
+        if tier is None or not self.lane.stateful or not state.stored_chain:
+            return
+        try:
+            await tier.save_states(
+                [(self.id, encode_state(state))], self.core.config.store.state_ttl_s
+            )
+        except Exception:  # the next replica re-renders from the store instead
+            self.core.log.exception("conversation state of %s not handed off", self.id)
+
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
@@ -315,6 +343,8 @@ class ResponseRun:
         if previous is not None:
             if self.lane.cache is not None:
                 state = self.lane.cache.take(previous)
+            if state is None and core.state_tier is not None:
+                state = await self._restore(previous)
             if state is not None:
                 reused = len(state.tokens)
             else:
@@ -620,6 +650,8 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
+        if stored is not None and state is not None and core.draining:
+            await self._hand_off(state)
         job = PostJob(stored, ledger)
         if core.ack_after_write:
             # A shared store: the terminal event goes out only once any replica can read the

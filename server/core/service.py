@@ -17,6 +17,7 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.handoff import StateTier
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
@@ -45,6 +46,10 @@ class ResponsesCore:
         ack = config.store.ack_after_write
         # With a shared store a turn is acknowledged only once any replica can read it.
         self.ack_after_write = self.store.shared if ack is None else ack
+        # Where draining streams leave their cached states for other replicas (handoff.py).
+        self.state_tier: StateTier | None = (
+            self.store if config.store.state_handoff and isinstance(self.store, StateTier) else None
+        )
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
@@ -93,6 +98,8 @@ class ResponsesCore:
         deliver their terminal events, then end every stream."""
         self.begin_drain()
         sessions = list(self._sessions)
+        # States first, then the warning: a client that moves at once finds its state.
+        await asyncio.gather(*(s.hand_off_idle() for s in sessions), return_exceptions=True)
         for session in sessions:
             if session.stateful:
                 session.warn_draining(self.config.grace_period_s)

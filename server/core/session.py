@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import OutEvent, error_event
+from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.runner import Lane, ResponseRun
 from bidi_responses.server.core.state import ResponseCache
 
@@ -102,6 +103,27 @@ class Session:
         else:
             await self._stop_runs()
         await self._out.put(None)
+
+    async def hand_off_idle(self) -> None:
+        """Leave the cached states of this stream's idle lanes in the shared tier, for the
+        replica that gets their next turn (handoff.py). A lane with a response in flight
+        leaves its state when that response ends."""
+        tier = self.core.state_tier
+        if tier is None or not self.stateful:
+            return
+        states = []
+        for lane in self._lanes.values():
+            if lane.cache is None or lane.inflight is not None:
+                continue
+            for response_id, state in lane.cache.entries():
+                if state.stored_chain:  # the store has the chain this state renders
+                    states.append((response_id, encode_state(state)))
+        if not states:
+            return
+        try:
+            await tier.save_states(states, self.core.config.store.state_ttl_s)
+        except Exception:  # the next replica re-renders from the store instead
+            self.core.log.exception("could not hand off %d conversation states", len(states))
 
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""

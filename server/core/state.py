@@ -109,6 +109,10 @@ class ResponseCache:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._bytes -= evicted
 
+    def entries(self) -> list[tuple[str, ConversationState]]:
+        """(response id, state) of every entry, oldest first."""
+        return [(rid, entry[0]) for rid, entry in self._entries.items()]
+
     def clear(self) -> None:
         """Drop everything (the stream ended)."""
         self._entries.clear()

@@ -1,0 +1,132 @@
+"""Stream handoff: a draining replica leaves its conversations' cached state in a shared tier,
+and the replica that gets the next turn restores it instead of re-rendering the history.
+
+What the hosted API loses on reconnect, the cache of a stream (items, rendered tokens, call
+map, checked tools, the stages' carried state), survives a drain here. (The route is not
+carried: it is the new replica's own routing table that must serve the turn, and resolving an
+alias is one lookup.)
+
+* On SIGTERM, after its in-flight responses have finished, each stream saves the state it
+  caches for its latest stored response (``save_session_states``), keyed by response id.
+* A continuation whose ``previous_response_id`` is in no local cache first *takes* the saved
+  state (one reader wins, as with the stream cache) and goes on as a cached turn: it renders and
+  checks only the new input. Without a saved state (the replica died, or the snapshot expired)
+  it rebuilds the history from the stored chain, as before.
+
+A state is saved only for a chain that is fully stored (so it agrees with the store), and an
+unclaimed state expires after ``ttl_s``. The encoding is data only (JSON plus raw token ids):
+nothing read from the shared tier is executed.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+from bidi_responses.server.core.state import ConversationState
+
+_VERSION = 1
+
+
+@runtime_checkable
+class StateTier(Protocol):
+    """Where draining replicas leave conversation states (the PostgreSQL store is one)."""
+
+    async def save_states(self, states: list[tuple[str, bytes]], ttl_s: float) -> None:
+        """Keep each (response id, encoded state); drop states older than ``ttl_s``."""
+        ...
+
+    async def take_state(self, response_id: str) -> bytes | None:
+        """Remove and return the state saved for ``response_id``, if any."""
+        ...
+
+
+def _plain(value: Any) -> Any:
+    """Stage state as JSON: bytes, sets, tuples and non-string keys tagged."""
+    if isinstance(value, bytes):
+        return {"$b": value.hex()}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _plain(v) for k, v in value.items()}
+        return {"$d": [[_plain(k), _plain(v)] for k, v in value.items()]}
+    if isinstance(value, (set, frozenset)):
+        return {"$s": [_plain(v) for v in value]}
+    if isinstance(value, tuple):
+        return {"$t": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((tag, inner),) = value.items()
+        if tag == "$b":
+            return bytes.fromhex(inner)
+        if tag == "$d":
+            return {_unplain(k): _unplain(v) for k, v in inner}
+        if tag == "$s":
+            return {_unplain(v) for v in inner}
+        if tag == "$t":
+            return tuple(_unplain(v) for v in inner)
+    return {k: _unplain(v) for k, v in value.items()}
+
+
+def encode_state(state: ConversationState) -> bytes:
+    """A state as bytes: a JSON header, then the token ids as raw 32-bit integers."""
+    prefix_key = state.prefix_key
+    header = {
+        "v": _VERSION,
+        "byteorder": sys.byteorder,
+        "prefix_len": state.prefix_len,
+        "prefix_key": None if prefix_key is None else [prefix_key[0], prefix_key[1]],
+        "items": state.items,
+        "call_names": state.call_names,
+        "answered_calls": sorted(state.answered_calls),
+        "raw_tools": state.raw_tools,
+        "tools": state.tools,
+        "model_turns": state.model_turns,
+        "tool_rounds": state.tool_rounds,
+        "stored_chain": state.stored_chain,
+        "last_response": state.last_response,
+        "stage_state": _plain(state.stage_state),
+        "text_chars": state.text_chars,
+    }
+    head = orjson.dumps(header)
+    return len(head).to_bytes(8, "little") + head + state.tokens.tobytes()
+
+
+def decode_state(blob: bytes) -> ConversationState:
+    """The state that ``encode_state`` wrote; ValueError if unreadable."""
+    size = int.from_bytes(blob[:8], "little")
+    header = orjson.loads(blob[8 : 8 + size])
+    if header.get("v") != _VERSION:
+        raise ValueError(f"unknown state version {header.get('v')!r}")
+    tokens = array("I")
+    tokens.frombytes(blob[8 + size :])
+    if header["byteorder"] != sys.byteorder:
+        tokens.byteswap()
+    prefix_key = header["prefix_key"]
+    state = ConversationState(
+        tokens=tokens,
+        prefix_len=header["prefix_len"],
+        prefix_key=None if prefix_key is None else (prefix_key[0], prefix_key[1]),
+        items=header["items"],
+        call_names=header["call_names"],
+        answered_calls=set(header["answered_calls"]),
+        raw_tools=header["raw_tools"],
+        tools=header["tools"],
+        model_turns=header["model_turns"],
+        tool_rounds=header["tool_rounds"],
+        stored_chain=header["stored_chain"],
+        last_response=header["last_response"],
+        stage_state=_unplain(header["stage_state"]),
+        text_chars=header["text_chars"],
+    )
+    return state
