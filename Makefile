@@ -7,7 +7,7 @@ BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
 .PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean \
-	postgres replicas failover replicas-throughput
+	postgres replicas failover replicas-throughput handoff-bench
 
 all: test
 
@@ -81,6 +81,10 @@ failover: proto postgres
 replicas-throughput: proto postgres
 	$(PY) -m bidi_responses.cluster.failover throughput --replicas 1,2,3 --repeats 3 \
 		--agents 50 --turns 20 --sim-ttft-ms 0 --sim-tps 1000000
+
+# A resumed stream restored from the shared tier vs a full re-render, at ~100k tokens.
+handoff-bench: proto postgres
+	$(PY) -m bidi_responses.bench.handoff --history-tokens 100000 --repeats 5
 
 clean:
 	rm -rf $(VENV) node_modules build bench-out .bidi-responses

@@ -234,6 +234,11 @@ class EnvoyProcess:
             time.sleep(0.05)  # poll interval of a readiness check with a deadline
         raise TimeoutError(f"envoy not ready in {timeout} s")
 
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
     def admin(self, path: str) -> str:
         """GET an admin endpoint (``/clusters``, ``/stats``, ...)."""
         url = f"http://127.0.0.1:{self.admin_port}{path}"

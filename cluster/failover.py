@@ -251,6 +251,31 @@ async def failover(
     }
 
 
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """User+system CPU of these processes and their children so far."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for process in [root, *root.children(recursive=True)]:
+                times = process.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _component_pids(cluster: Cluster) -> dict[str, list[int]]:
+    pids = {
+        "replicas": [r.process.pid for r in cluster.replicas if r.process is not None],
+        "envoy": [cluster.envoy.pid] if cluster.envoy and cluster.envoy.pid else [],
+        "postgres": [cluster.postgres.pid] if cluster.postgres and cluster.postgres.pid else [],
+    }
+    return pids
+
+
 async def throughput(
     counts: Sequence[int],
     agents: int,
@@ -266,9 +291,15 @@ async def throughput(
         cluster = Cluster(n, serve_args=serve_args, http=False)
         await loop.run_in_executor(None, cluster.start)
         try:
+            pids = _component_pids(cluster)
+            before = {name: _cpu_seconds(p) for name, p in pids.items()}
+            client_before = time.process_time()
             result = await run_agents(cluster.grpc_target, agents, turns, output_chars=output_chars)
+            cpu = {name: _cpu_seconds(p) - before[name] for name, p in pids.items()}
+            cpu["client"] = time.process_time() - client_before
         finally:
             await loop.run_in_executor(None, cluster.stop)
+        done = max(result.turns_done, 1)
         rows.append(
             {
                 "replicas": n,
@@ -276,6 +307,8 @@ async def throughput(
                 "seconds": round(result.seconds, 2),
                 "turns_per_second": round(result.turns_per_second, 1),
                 "failures": len(result.failures),
+                # CPU per acknowledged turn, by component (ms): what the projection uses.
+                "cpu_ms_per_turn": {k: round(v * 1000 / done, 3) for k, v in cpu.items()},
             }
         )
     return rows

@@ -79,6 +79,11 @@ class TempPostgres:
         """The connection URL (trust authentication on loopback)."""
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (``runuser`` as root, whose child is the postmaster)."""
+        return self._process.pid if self._process is not None else None
+
     def _run(self, *args: str) -> None:
         subprocess.run(
             [*self._as, *args], check=True, capture_output=True, cwd=self.root, timeout=120
