@@ -147,6 +147,9 @@ def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("usage", help="summarize the usage ledger")
     p.add_argument("--data-dir", default=".bidi-responses", help="the server's data directory")
     p.add_argument(
+        "--store-url", default=None, help="a shared store's postgresql://... URL instead"
+    )
+    p.add_argument(
         "--by",
         default="tenant",
         help="group by tenant, model, transport or status, or several joined by "
@@ -163,7 +166,8 @@ def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _usage(args: argparse.Namespace) -> int:
     from bidi_responses.server.usage import print_usage
 
-    return print_usage(args.data_dir, by=args.by, as_json=args.json, since=args.since)
+    source = args.store_url or args.data_dir
+    return print_usage(source, by=args.by, as_json=args.json, since=args.since)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

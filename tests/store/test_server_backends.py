@@ -8,7 +8,9 @@ idempotency key makes a retried turn a replay; SIGTERM loses no queued write.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,11 @@ async def test_sigterm_drains_queued_writes_into_postgres(
         assert len(completed) == 66
         assert sorted(ledger) == sorted(completed)
         assert stored == set(completed)
+        # ``bidi-responses usage --store-url`` reads the same rows.
+        usage = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bidi_responses.server.cli", "usage",
+            "--store-url", url, "--json",
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await usage.communicate()
+        assert json.loads(out)["total"]["responses"] == 66
