@@ -15,7 +15,10 @@ from typing import Any
 
 import asyncpg
 import orjson
-from bidi_responses.server.core.store import LedgerRow, StoredResponse
+
+# One row per response: the first wins, except that a finished attempt replaces the
+# "cancelled" row of an attempt cut short (the same rule as store.py).
+from bidi_responses.server.core.store import LEDGER_CONFLICT_RULE, LedgerRow, StoredResponse
 
 # Any 64-bit constant: the lock that serialises replicas migrating the same database.
 _MIGRATION_LOCK = 0x6269646972657370
@@ -177,7 +180,7 @@ class PostgresStore:
                 await conn.execute(
                     f"INSERT INTO usage_ledger ({_LEDGER_COLUMNS}) VALUES "
                     "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
-                    "ON CONFLICT (response_id) DO NOTHING",
+                    + LEDGER_CONFLICT_RULE,
                     ledger.response_id,
                     ledger.tenant,
                     ledger.model,

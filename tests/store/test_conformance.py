@@ -75,6 +75,17 @@ async def test_write_is_idempotent_and_the_first_ledger_row_wins(store: Response
     assert [(r.response_id, r.status) for r in rows] == [("resp_1", "completed")]
 
 
+async def test_a_finished_attempt_replaces_a_cancelled_ledger_row(store: ResponseStore) -> None:
+    """A turn retried with its idempotency key after its first attempt was cut short: the
+    response id has one row, and it is the finished attempt's."""
+    await store.write(None, ledger("resp_k", "cancelled"))
+    await store.write(record("resp_k"), ledger("resp_k", "completed", created_at=7))
+    await store.write(None, ledger("resp_k", "cancelled"))
+    await store.write(None, ledger("resp_k", "failed"))
+    rows = await store.ledger_rows()
+    assert [(r.response_id, r.status, r.created_at) for r in rows] == [("resp_k", "completed", 7)]
+
+
 async def test_ledger_rows_keep_their_fields_and_order(store: ResponseStore) -> None:
     for i, created in enumerate((5, 3, 3, 9)):
         await store.write(None, ledger(f"resp_{i}", created_at=created))
