@@ -10,7 +10,7 @@ Two backends implement ``ResponseStore`` with the same semantics (the conformanc
 
 The semantics both keep: a staged record is readable at once and durable once ``write``
 returns; ``write`` is idempotent by response id (a replay never doubles a ledger row: the first
-row of a response wins); ``delete`` of a record whose write is still queued hides it now and
+row of a response wins, except that a finished attempt replaces a ``cancelled`` one); ``delete`` of a record whose write is still queued hides it now and
 deletes it when the write lands; ``chain`` walks ``previous_response_id`` links back to a
 self-contained record.
 """
