@@ -245,9 +245,12 @@ class PostgresStore:
             # The write is still queued: hide it now and delete once it lands.
             self._deleted_pending.add(response_id)
             return True
-        status: str = await self._require().execute(
-            "DELETE FROM responses WHERE id = $1", response_id
-        )
+        async with self._require().acquire() as conn, conn.transaction():
+            status: str = await conn.execute("DELETE FROM responses WHERE id = $1", response_id)
+            # A state left by a draining replica must not revive a deleted response.
+            await conn.execute(
+                "DELETE FROM conversation_states WHERE response_id = $1", response_id
+            )
         return status != "DELETE 0"
 
     async def ledger_rows(self) -> list[LedgerRow]:

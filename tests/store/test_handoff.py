@@ -44,6 +44,24 @@ def test_state_encoding_round_trips() -> None:
         decode_state(blob)
 
 
+async def test_deleting_a_response_drops_its_handed_off_state(
+    postgres_server: TempPostgres,
+) -> None:
+    from bidi_responses.server.core.pg_store import PostgresStore
+    from bidi_responses.server.core.store import StoredResponse
+
+    store = PostgresStore(await fresh_database(postgres_server))
+    await store.open()
+    try:
+        record = StoredResponse({"id": "resp_x", "created_at": 1}, [], None, True)
+        await store.write(record, None)
+        await store.save_states([("resp_x", b"state")], ttl_s=60)
+        assert await store.delete("resp_x")
+        assert await store.take_state("resp_x") is None
+    finally:
+        await store.aclose()
+
+
 def _turn_input(response: Response, chars: int = 4000) -> list[dict[str, Any]]:
     call = response.function_calls[0]
     return [{"type": "function_call_output", "call_id": call["call_id"], "output": "y" * chars}]
