@@ -9,10 +9,10 @@ Two backends implement ``ResponseStore`` with the same semantics (the conformanc
   behind a proxy, so a ``store: true`` continuation finds its predecessor on any replica.
 
 The semantics both keep: a staged record is readable at once and durable once ``write``
-returns; ``write`` is idempotent by response id (a replay never doubles a ledger row: the first
-row of a response wins, except that a finished attempt replaces a ``cancelled`` one); ``delete`` of a record whose write is still queued hides it now and
-deletes it when the write lands; ``chain`` walks ``previous_response_id`` links back to a
-self-contained record.
+returns; ``write`` is idempotent by response id (a replay never doubles a ledger row: the
+first row of a response wins, except that a finished attempt replaces a ``cancelled`` one);
+``delete`` of a record whose write is still queued hides it now and deletes it when the write
+lands; ``chain`` walks ``previous_response_id`` links back to a self-contained record.
 """
 
 from __future__ import annotations
