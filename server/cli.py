@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
+from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
 
 
@@ -118,6 +119,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         raise ValueError("no model aliases: add [models.<alias>] to the config file")
     if args.store_url is not None:
         config.store.url = args.store_url
+    check_store_url(config.store.url)
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:
@@ -138,8 +140,14 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
+    from bidi_responses.server.core.store_backend import StoreUnavailable
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
+    except StoreUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

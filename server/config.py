@@ -69,6 +69,8 @@ class StoreConfig:
     url: str = ""
     # Connections per process to a PostgreSQL store.
     pool_size: int = 4
+    # How long a starting server retries a PostgreSQL store that does not answer yet.
+    connect_timeout_s: float = 30.0
     # Send a response's terminal event only after its store write and ledger row have landed.
     # None: yes for a shared store (so any replica can continue the conversation at once and a
     # replica that dies loses no acknowledged turn), no for SQLite (the write overlaps the

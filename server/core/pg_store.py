@@ -10,6 +10,9 @@ replicas) keeps one row and its first ledger row.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,9 @@ import orjson
 # One row per response: the first wins, except that a finished attempt replaces the
 # "cancelled" row of an attempt cut short (the same rule as store.py).
 from bidi_responses.server.core.store import LEDGER_CONFLICT_RULE, LedgerRow, StoredResponse
+from bidi_responses.server.core.store_backend import StoreUnavailable, redact
+
+log = logging.getLogger(__name__)
 
 # Any 64-bit constant: the lock that serialises replicas migrating the same database.
 _MIGRATION_LOCK = 0x6269646972657370
@@ -117,9 +123,10 @@ class PostgresStore:
 
     shared = True
 
-    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 30.0) -> None:
         self._url = url
         self._pool_size = pool_size
+        self._connect_timeout_s = connect_timeout_s
         self._pool: Any = None
         self._pending: dict[str, StoredResponse] = {}
         self._deleted_pending: set[str] = set()
@@ -133,11 +140,31 @@ class PostgresStore:
         """Connect a pool and migrate the schema."""
         if self._pool is not None:
             return
-        self._pool = await asyncpg.create_pool(
-            self._url, min_size=1, max_size=self._pool_size, command_timeout=30
-        )
-        async with self._pool.acquire() as conn:
-            await migrate(conn)
+        # Replicas may start before the database accepts connections: retry until the deadline.
+        deadline = time.monotonic() + self._connect_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                pool = await asyncpg.create_pool(
+                    self._url, min_size=1, max_size=self._pool_size, command_timeout=30
+                )
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                if time.monotonic() + delay > deadline:
+                    raise StoreUnavailable(
+                        f"cannot open the store at {redact(self._url)} "
+                        f"(tried for {self._connect_timeout_s:g} s): {error}"
+                    ) from error
+                log.warning("store at %s not reachable yet: %s", redact(self._url), error)
+                await asyncio.sleep(delay)  # backoff between connection attempts
+                delay = min(delay * 2, 2.0)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
 
     def _require(self) -> Any:
         if self._pool is None:

@@ -41,7 +41,10 @@ class ResponsesCore:
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.store: ResponseStore = open_store(
-            config.store.url, config.store_path, pool_size=config.store.pool_size
+            config.store.url,
+            config.store_path,
+            pool_size=config.store.pool_size,
+            connect_timeout_s=config.store.connect_timeout_s,
         )
         ack = config.store.ack_after_write
         # With a shared store a turn is acknowledged only once any replica can read it.

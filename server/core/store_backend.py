@@ -72,23 +72,45 @@ class ResponseStore(Protocol):
         ...
 
 
+class StoreUnavailable(RuntimeError):
+    """The configured store cannot be reached or opened (the message names it, without
+    credentials)."""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def check_store_url(url: str) -> str:
+    """``url`` if it names a supported backend; ValueError naming ``store.url`` otherwise."""
+    if url and not url.startswith("sqlite:///") and not is_postgres_url(url):
+        raise ValueError(
+            f"store.url: unsupported URL '{url.split('://')[0]}://...' "
+            "(expected 'sqlite:///PATH' or 'postgresql://...')"
+        )
+    return url
+
+
 def is_postgres_url(url: str) -> bool:
     """True for a PostgreSQL connection URL."""
     return url.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(url: str, default_path: Path, *, pool_size: int = 4) -> ResponseStore:
+def open_store(
+    url: str, default_path: Path, *, pool_size: int = 4, connect_timeout_s: float = 30.0
+) -> ResponseStore:
     """The backend a store URL names: ``""`` or ``sqlite:///PATH`` for SQLite (the default
     file under the data directory when empty), ``postgresql://...`` for PostgreSQL."""
+    check_store_url(url)
     if not url:
         return Store(default_path)
     if url.startswith("sqlite:///"):
         return Store(Path(url.removeprefix("sqlite:///")))
-    if is_postgres_url(url):
-        from bidi_responses.server.core.pg_store import PostgresStore
+    from bidi_responses.server.core.pg_store import PostgresStore
 
-        return PostgresStore(url, pool_size=pool_size)
-    raise ValueError(
-        f"store.url: unsupported URL '{url.split('://')[0]}://...' "
-        "(expected 'sqlite:///PATH' or 'postgresql://...')"
-    )
+    return PostgresStore(url, pool_size=pool_size, connect_timeout_s=connect_timeout_s)

@@ -21,7 +21,7 @@ from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.pipeline.server_process import FAST_FLAGS, serve_process
+from tests.pipeline.server_process import FAST_FLAGS, free_port, serve_process
 from tests.store.conftest import fresh_database
 
 pytestmark = pytest.mark.timeout(90)
@@ -205,3 +205,32 @@ async def test_sigterm_drains_queued_writes_into_postgres(
         )  # fmt: skip
         out, _ = await usage.communicate()
         assert json.loads(out)["total"]["responses"] == 66
+
+
+async def test_serve_names_a_store_it_cannot_reach(tmp_path: Path) -> None:
+    """A clear error and exit 2, the URL without its password; no traceback, no hang."""
+    async with asyncio.timeout(30):
+        port = free_port()  # nothing listens here
+        config = tmp_path / "server.toml"
+        config.write_text(
+            f'[store]\nurl = "postgresql://app:s3cret@127.0.0.1:{port}/db"\n'
+            "connect_timeout_s = 0.3\n"
+        )
+        bad_scheme = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bidi_responses.server.cli", "serve",
+            "--store-url", "mysql://x/y", "--data-dir", str(tmp_path),
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await bad_scheme.communicate()
+        assert bad_scheme.returncode == 2
+        assert b"store.url: unsupported URL 'mysql://...'" in err
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bidi_responses.server.cli", "serve", "--config", str(config),
+            "--grpc-port", "0", "--http-port", "0", "--data-dir", str(tmp_path),
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await process.communicate()
+        assert process.returncode == 2, err.decode()
+        message = err.decode().strip().splitlines()[-1]
+        assert message.startswith("error: cannot open the store at postgresql://app:***@127.0.0.1")
+        assert "s3cret" not in err.decode()
