@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -193,9 +194,7 @@ class Cluster:
             self.envoy.stop()
         if self.postgres is not None:
             self.postgres.stop()
-        if not os.environ.get("BIDI_KEEP_CLUSTER_DIR"):
-            import shutil
-
+        if not os.environ.get("BIDI_KEEP_CLUSTER_DIR"):  # keep the logs for a post-mortem
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
