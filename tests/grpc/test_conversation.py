@@ -43,7 +43,7 @@ async def test_a_conversation_moves_to_the_next_server_after_a_drain(
             await replacement
             assert second.status == "completed"
             assert second.previous_response_id == response.id
-            assert conversation.reconnects == 2
+            assert conversation.reconnects >= 2  # a new stream after the drain
             # A request no retry can fix is raised at once, not retried.
             retries = conversation.retries
             with pytest.raises(ResponsesError) as bad:
