@@ -226,6 +226,11 @@ async def failover(
         )
         drained_exit = await asyncio.gather(*actions)
         check = await check_ledger(cluster.store_url, result.rollouts)
+        survivors: dict[int, dict[str, int]] = {}
+        for replica in cluster.replicas:
+            if replica.alive:
+                async with AsyncResponsesClient(f"127.0.0.1:{replica.grpc_port}") as direct:
+                    survivors[replica.index] = (await direct.stats())["failover"]
     finally:
         await loop.run_in_executor(None, cluster.stop)
     complete = len(result.rollouts) == agents and all(len(r) == turns for r in result.rollouts)
@@ -248,6 +253,8 @@ async def failover(
         "unexpected": check.unexpected[:10],
         "broken_chains": check.broken_chains[:10],
         "seconds": round(result.seconds, 2),
+        # Counters of the replicas still up: replayed turns, states taken over.
+        "survivor_failover_counters": survivors,
     }
 
 

@@ -248,6 +248,7 @@ class ResponseRun:
         except Exception:  # unreadable or unreachable: rebuild from the stored chain
             core.log.exception("conversation state of %s not restored", previous)
             return None
+        core.failover["states_restored"] += 1
         return state
 
     async def _hand_off(self, state: ConversationState) -> None:
@@ -262,6 +263,8 @@ class ResponseRun:
             )
         except Exception:  # the next replica re-renders from the store instead
             self.core.log.exception("conversation state of %s not handed off", self.id)
+        else:
+            self.core.failover["states_handed_off"] += 1
 
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
@@ -288,6 +291,7 @@ class ResponseRun:
                 param="idempotency_key",
                 status=409,
             )
+        self.core.failover["idempotent_replays"] += 1
         status = stored.response.get("status")
         terminal = "response.incomplete" if status == "incomplete" else "response.completed"
         await self.emit(self.seq.event(terminal, response=stored.response))

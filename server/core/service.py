@@ -62,6 +62,8 @@ class ResponsesCore:
         self.draining = False
         # Called once when a drain begins (the health service turns NOT_SERVING).
         self.drain_hooks: list[Callable[[], None]] = []
+        # Replica failover counters (GetStats ``failover``).
+        self.failover = {"idempotent_replays": 0, "states_handed_off": 0, "states_restored": 0}
         self.counters = Counters()
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
@@ -237,4 +239,5 @@ class ResponsesCore:
                 "replayed": self.post.replayed,
                 "full_waits": self.post.full_waits,
             },
+            failover=dict(self.failover),
         )

@@ -124,6 +124,8 @@ class Session:
             await tier.save_states(states, self.core.config.store.state_ttl_s)
         except Exception:  # the next replica re-renders from the store instead
             self.core.log.exception("could not hand off %d conversation states", len(states))
+        else:
+            self.core.failover["states_handed_off"] += len(states)
 
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""

@@ -156,6 +156,7 @@ async def test_a_retried_turn_with_its_idempotency_key_is_replayed(
                     model="sim-model", input="go", tools=[SHELL_TOOL], idempotency_key="turn-0"
                 )
             assert theirs.id != first.id
+            assert (await client.stats())["failover"]["idempotent_replays"] == 1
         rows = await server.core.store.ledger_rows()
         assert sorted(r.response_id for r in rows) == sorted([first.id, theirs.id])
 
