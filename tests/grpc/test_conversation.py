@@ -4,11 +4,17 @@ replaced on the same address (one machine, SQLite: the store survives the restar
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, Conversation, ResponsesError
+from bidi_responses.client import (
+    AsyncResponsesClient,
+    Conversation,
+    ResponsesError,
+    run_resilient_agent,
+)
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
@@ -61,3 +67,24 @@ async def test_a_conversation_gives_up_at_its_deadline(tmp_path: Path) -> None:
             with pytest.raises(TimeoutError, match=r"not acknowledged within 0\.5 s"):
                 await conversation.create(model="sim-model", input="go")
             assert conversation.retries >= 2
+
+
+async def test_run_resilient_agent_chains_its_turns(server: RunningServer) -> None:
+    async with asyncio.timeout(20):
+        async with AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client:
+            conversation = Conversation(client)
+            turns = await run_resilient_agent(
+                conversation,
+                model="sim-model",
+                input="fix it",
+                tools=[SHELL_TOOL],
+                tool_output=lambda call: f"ran {call['name']}",
+                turns=10,
+            )
+            await conversation.close()
+        # The sim answers after 3 tool rounds: 4 responses, each continuing the one before.
+        assert [t.status for t in turns] == ["completed"] * 4
+        assert not turns[-1].function_calls and turns[-1].output_text
+        for before, after in itertools.pairwise(turns):
+            assert after.previous_response_id == before.id
+        assert conversation.reconnects == 1 and conversation.retries == 0
