@@ -23,6 +23,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
 from bidi_responses.server.core.state import ConversationState, ResponseCache
@@ -51,6 +52,7 @@ _ID_PREFIX = {
     "reasoning": "rs",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "compaction": "cmp",
 }
 
 
@@ -254,10 +256,18 @@ class ResponseRun:
             request = parse_create(self.body, limits)
             if lane.stateful:
                 lane.tools_memo = (raw_tools, request.tools)
-        if request.background:
+        if request.background and lane.stateful:
+            # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
-                "Background mode is not supported on this transport.",
+                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
+                "stream; use POST /v1/responses.",
                 code="unsupported_parameter",
+                param="background",
+            )
+        if request.background and not request.store:
+            raise ApiError(
+                "Invalid 'background': background mode requires 'store': true.",
+                code="invalid_value",
                 param="background",
             )
         if request.append_mode and not lane.stateful:
@@ -308,16 +318,19 @@ class ResponseRun:
 
         rendered = 0
         key = state.prefix_key
+        fmt = response_format(request.text)
         if (
             key is None
             or key[0] != request.instructions
             or (key[1] is not request.tools and key[1] != request.tools)
+            or key[2] != fmt
         ):
             rendered += state.set_prefix(
                 core.renderer,
                 request.instructions,
                 request.tools,
-                (request.instructions, request.tools),
+                (request.instructions, request.tools, fmt),
+                fmt,
             )
 
         for item in request.input:
@@ -336,6 +349,9 @@ class ResponseRun:
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.core.compaction.check(item, path)
         declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
@@ -360,7 +376,10 @@ class ResponseRun:
     async def _respond(self, request: CreateRequest) -> None:
         assert self.record is not None and self.state is not None
         record = self.record
+        if request.background:
+            record.status = "queued"
         await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        record.status = "in_progress"
         self._started = True
         if not request.generate:
             record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
@@ -473,6 +492,7 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
+            response_format=response_format(request.text),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
