@@ -106,9 +106,7 @@ class BackgroundRuns:
         log: EventLog,
     ) -> None:
         response_id: str | None = None
-        events = cast(
-            AsyncGenerator[dict[str, Any], None], self._core.stateless(body, transport)
-        )
+        events = cast(AsyncGenerator[dict[str, Any], None], self._core.stateless(body, transport))
         try:
             async with contextlib.aclosing(events):
                 async for data in events:

@@ -152,4 +152,4 @@ def _part_text(part: dict[str, Any]) -> str:
 
 def is_kept(item: Item) -> bool:
     """Items a compaction keeps verbatim: the user's messages."""
-    return item["type"] == "message" and item["role"] == "user"
+    return bool(item["type"] == "message" and item["role"] == "user")

@@ -452,7 +452,9 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
     raise invalid(f"{where}.type", f"unknown item type '{kind}'.")
 
 
-def normalize_opaque_item(entry: dict[str, Any], kind: str, where: str, limits: Limits) -> tuple[Item, int]:
+def normalize_opaque_item(
+    entry: dict[str, Any], kind: str, where: str, limits: Limits
+) -> tuple[Item, int]:
     """A ``compaction`` item: ``encrypted_content`` (required) and an optional ``id``.
 
     The token's integrity is checked against the server key when the item is rendered

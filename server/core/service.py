@@ -19,12 +19,12 @@ from bidi_responses.server.core.background import BackgroundRuns
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
-from bidi_responses.server.core.surface import SurfaceOps
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.surface import SurfaceOps
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
