@@ -130,7 +130,8 @@ def text_to_dict(text: pb.TextConfig) -> dict[str, Any]:
         fmt: dict[str, Any] = {"type": f.type or "text"}
         if f.type == "json_schema":
             fmt["name"] = f.name
-            fmt["schema"] = canonical(struct_to_dict(f.schema))
+            if f.HasField("schema"):
+                fmt["schema"] = canonical(struct_to_dict(f.schema))
             if f.HasField("description"):
                 fmt["description"] = f.description
             fmt["strict"] = f.strict if f.HasField("strict") else None

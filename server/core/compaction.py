@@ -121,6 +121,7 @@ class CompactionCodec:
         """One line per non-user item (earlier compactions keep their own summary)."""
         limit = self.summary_item_chars
         lines: list[str] = []
+        names: dict[str, str] = {}  # call id -> function name (ids are random; names are not)
         for item in items:
             kind = item["type"]
             if kind == "compaction":
@@ -130,9 +131,10 @@ class CompactionCodec:
                 text = "".join(_part_text(p) for p in item.get("content") or ())
                 line = f"{item['role']}: {text}"
             elif kind == "function_call":
+                names[item["call_id"]] = item["name"]
                 line = f"called {item['name']}({item['arguments']})"
             elif kind == "function_call_output":
-                line = f"result of {item['call_id']}: {item['output']}"
+                line = f"{names.get(item['call_id'], 'tool')} returned: {item['output']}"
             elif kind == "reasoning":
                 line = "thought: " + " ".join(p["text"] for p in item.get("summary") or ())
             else:

@@ -318,7 +318,7 @@ class ResponseRun:
 
         rendered = 0
         key = state.prefix_key
-        fmt = response_format(request.text)
+        fmt = self._format(request)
         if (
             key is None
             or key[0] != request.instructions
@@ -410,6 +410,13 @@ class ResponseRun:
                 return
         await self._finish("completed")
 
+    @staticmethod
+    def _format(request: CreateRequest) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = response_format(request.text)
+        return canonical_json(fmt) if fmt is not None else None
+
     def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
         """The function tools as the engine sees them, reused while the lane's tools are."""
         memo = self.lane.functions_memo
@@ -492,7 +499,7 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
-            response_format=response_format(request.text),
+            response_format=self._format(request),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
