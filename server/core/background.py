@@ -74,6 +74,9 @@ class BackgroundRuns:
     """The background responses of one core: their tasks and event logs."""
 
     def __init__(self, core: ResponsesCore, config: BackgroundConfig) -> None:
+        for name in ("max_running", "max_events", "max_finished"):
+            if getattr(config, name) < 1:
+                raise ValueError(f"background.{name} must be >= 1, got {getattr(config, name)}")
         self._core = core
         self._config = config
         self._logs: OrderedDict[str, EventLog] = OrderedDict()

@@ -61,6 +61,8 @@ class CompactionCodec:
     """Seals and opens compaction tokens under one server key."""
 
     def __init__(self, key: bytes, *, summary_item_chars: int = 400) -> None:
+        if summary_item_chars < 16:
+            raise ValueError(f"summary_item_chars must be >= 16, got {summary_item_chars}")
         self._key = hashlib.sha256(b"bidi-responses compaction v1\x00" + key).digest()
         self.summary_item_chars = summary_item_chars
         self._open_cached = lru_cache(maxsize=256)(self._open)

@@ -18,15 +18,9 @@ from starlette.routing import BaseRoute, Route
 
 ReadJson = Callable[[Request], Awaitable[Any]]
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
 
 def _json(data: Any) -> Response:
     return Response(orjson.dumps(data), media_type="application/json")
-
-
-def _sse(data: dict[str, Any]) -> bytes:
-    return b"event: " + str(data["type"]).encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 def surface_routes(core: ResponsesCore, read_json: ReadJson) -> list[BaseRoute]:
@@ -99,11 +93,14 @@ def background_stream(core: ResponsesCore, request: Request) -> Response:
 
 
 def _stream(core: ResponsesCore, response_id: str, starting_after: int) -> Response:
+    # The transport's own framing (imported here: that module imports this one).
+    from bidi_responses.server.transports.http_transport import SSE_HEADERS, sse_frame
+
     events = core.background.events(response_id, starting_after)  # raises before streaming
 
     async def frames() -> AsyncIterator[bytes]:
         # Reading a log: a client going away cancels nothing.
         async for data in events:
-            yield _sse(data)
+            yield sse_frame(data)
 
     return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -71,7 +71,7 @@ WS_CLOSE_RESTART = 1012
 # frame header alone (close 1009), so a client cannot make the server buffer unbounded data.
 _WS_HARD_LIMIT_FACTOR = 2
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 # -- framing ---------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ class HttpTransport:
                 )
             return _event_error_response(first)
         return StreamingResponse(
-            _sse_stream(first, events), media_type="text/event-stream", headers=_SSE_HEADERS
+            _sse_stream(first, events), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
     async def upgrade_required(self, request: Request) -> Response:
