@@ -105,9 +105,16 @@ def parse_format(value: Any, check_schema: Any) -> dict[str, Any]:
         raise missing(f"{where}.schema")
     if not isinstance(schema, dict):
         raise invalid(f"{where}.schema", "expected a JSON schema object.", code="invalid_type")
-    check_schema(schema, f"{where}.schema")
+    try:
+        check_schema(schema, f"{where}.schema")
+    except ApiError as error:
+        # The shared checker speaks of function parameters; this is an output schema.
+        if error.code == "invalid_function_parameters":
+            error.code = "invalid_json_schema"
+        raise
     if schema.get("type") != "object":
         raise invalid(f"{where}.schema.type", "the root of the schema must be of type 'object'.")
+    _check_refs(schema, f"{where}.schema", schema)
     if strict:
         _check_strict(schema, f"{where}.schema", schema)
     result: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema}
@@ -115,6 +122,36 @@ def parse_format(value: Any, check_schema: Any) -> dict[str, Any]:
         result["description"] = description
     result["strict"] = strict
     return result
+
+
+def _check_refs(value: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
+    """Every ``$ref`` is local (``#/...``) and names a part of this schema."""
+    if depth > 64:
+        raise invalid(where, "schema nesting is deeper than 64 levels.", code="invalid_json_schema")
+    if isinstance(value, list):
+        for index, sub in enumerate(value):
+            _check_refs(sub, f"{where}[{index}]", root, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    ref = value.get("$ref")
+    if ref is not None:
+        target: Any = root
+        if isinstance(ref, str) and ref.startswith("#"):
+            for part in ref[1:].split("/"):
+                if not part:
+                    continue
+                key = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(key) if isinstance(target, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#") or not isinstance(target, dict):
+            raise invalid(
+                f"{where}.$ref",
+                f"'{ref}' does not name a part of this schema (only local references work).",
+                code="invalid_json_schema",
+            )
+    for key, sub in value.items():
+        if key not in ("enum", "const", "default", "examples"):
+            _check_refs(sub, f"{where}.{key}", root, depth + 1)
 
 
 def _check_strict(schema: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:

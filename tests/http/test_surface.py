@@ -531,3 +531,27 @@ async def test_background_errors(http: httpx.AsyncClient) -> None:
             "invalid_type",
             "starting_after",
         )
+
+
+async def test_schema_references_must_resolve(http: httpx.AsyncClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/missing"}},
+        "$defs": {"present": {"type": "string"}},
+    }
+    fmt = {"type": "json_schema", "name": "r", "schema": schema}
+    async with asyncio.timeout(20):
+        assert_error(
+            await http.post(
+                "/v1/responses", json={"model": "sim-model", "input": "x", "text": {"format": fmt}}
+            ),
+            400,
+            "invalid_json_schema",
+            "text.format.schema.properties.a.$ref",
+        )
+        schema["properties"] = {"a": {"$ref": "#/$defs/present"}}
+        schema["required"] = ["a"]
+        reply = await http.post(
+            "/v1/responses", json={"model": "sim-model", "input": "x", "text": {"format": fmt}}
+        )
+        assert isinstance(orjson.loads(reply.json()["output"][0]["content"][0]["text"])["a"], str)
