@@ -555,3 +555,25 @@ async def test_schema_references_must_resolve(http: httpx.AsyncClient) -> None:
             "/v1/responses", json={"model": "sim-model", "input": "x", "text": {"format": fmt}}
         )
         assert isinstance(orjson.loads(reply.json()["output"][0]["content"][0]["text"])["a"], str)
+
+
+async def test_background_responses_are_bounded_and_stopped_with_the_server(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    config = make_config(tmp_path, tokens_per_second=100, answer_tokens=1000)
+    config.background.max_running = 1
+    server: RunningServer = await server_factory(config, http=True)
+    async with (
+        asyncio.timeout(20),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http,
+    ):
+        body = {"model": "sim-model", "input": "hi", "background": True}
+        running = (await http.post("/v1/responses", json=body)).json()
+        assert running["status"] == "queued"
+        reply = await http.post("/v1/responses", json=body)
+        assert_error(reply, 429, "rate_limit_exceeded")
+        await _until(http, running["id"], {"in_progress"})
+    # Still running (about 10 s left): stopping the server ends it without waiting.
+    async with asyncio.timeout(10):
+        await server.stop(grace=0)
+    assert server.core.background.is_background(running["id"])
