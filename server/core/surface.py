@@ -24,7 +24,8 @@ from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import Item, parse_create, parse_input
-from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.store import LedgerRow, Store
+from bidi_responses.server.pipeline.post import PostJob, PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
 
@@ -48,6 +49,7 @@ class SurfaceOps:
     router: Router
     renderer: Renderer
     store: Store
+    post: PostQueue
     compaction: CompactionCodec
     started_at: int
 
@@ -80,8 +82,12 @@ class SurfaceOps:
 
     # -- POST /v1/responses/compact ------------------------------------------------------------
 
-    async def compact(self, raw: Any) -> dict[str, Any]:
-        """Compact a conversation: its user messages, then one sealed ``compaction`` item."""
+    async def compact(self, raw: Any, transport: str = "http") -> dict[str, Any]:
+        """Compact a conversation: its user messages, then one sealed ``compaction`` item.
+
+        The pass is accounted in the usage ledger like a response (status ``compaction``),
+        to the body's ``user`` or the caller's tenant.
+        """
         body = _object_body(raw)
         model = body.get("model")
         if model is None or model == "":
@@ -110,8 +116,25 @@ class SurfaceOps:
             input_tokens=len(prompt),
             output_tokens=len(self.renderer.encoding.encode_ordinary(summary)),
         )
+        response_id = new_id("resp")
+        ledger = LedgerRow(
+            response_id=response_id,
+            tenant=_optional_str(body, "user") or "anonymous",
+            model=model,
+            status="compaction",
+            input_tokens=usage.input_tokens,
+            cached_tokens=0,
+            output_tokens=usage.output_tokens,
+            engine_ms=0.0,
+            api_pre_ms=0.0,
+            api_post_ms=0.0,
+            transport=transport,
+            created_at=created_at,
+            completed_at=created_at,
+        )
+        await self.post.put(PostJob(None, ledger))
         return {
-            "id": new_id("resp"),
+            "id": response_id,
             "object": "response.compaction",
             "created_at": created_at,
             "output": output,

@@ -194,8 +194,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         for name in ("instructions", "previous_response_id"):
             if request.HasField(name):
                 body[name] = getattr(request, name)
+        tenant = _tenant(context)
+        if tenant is not None:
+            body["user"] = tenant
         try:
-            result = await self._core.compact(body)
+            result = await self._core.compact(body, "grpc-unary")
         except ApiError as error:
             await _abort(context, error)
             raise

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.core.tenants import tenant_from_authorization
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -27,8 +28,12 @@ def surface_routes(core: ResponsesCore, read_json: ReadJson) -> list[BaseRoute]:
     """The routes, to be listed before ``/v1/responses/{response_id}``."""
 
     async def compact(request: Request) -> Response:
-        """``POST /v1/responses/compact``."""
-        return _json(await core.compact(await read_json(request)))
+        """``POST /v1/responses/compact`` (accounted to the bearer key's tenant, as creates)."""
+        body = await read_json(request)
+        tenant = tenant_from_authorization(request.headers.get("authorization"))
+        if isinstance(body, dict) and tenant is not None and body.get("user") is None:
+            body["user"] = tenant
+        return _json(await core.compact(body, "http"))
 
     async def input_tokens(request: Request) -> Response:
         """``POST /v1/responses/input_tokens``."""

@@ -577,3 +577,24 @@ async def test_background_responses_are_bounded_and_stopped_with_the_server(
     async with asyncio.timeout(10):
         await server.stop(grace=0)
     assert server.core.background.is_background(running["id"])
+
+
+async def test_compaction_is_accounted_in_the_usage_ledger(
+    http_server: RunningServer, http: httpx.AsyncClient
+) -> None:
+    async with asyncio.timeout(20):
+        reply = await http.post(
+            "/v1/responses/compact",
+            json={"model": "sim-model", "input": "hello"},
+            headers={"authorization": "Bearer secret-key"},
+        )
+        compacted = reply.json()
+        await http_server.core.post.join()
+        rows = {r.response_id: r for r in await http_server.core.store.ledger_rows()}
+        row = rows[compacted["id"]]
+        assert row.status == "compaction" and row.transport == "http"
+        assert row.tenant.startswith("key_")
+        assert (row.input_tokens, row.output_tokens) == (
+            compacted["usage"]["input_tokens"],
+            compacted["usage"]["output_tokens"],
+        )
