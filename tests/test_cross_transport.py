@@ -356,6 +356,11 @@ SCENARIOS = [
                 "missing_required_parameter",
                 "text.format.schema",
             ),
+            Step(
+                fixed(input="x", text={"format": {"type": "json_schema", "schema": {}}}),
+                "missing_required_parameter",
+                "text.format.name",
+            ),
             Step(fixed(input="x", truncation="sometimes"), "invalid_value", "truncation"),
             Step(fixed(input="x", include=["everything"]), "invalid_value", "include[0]"),
         ],

@@ -129,7 +129,8 @@ def text_to_dict(text: pb.TextConfig) -> dict[str, Any]:
         f = text.format
         fmt: dict[str, Any] = {"type": f.type or "text"}
         if f.type == "json_schema":
-            fmt["name"] = f.name
+            if f.name:
+                fmt["name"] = f.name
             if f.HasField("schema"):
                 fmt["schema"] = canonical(struct_to_dict(f.schema))
             if f.HasField("description"):

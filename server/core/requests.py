@@ -23,7 +23,8 @@ _PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
-# Opaque items: their only content is a server-sealed token, checked when the item is rendered.
+# Opaque items: their only content is a server-sealed token, which the core checks against the
+# server key before the item is rendered (``core.compaction``).
 _OPAQUE_ITEMS = frozenset({"compaction"})
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
 
@@ -457,7 +458,7 @@ def normalize_opaque_item(
 ) -> tuple[Item, int]:
     """A ``compaction`` item: ``encrypted_content`` (required) and an optional ``id``.
 
-    The token's integrity is checked against the server key when the item is rendered
+    The token's integrity is checked against the server key before the item is rendered
     (``core.compaction``); here only its shape.
     """
     content = _text(entry.get("encrypted_content"), f"{where}.encrypted_content", limits)

@@ -601,10 +601,8 @@ class ResponseRun:
             self.lane.cache.put(self.id, state)
         stored = None
         # A background response stays retrievable however it ended: its client polls for it.
-        kept = ("completed", "incomplete", "cancelled", "failed") if request.background else ()
-        if request.store and (
-            record.status in ("completed", "incomplete") or record.status in kept
-        ):
+        kept = ("completed", "incomplete") + (("cancelled", "failed") if request.background else ())
+        if request.store and record.status in kept:
             self_contained = request.previous_response_id is None or not (
                 state is not None and state.stored_chain
             )
