@@ -114,23 +114,23 @@ def compacted(index: int, **body: Any) -> Callable[[list[Outcome]], Body]:
     return make
 
 
-POINT_FORMAT = {
+POINT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "x": {"type": "integer", "minimum": 0, "maximum": 100},
+        "label": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+    },
+    "required": ["x", "label", "tags"],
+}
+POINT_FORMAT: dict[str, Any] = {
     "type": "json_schema",
     "name": "point",
     "strict": True,
-    "schema": {
-        "type": "object",
-        "properties": {
-            "x": {"type": "integer", "minimum": 0, "maximum": 100},
-            "label": {"type": "string"},
-            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
-        },
-        "required": ["x", "label", "tags"],
-        "additionalProperties": False,
-    },
+    "schema": {**POINT_SCHEMA, "additionalProperties": False},
 }
-LOOSE_FORMAT = {**POINT_FORMAT, "strict": False, "schema": {**POINT_FORMAT["schema"]}}
-del LOOSE_FORMAT["schema"]["additionalProperties"]
+# The same without additionalProperties: fine when not strict, refused when strict.
+LOOSE_FORMAT: dict[str, Any] = {**POINT_FORMAT, "strict": False, "schema": POINT_SCHEMA}
 FORGED = {"type": "compaction", "encrypted_content": "c2VydmVyIGRpZCBub3QgbWFrZSB0aGlz"}
 
 TOOLS = [SHELL_TOOL]

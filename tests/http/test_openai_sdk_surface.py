@@ -5,6 +5,7 @@ disconnect)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import openai
@@ -123,7 +124,7 @@ async def test_echoed_parameters(sdk: openai.AsyncOpenAI) -> None:
 
 
 @pytest.fixture
-async def slow_sdk(server_factory: ServerFactory) -> Any:
+async def slow_sdk(server_factory: ServerFactory) -> AsyncIterator[openai.AsyncOpenAI]:
     """The SDK against a server whose answers take about 2 s."""
     server: RunningServer = await server_factory(
         http=True, tokens_per_second=200, answer_tokens=400
