@@ -18,13 +18,13 @@ _VERBOSITY = frozenset({"low", "medium", "high"})
 _EFFORT = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 _SUMMARY = frozenset({"auto", "concise", "detailed"})
 _TRUNCATION = frozenset({"auto", "disabled"})
-# What `include` may ask for. The server produces none of these extras, and each is optional
-# output ("include it when there is some"), so accepting them is honest: nothing is promised
-# that the response then lacks.
+# What `include` may ask for. Each is optional output ("include it when there is some") about
+# items these engines never produce (hosted tools, encrypted reasoning) or that the store keeps
+# anyway (input image URLs), so accepting them promises nothing the response then lacks.
+# Log probabilities would be a promise: they are refused.
 _INCLUDE = frozenset(
     {
         "reasoning.encrypted_content",
-        "message.output_text.logprobs",
         "message.input_image.image_url",
         "computer_call_output.output.image_url",
         "file_search_call.results",
@@ -228,6 +228,13 @@ def parse_include(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise invalid("include", "expected an array of strings.", code="invalid_type")
     for index, entry in enumerate(value):
+        if entry == "message.output_text.logprobs":
+            raise ApiError(
+                f"Unsupported value: 'include[{index}]': the engines do not report log "
+                "probabilities.",
+                code="unsupported_value",
+                param=f"include[{index}]",
+            )
         if entry not in _INCLUDE:
             raise invalid(
                 f"include[{index}]",

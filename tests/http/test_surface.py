@@ -366,6 +366,11 @@ async def test_json_schema_output_is_valid_and_the_parameters_are_echoed(
         ({"reasoning": {"effort": "huge"}}, "invalid_value", "reasoning.effort"),
         ({"truncation": "sometimes"}, "invalid_value", "truncation"),
         ({"include": ["everything"]}, "invalid_value", "include[0]"),
+        (
+            {"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]},
+            "unsupported_value",
+            "include[1]",
+        ),
         ({"max_tool_calls": 0}, "invalid_value", "max_tool_calls"),
         ({"conversation": "conv_1"}, "unsupported_parameter", "conversation"),
         ({"prompt": {"id": "pmpt_1"}}, "unsupported_parameter", "prompt"),
