@@ -374,6 +374,24 @@ SCENARIOS = [
         ],
         skip=frozenset({"grpc"}),
     ),
+    # Background mode is HTTP's (the gRPC messages have no such field).
+    Scenario(
+        "background",
+        [
+            Step(fixed(input="list the files", tools=TOOLS, background=True), "completed"),
+            Step(answer_calls(0), "completed"),
+            Step(lambda outcomes: {**answer_calls(1)(outcomes), "background": True}, "completed"),
+        ],
+        skip=frozenset({"grpc", "websocket"}),
+    ),
+    Scenario(
+        "background_refused_on_a_socket",
+        [
+            Step(fixed(input="hi", background=True), "unsupported_parameter", "background"),
+            Step(fixed(input="hi"), "completed"),
+        ],
+        skip=frozenset({"grpc", "http", "http-sse"}),
+    ),
     Scenario(
         "error_then_recovery",
         [
@@ -463,6 +481,10 @@ async def _http_op(http: httpx.AsyncClient, op: str, body: Body) -> Outcome:
     result = reply.json()
     if op == "input_tokens":
         result = {"object": result["object"], "count": result["input_tokens"]}
+    while result.get("background") and result["status"] in ("queued", "in_progress"):
+        # A background response answers at once; poll it to its end.
+        await asyncio.sleep(0.01)
+        result = (await http.get(f"/v1/responses/{result['id']}")).json()
     return Outcome(response=result)
 
 
