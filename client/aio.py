@@ -306,6 +306,9 @@ class AsyncResponsesClient:
                 yield decoder.event(message.event)
         except grpc.aio.AioRpcError as error:
             raise _status_error(error) from None
+        finally:
+            # Stopping early ends the call (a background response runs on regardless).
+            call.cancel()
 
     async def create(self, **params: Any) -> Response:
         """Stateless create; waits for the terminal event."""
@@ -355,6 +358,24 @@ class AsyncResponsesClient:
             self._stub.CancelResponse, pb.CancelResponseRequest(response_id=response_id)
         )
         return Response.from_dict(EventDecoder().response(reply.response))
+
+    async def stream_response(
+        self, response_id: str, *, starting_after: int | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The events of a background response after ``starting_after`` (all if None),
+        then live to its end: how a dropped ``create_events(background=True)`` resumes."""
+        request = pb.StreamResponseRequest(response_id=response_id)
+        if starting_after is not None:
+            request.starting_after = starting_after
+        decoder = EventDecoder()
+        call = self._stub.StreamResponse(request, metadata=self._metadata)
+        try:
+            async for message in call:
+                yield decoder.event(message.event)
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
+        finally:
+            call.cancel()
 
     async def compact(self, **params: Any) -> dict[str, Any]:
         """Compact a conversation (``model``, ``input``, ``instructions``,

@@ -212,6 +212,7 @@ OPTIONAL_PARAMS = (
     "user",
     "truncation",
     "max_tool_calls",
+    "background",
 )
 
 

@@ -104,6 +104,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         if tenant is not None:
             body.setdefault("user", tenant)
         encoder = ProtoEncoder()
+        if body.get("background") is True:
+            # The response runs on its own; this call only reads its event log, so dropping
+            # the call leaves it running (resume with StreamResponse).
+            try:
+                first = await self._core.background.start(body, "grpc-unary")
+            except ApiError as error:
+                await _abort(context, error)
+                raise
+            if first["type"] == "error":
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                return
+            async for data in self._core.background.events(first["response"]["id"], -1):
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+            return
         async for data in self._core.stateless(body, "grpc-unary"):
             event = encoder.connect_response("", data)
             yield pb.CreateResponseResponse(event=event)
@@ -247,6 +261,24 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             await _abort(context, error)
             raise
         return pb.GetModelResponse(model=pb.Model(**model))
+
+    async def StreamResponse(
+        self,
+        request: pb.StreamResponseRequest,
+        context: grpc.aio.ServicerContext[pb.StreamResponseRequest, pb.StreamResponseResponse],
+    ) -> AsyncIterator[pb.StreamResponseResponse]:
+        """Resume a background response's events after ``starting_after``."""
+        starting_after = request.starting_after if request.HasField("starting_after") else -1
+        try:
+            if starting_after < -1:
+                raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+            events = self._core.background.events(request.response_id, starting_after)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        encoder = ProtoEncoder()
+        async for data in events:
+            yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
 async def start_grpc_server(

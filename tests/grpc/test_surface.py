@@ -135,3 +135,50 @@ async def test_structured_output_on_a_connect_stream(client: AsyncResponsesClien
                 text={"format": {**text["format"], "schema": {"type": "object", "properties": {}}}},
             )
         assert caught.value.param == "text.format.schema.additionalProperties"
+
+
+async def test_background_on_the_unary_call_survives_a_dropped_call(
+    server_factory: Any,
+) -> None:
+    server: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=400)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+    ):
+        stub: Any = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        params = pb.ResponseCreateParams(model="sim-model", background=True)
+        params.input.append(
+            pb.Item(
+                message=pb.MessageItem(
+                    role="user", content=[pb.ContentPart(input_text=pb.InputText(text="hi"))]
+                )
+            )
+        )
+        call = stub.CreateResponse(pb.CreateResponseRequest(params=params))
+        first = await call.read()
+        created = first.event.response_created
+        assert created.response.status == "queued" and created.response.background
+        call.cancel()  # the client goes away; the response does not
+        response_id = created.response.id
+        events = [e async for e in client.stream_response(response_id, starting_after=0)]
+        numbers = [e["sequence_number"] for e in events]
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert events[-1]["type"] == "response.completed"
+        assert (await client.get(response_id)).status == "completed"
+
+        # Background responses are cancelled by id, like any other.
+        queued = client.create_events(model="sim-model", input="again", background=True)
+        head = await anext(queued)
+        await queued.aclose()
+        cancelled = await client.cancel(head["response"]["id"])
+        assert cancelled.status == "cancelled"
+
+        with pytest.raises(ResponsesError) as caught:
+            async for _ in client.stream_response("resp_unknown"):
+                pass
+        assert caught.value.code == "not_found"
+        async with client.connect() as stream:
+            with pytest.raises(ResponsesError) as caught:
+                await stream.create(model="sim-model", input="hi", background=True)
+            assert caught.value.param == "background"
