@@ -140,7 +140,7 @@ async def test_structured_output_on_a_connect_stream(client: AsyncResponsesClien
 async def test_background_on_the_unary_call_survives_a_dropped_call(
     server_factory: Any,
 ) -> None:
-    server: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=400)
+    server: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
     async with (
         asyncio.timeout(30),
         AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,

@@ -125,9 +125,9 @@ async def test_echoed_parameters(sdk: openai.AsyncOpenAI) -> None:
 
 @pytest.fixture
 async def slow_sdk(server_factory: ServerFactory) -> AsyncIterator[openai.AsyncOpenAI]:
-    """The SDK against a server whose answers take about 2 s."""
+    """The SDK against a server whose answers take about 1 s."""
     server: RunningServer = await server_factory(
-        http=True, tokens_per_second=200, answer_tokens=400
+        http=True, tokens_per_second=200, answer_tokens=200
     )
     client = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{server.http_port}/v1", api_key="test", max_retries=0

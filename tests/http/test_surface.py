@@ -399,9 +399,9 @@ async def _until(http: httpx.AsyncClient, response_id: str, statuses: set[str]) 
 
 @pytest.fixture
 async def slow_http(server_factory: ServerFactory) -> AsyncIterator[httpx.AsyncClient]:
-    """A server whose answers take about 2 s (400 tokens at 200 tokens/s)."""
+    """A server whose answers take about 1 s (200 tokens at 200 tokens/s)."""
     server: RunningServer = await server_factory(
-        http=True, tokens_per_second=200, answer_tokens=400
+        http=True, tokens_per_second=200, answer_tokens=200
     )
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{server.http_port}", timeout=10

@@ -42,8 +42,8 @@ async def test_node_sdk_surface(
     node_sdk: Path, server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     config = make_config(tmp_path)
-    # Answers of about 2 s, so that background responses can be cancelled and resumed.
-    slow = dataclasses.replace(FAST_SIM, tokens_per_second=200, answer_tokens=400)
+    # Answers of about 1 s, so that background responses can be cancelled and resumed.
+    slow = dataclasses.replace(FAST_SIM, tokens_per_second=200, answer_tokens=200)
     config.models["sim-slow"] = RouteConfig(engine="sim", sim=slow)
     server: RunningServer = await server_factory(config, http=True)
     process = await asyncio.create_subprocess_exec(
