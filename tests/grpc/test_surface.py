@@ -4,6 +4,7 @@ and structured outputs on a Connect stream."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -14,7 +15,7 @@ from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
-from tests.conftest import SHELL_TOOL
+from tests.conftest import SHELL_TOOL, background_config
 
 TOOLS = [SHELL_TOOL]
 
@@ -138,9 +139,9 @@ async def test_structured_output_on_a_connect_stream(client: AsyncResponsesClien
 
 
 async def test_background_on_the_unary_call_survives_a_dropped_call(
-    server_factory: Any,
+    server_factory: Any, tmp_path: Path
 ) -> None:
-    server: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    server: RunningServer = await server_factory(background_config(tmp_path))
     async with (
         asyncio.timeout(30),
         AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
@@ -168,7 +169,7 @@ async def test_background_on_the_unary_call_survives_a_dropped_call(
         assert (await client.get(response_id)).status == "completed"
 
         # Background responses are cancelled by id, like any other.
-        queued = client.create_events(model="sim-model", input="again", background=True)
+        queued = client.create_events(model="sim-other", input="again", background=True)
         head = await anext(queued)
         await queued.aclose()
         cancelled = await client.cancel(head["response"]["id"])

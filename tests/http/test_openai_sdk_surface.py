@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Literal
 
 import openai
@@ -14,7 +15,7 @@ from bidi_responses.server.app import RunningServer
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
-from tests.conftest import SHELL_TOOL, ServerFactory
+from tests.conftest import SHELL_TOOL, ServerFactory, background_config
 
 TOOLS: Any = [SHELL_TOOL]
 
@@ -124,11 +125,11 @@ async def test_echoed_parameters(sdk: openai.AsyncOpenAI) -> None:
 
 
 @pytest.fixture
-async def slow_sdk(server_factory: ServerFactory) -> AsyncIterator[openai.AsyncOpenAI]:
-    """The SDK against a server whose answers take about 1 s."""
-    server: RunningServer = await server_factory(
-        http=True, tokens_per_second=200, answer_tokens=200
-    )
+async def slow_sdk(
+    server_factory: ServerFactory, tmp_path: Path
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The SDK against a server with the background-test routes (``background_config``)."""
+    server: RunningServer = await server_factory(background_config(tmp_path), http=True)
     client = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{server.http_port}/v1", api_key="test", max_retries=0
     )
@@ -148,7 +149,7 @@ async def _status(sdk: openai.AsyncOpenAI, response_id: str, wanted: set[str]) -
 
 async def test_background_create_poll_and_cancel(slow_sdk: openai.AsyncOpenAI) -> None:
     async with asyncio.timeout(20):
-        queued = await slow_sdk.responses.create(model="sim-model", input="hi", background=True)
+        queued = await slow_sdk.responses.create(model="sim-other", input="hi", background=True)
         assert queued.status == "queued" and queued.background is True
         await _status(slow_sdk, queued.id, {"in_progress"})
         cancelled = await slow_sdk.responses.cancel(queued.id)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from bidi_responses.server.app import RunningServer
 
-from tests.conftest import SHELL_TOOL, ServerFactory, make_config
+from tests.conftest import SHELL_TOOL, ServerFactory, background_config, make_config
 from tests.http.conftest import parse_sse
 from tests.http.test_http_api import assert_error
 
@@ -398,11 +398,11 @@ async def _until(http: httpx.AsyncClient, response_id: str, statuses: set[str]) 
 
 
 @pytest.fixture
-async def slow_http(server_factory: ServerFactory) -> AsyncIterator[httpx.AsyncClient]:
-    """A server whose answers take about 1 s (200 tokens at 200 tokens/s)."""
-    server: RunningServer = await server_factory(
-        http=True, tokens_per_second=200, answer_tokens=200
-    )
+async def slow_http(
+    server_factory: ServerFactory, tmp_path: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A server with the background-test routes (``background_config``)."""
+    server: RunningServer = await server_factory(background_config(tmp_path), http=True)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{server.http_port}", timeout=10
     ) as client:
@@ -430,7 +430,7 @@ async def test_background_cancel(slow_http: httpx.AsyncClient) -> None:
         http = slow_http
         queued = (
             await http.post(
-                "/v1/responses", json={"model": "sim-model", "input": "hi", "background": True}
+                "/v1/responses", json={"model": "sim-other", "input": "hi", "background": True}
             )
         ).json()
         await _until(http, queued["id"], {"in_progress"})

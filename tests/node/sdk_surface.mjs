@@ -1,10 +1,12 @@
 // Drives a running server with the official openai Node SDK and prints what it saw as one
 // JSON object; tests/node/test_node_sdk.py starts the server and checks the result.
 //
-//   node sdk_surface.mjs http://127.0.0.1:PORT/v1 [slow-model]
+//   node sdk_surface.mjs http://127.0.0.1:PORT/v1 [streamed-model] [endless-model]
+// The background part streams a response of the first model to its end, and cancels one of
+// the second (which must still be running when it is cancelled).
 import OpenAI from "openai";
 
-const [baseURL, slowModel = "sim-model"] = process.argv.slice(2);
+const [baseURL, slowModel = "sim-model", endlessModel = slowModel] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: "test", maxRetries: 0, timeout: 20_000 });
 const result = {};
 
@@ -105,7 +107,11 @@ const parsed = await client.responses.parse({
 result.parse = { parsed: parsed.output_parsed, format: parsed.text.format.type };
 
 // background: create, poll, cancel
-const queued = await client.responses.create({ model: slowModel, input: "hi", background: true });
+const queued = await client.responses.create({
+  model: endlessModel,
+  input: "hi",
+  background: true,
+});
 await poll(queued.id, ["in_progress"]);
 const cancelled = await client.responses.cancel(queued.id);
 result.background = {

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -13,9 +12,8 @@ from typing import Any
 
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.config import RouteConfig
 
-from tests.conftest import FAST_SIM, ServerFactory, make_config
+from tests.conftest import ServerFactory, background_config
 
 HERE = Path(__file__).parent
 
@@ -41,16 +39,14 @@ def node_sdk() -> Path:
 async def test_node_sdk_surface(
     node_sdk: Path, server_factory: ServerFactory, tmp_path: Path
 ) -> None:
-    config = make_config(tmp_path)
-    # Answers of about 1 s, so that background responses can be cancelled and resumed.
-    slow = dataclasses.replace(FAST_SIM, tokens_per_second=200, answer_tokens=200)
-    config.models["sim-slow"] = RouteConfig(engine="sim", sim=slow)
+    config = background_config(tmp_path)
     server: RunningServer = await server_factory(config, http=True)
     process = await asyncio.create_subprocess_exec(
         "node",
         str(node_sdk / "sdk_surface.mjs"),
         f"http://127.0.0.1:{server.http_port}/v1",
-        "sim-slow",
+        "sim-model",
+        "sim-other",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -80,7 +76,7 @@ async def test_node_sdk_surface(
     assert tokens["counted"] == tokens["used"] > 0
 
     assert result["models"] == {
-        "ids": ["sim-model", "sim-other", "sim-slow"],
+        "ids": ["sim-model", "sim-other"],
         "retrieved": "sim-model",
         "owned_by": "sim",
         "unknown": 404,
