@@ -20,6 +20,7 @@ nothing read from the shared tier is executed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from array import array
 from typing import Any, Protocol, runtime_checkable
@@ -43,13 +44,18 @@ class StateTier(Protocol):
         ...
 
 
+_TAGS = frozenset({"$b", "$d", "$s", "$t", "$o"})
+
+
 def _plain(value: Any) -> Any:
-    """Stage state as JSON: bytes, sets, tuples and non-string keys tagged."""
+    """A value as JSON: bytes, sets, tuples and dicts with non-string keys tagged (and a
+    one-key dict whose key is a tag escaped), so ``_unplain`` restores it exactly."""
     if isinstance(value, bytes):
         return {"$b": value.hex()}
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
-            return {k: _plain(v) for k, v in value.items()}
+            plain = {k: _plain(v) for k, v in value.items()}
+            return {"$o": plain} if len(plain) == 1 and next(iter(plain)) in _TAGS else plain
         return {"$d": [[_plain(k), _plain(v)] for k, v in value.items()]}
     if isinstance(value, (set, frozenset)):
         return {"$s": [_plain(v) for v in value]}
@@ -75,29 +81,20 @@ def _unplain(value: Any) -> Any:
             return {_unplain(v) for v in inner}
         if tag == "$t":
             return tuple(_unplain(v) for v in inner)
+        if tag == "$o":
+            return {k: _unplain(v) for k, v in inner.items()}
     return {k: _unplain(v) for k, v in value.items()}
+
+
+# Every field of the state travels, so a field added to ``ConversationState`` is handed off
+# too; only the token ids get a compact form of their own.
+_FIELDS = tuple(f.name for f in dataclasses.fields(ConversationState) if f.name != "tokens")
 
 
 def encode_state(state: ConversationState) -> bytes:
     """A state as bytes: a JSON header, then the token ids as raw 32-bit integers."""
-    prefix_key = state.prefix_key
-    header = {
-        "v": _VERSION,
-        "byteorder": sys.byteorder,
-        "prefix_len": state.prefix_len,
-        "prefix_key": None if prefix_key is None else [prefix_key[0], prefix_key[1]],
-        "items": state.items,
-        "call_names": state.call_names,
-        "answered_calls": sorted(state.answered_calls),
-        "raw_tools": state.raw_tools,
-        "tools": state.tools,
-        "model_turns": state.model_turns,
-        "tool_rounds": state.tool_rounds,
-        "stored_chain": state.stored_chain,
-        "last_response": state.last_response,
-        "stage_state": _plain(state.stage_state),
-        "text_chars": state.text_chars,
-    }
+    header = {"v": _VERSION, "byteorder": sys.byteorder}
+    header.update({name: _plain(getattr(state, name)) for name in _FIELDS})
     head = orjson.dumps(header)
     return len(head).to_bytes(8, "little") + head + state.tokens.tobytes()
 
@@ -112,21 +109,8 @@ def decode_state(blob: bytes) -> ConversationState:
     tokens.frombytes(blob[8 + size :])
     if header["byteorder"] != sys.byteorder:
         tokens.byteswap()
-    prefix_key = header["prefix_key"]
-    state = ConversationState(
-        tokens=tokens,
-        prefix_len=header["prefix_len"],
-        prefix_key=None if prefix_key is None else (prefix_key[0], prefix_key[1]),
-        items=header["items"],
-        call_names=header["call_names"],
-        answered_calls=set(header["answered_calls"]),
-        raw_tools=header["raw_tools"],
-        tools=header["tools"],
-        model_turns=header["model_turns"],
-        tool_rounds=header["tool_rounds"],
-        stored_chain=header["stored_chain"],
-        last_response=header["last_response"],
-        stage_state=_unplain(header["stage_state"]),
-        text_chars=header["text_chars"],
-    )
+    missing = [name for name in _FIELDS if name not in header]
+    if missing:
+        raise ValueError(f"state lacks {', '.join(missing)}")
+    state = ConversationState(tokens=tokens, **{name: _unplain(header[name]) for name in _FIELDS})
     return state

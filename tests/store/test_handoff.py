@@ -25,7 +25,7 @@ def test_state_encoding_round_trips() -> None:
     state = ConversationState(
         tokens=array("I", [1, 2, 3, 2**32 - 1]),
         prefix_len=2,
-        prefix_key=("be brief", [{"type": "function", "name": "f"}]),
+        prefix_key=("be brief", [{"type": "function", "name": "f"}], {"$s": "a dict"}),
         items=[{"type": "message", "id": "m1", "role": "user", "content": []}],
         call_names={"call_1": "f"},
         answered_calls={"call_0"},
