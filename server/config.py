@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
 
 
@@ -65,6 +66,8 @@ class RouteConfig:
     engine: str = "sim"
     sim: SimConfig = field(default_factory=SimConfig)
     script_path: str | None = None
+    # The backend of ``engine = "completions"`` (an OpenAI-compatible completions endpoint).
+    completions: CompletionsConfig = field(default_factory=CompletionsConfig)
 
 
 @dataclass(slots=True)

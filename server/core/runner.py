@@ -29,6 +29,7 @@ from bidi_responses.server.core.state import ConversationState, ResponseCache
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
+    EngineError,
     EngineFinish,
     EngineRequest,
     FunctionSpec,
@@ -213,6 +214,16 @@ class ResponseRun:
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
             await self._finish("incomplete", reason=self._cancel_reason)
+        except EngineError as exc:  # the inference backend failed: fail this response only
+            core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
+            error = {"code": exc.code, "message": str(exc)}
+            if self.record is None or not self._started:
+                await self.emit(
+                    error_event(502, {"type": "server_error", **error, "param": None})
+                )
+            else:
+                self.record.error = error
+                await self._finish("failed")
         except Exception as exc:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
@@ -473,6 +484,8 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
+            temperature=request.temperature,
+            top_p=request.top_p,
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
@@ -542,6 +555,8 @@ class ResponseRun:
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens
+        stats.engine_prompt_tokens += finish.prompt_tokens
+        stats.engine_cached_tokens += finish.cached_tokens
         self._usage.output_tokens += finish.output_tokens
         items = streamer.items
         stats.tokens_rendered += self._append_items(items)

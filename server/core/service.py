@@ -61,6 +61,7 @@ class ResponsesCore:
             sim_config=dataclasses.replace(route.sim),
             script_path=route.script_path,
             encoding=self.encoding,
+            completions=dataclasses.replace(route.completions),
         )
 
     async def start(self) -> None:
@@ -83,6 +84,7 @@ class ResponsesCore:
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()
+        await self.router.aclose()
         self.store.close()
         await self.pipeline.close()
 

@@ -42,6 +42,9 @@ class EngineRequest:
     tool_rounds: int = 0
     turn_index: int = 0
     seed: int = 0
+    # Sampling settings from the request, for engines that sample for real.
+    temperature: float = 1.0
+    top_p: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,9 @@ class EngineFinish:
     """Last event of a segment: why it stopped and the engine's own costs.
 
     ``engine_seconds`` is the engine's own time (time to first token plus decoding), so the API
-    overhead can be measured as the client-observed time minus this.
+    overhead can be measured as the client-observed time minus this. ``prompt_tokens`` is what
+    the engine received as its prompt and ``cached_tokens`` how many of those its own prefix
+    (KV) cache served, as a real backend reports them (0 where it reports nothing).
     """
 
     reason: Literal["stop", "tool_calls", "max_output_tokens"]
@@ -79,9 +84,23 @@ class EngineFinish:
     prefill_tokens: int
     engine_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
 
 EngineEvent = ItemStart | Delta | ItemEnd | EngineFinish
+
+
+class EngineError(Exception):
+    """The engine could not produce the response: its backend is down, slow or answered badly.
+
+    The core ends the response as ``failed`` with ``error.code`` = ``code`` and this message
+    (no stack trace: the backend, not the server, is at fault), and the stream goes on.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Engine(Protocol):
@@ -92,3 +111,10 @@ class Engine(Protocol):
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         """Stream the model's output for ``request``; the last event is an EngineFinish."""
         ...
+
+
+async def close_engine(engine: Engine) -> None:
+    """Release what an engine holds (connection pools); engines without ``aclose`` hold none."""
+    aclose = getattr(engine, "aclose", None)
+    if aclose is not None:
+        await aclose()
