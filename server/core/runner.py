@@ -24,7 +24,13 @@ from bidi_responses.server.core.events import (
 )
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.render import canonical_json
-from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
+from bidi_responses.server.core.requests import (
+    CreateRequest,
+    Item,
+    _parse_tool_choice,
+    parse_create,
+    parse_input,
+)
 from bidi_responses.server.core.state import ConversationState, ResponseCache
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
@@ -216,13 +222,13 @@ class ResponseRun:
             await self._finish("incomplete", reason=self._cancel_reason)
         except EngineError as exc:  # the inference backend failed: fail this response only
             core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
-            error = {"code": exc.code, "message": str(exc)}
+            failure = {"code": exc.code, "message": str(exc)}
             if self.record is None or not self._started:
                 await self.emit(
-                    error_event(502, {"type": "server_error", **error, "param": None})
+                    error_event(502, {"type": "server_error", **failure, "param": None})
                 )
             else:
-                self.record.error = error
+                self.record.error = failure
                 await self._finish("failed")
         except Exception as exc:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
@@ -251,9 +257,16 @@ class ResponseRun:
             # Same tool definitions as the lane's last request: skip their schema checks.
             body = dict(self.body)
             body.pop("tools", None)
+            # A forced function is checked against the memoized tools below, not the none
+            # left in this body.
+            forced = (
+                body.pop("tool_choice", None) if isinstance(body.get("tool_choice"), dict) else None
+            )
             request = parse_create(body, limits)
             request.raw_tools = raw_tools
             request.tools = memo[1]
+            if forced is not None:
+                request.tool_choice = _parse_tool_choice(forced)
             if isinstance(request.tool_choice, dict):
                 name = request.tool_choice["name"]
                 if not any(t.get("name") == name for t in request.tools):

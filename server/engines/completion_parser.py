@@ -50,6 +50,14 @@ class CompletionParser:
 
     # -- public ------------------------------------------------------------------------------
 
+    def prefill_call(self, name: str) -> list[EngineEvent]:
+        """The prompt already opened a call to ``name`` (a forced tool choice): the model
+        samples its arguments from the first token on."""
+        self._state = "content"
+        self._kind = "function_call"
+        self._final = False
+        return [ItemStart("function_call", name=name)]
+
     def feed(self, token: int) -> list[EngineEvent]:
         """Consume one sampled token; return the events it completes."""
         state = self._state

@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -148,6 +148,15 @@ class CompletionsEngine:
         body.update(config.extra_body)
         return body
 
+    def _call_header(self, name: str) -> list[int]:
+        encode = self._encoding.encode_ordinary
+        return [
+            *encode(f" to=functions.{name}"),
+            tokenizer.CHANNEL,
+            *encode("commentary json"),
+            tokenizer.MESSAGE,
+        ]
+
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
         env = self.config.api_key_env
@@ -165,10 +174,16 @@ class CompletionsEngine:
         """Stream one segment from the backend (see the module docstring)."""
         config = self.config
         prompt = [*request.prompt_tokens, *self._assistant_start]
+        parser = CompletionParser(self._encoding)
+        if request.forced_function:
+            # A forced tool choice: the prompt opens the call, the model writes the arguments.
+            prompt += self._call_header(request.forced_function)
         body = self._body(request, prompt)
         headers = self._headers()
         session = self._client()
-        parser = CompletionParser(self._encoding)
+        if request.forced_function:
+            for event in parser.prefill_call(request.forced_function):
+                yield event
         attempt = 0
         self._active += 1
         self._idle.clear()
@@ -190,6 +205,7 @@ class CompletionsEngine:
                 self._idle.set()
         for event in parser.close():
             yield event
+        reason: Literal["stop", "tool_calls", "max_output_tokens"]
         if state.finish_reason == "length" and not parser.finished:
             reason = "max_output_tokens"
         elif parser.last_kind == "function_call":
@@ -272,11 +288,17 @@ class CompletionsEngine:
                 raise EngineError("engine_stream_broken", message)
             raise _Retryable("engine_stream_broken", message)
         except TimeoutError:
-            phase = "the first token" if not state.tokens else "the next token"
-            limit = config.first_token_timeout_s if not state.tokens else config.idle_timeout_s
-            raise EngineError(
-                "engine_timeout", f"The backend sent no {phase} within {limit:g} s."
-            ) from None
+            if state.tokens:
+                message = (
+                    f"The backend went silent for more than {config.idle_timeout_s:g} s "
+                    "mid-completion (idle_timeout_s)."
+                )
+            else:
+                message = (
+                    f"The backend sent no token within {config.first_token_timeout_s:g} s "
+                    "(first_token_timeout_s)."
+                )
+            raise EngineError("engine_timeout", message) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             message = f"The connection to the backend broke: {exc or type(exc).__name__}."
             if state.tokens:
@@ -323,7 +345,9 @@ class CompletionsEngine:
                 f"The backend sent a chunk that is not JSON: {payload[:120]!r}.",
             ) from None
         if not isinstance(chunk, dict):
-            raise EngineError("engine_bad_response", "The backend sent a chunk that is not an object.")
+            raise EngineError(
+                "engine_bad_response", "The backend sent a chunk that is not an object."
+            )
         if "error" in chunk:
             raise EngineError(
                 "engine_bad_response", f"The backend reported an error: {_error_text(chunk)}"
@@ -392,10 +416,14 @@ def _token_ids(choice: dict[str, Any]) -> list[int] | None:
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list) and content:
-            return _checked([entry.get("id") if isinstance(entry, dict) else None for entry in content])
+            return _checked(
+                [entry.get("id") if isinstance(entry, dict) else None for entry in content]
+            )
         tokens = logprobs.get("tokens")
-        if isinstance(tokens, list) and tokens and all(
-            isinstance(t, str) and t.startswith("token_id:") for t in tokens
+        if (
+            isinstance(tokens, list)
+            and tokens
+            and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens)
         ):
             return _checked([int(t[9:]) if t[9:].isdigit() else None for t in tokens])
     return None

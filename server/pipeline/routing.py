@@ -83,7 +83,6 @@ class Router:
         self._routes = dict(routes)
         return sorted(changed)
 
-
     def _retire(self, engine: Engine | None) -> None:
         # A replaced engine may still serve responses in flight; its ``aclose`` waits for them
         # (see CompletionsEngine), so it runs as a task and the reload is not blocked.

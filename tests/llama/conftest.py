@@ -81,8 +81,7 @@ def llama_backend(tiny_model: Path) -> Iterator[LlamaBackend]:
 # Every special token (and the unassigned id below them): banning them keeps the model in
 # the message body, where it rambles on until its budget or a cancel.
 RAMBLE_BIAS = {
-    str(token): -100
-    for token in (199998, *range(tokenizer.ENDOFTEXT, tokenizer.ENDOFPROMPT + 1))
+    str(token): -100 for token in (199998, *range(tokenizer.ENDOFTEXT, tokenizer.ENDOFPROMPT + 1))
 }
 
 
@@ -96,7 +95,9 @@ def completions_route(base_url: str, **settings: Any) -> RouteConfig:
         "retry_backoff_s": 0.01,
     }
     values.update(settings)
-    return RouteConfig(engine="completions", completions=CompletionsConfig(base_url=base_url, **values))
+    return RouteConfig(
+        engine="completions", completions=CompletionsConfig(base_url=base_url, **values)
+    )
 
 
 def llama_config(tmp_path: Path, backend: LlamaBackend, **routes: RouteConfig) -> ServerConfig:
@@ -108,4 +109,3 @@ def llama_config(tmp_path: Path, backend: LlamaBackend, **routes: RouteConfig) -
         **routes,
     }
     return config
-

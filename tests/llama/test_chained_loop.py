@@ -42,38 +42,41 @@ async def test_ten_turn_chain_sends_only_new_tokens(
     prompts: list[int] = []
     cached: list[int] = []
     prefilled: list[float] = []
-    async with asyncio.timeout(60):
-        async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
-            async with client.connect() as stream:
-                previous: str | None = None
-                for turn in range(TURNS):
-                    new_input = [_user(turn)]
-                    before = await llama_backend.metrics()
-                    response = await stream.create(
-                        model="tiny",
-                        instructions=instructions,
-                        input=new_input,
-                        previous_response_id=previous,
-                        store=False,
-                    )
-                    after = await llama_backend.metrics()
-                    assert response.status == "completed", response.error
-                    # The model's fixed answer came back through token ids and the parser.
-                    assert response.output_text == "Hello world."
-                    stats = response.stats
-                    conversation += new_input
-                    expected = renderer.render_conversation(instructions, [], conversation)
-                    assert stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
-                    prompts.append(stats["engine_prompt_tokens"])
-                    cached.append(stats["engine_cached_tokens"])
-                    prefilled.append(after["prompt_tokens_total"] - before["prompt_tokens_total"])
-                    if turn:
-                        # The API side rendered only the new items: the previous turn's
-                        # output and this turn's input.
-                        assert stats["tokens_reused"] > 0
-                        assert stats["tokens_rendered"] < 100
-                    conversation += response.output
-                    previous = response.id
+    address = f"127.0.0.1:{running.grpc_port}"
+    async with (
+        asyncio.timeout(60),
+        AsyncResponsesClient(address) as client,
+        client.connect() as stream,
+    ):
+        previous: str | None = None
+        for turn in range(TURNS):
+            new_input = [_user(turn)]
+            before = await llama_backend.metrics()
+            response = await stream.create(
+                model="tiny",
+                instructions=instructions,
+                input=new_input,
+                previous_response_id=previous,
+                store=False,
+            )
+            after = await llama_backend.metrics()
+            assert response.status == "completed", response.error
+            # The model's fixed answer came back through token ids and the parser.
+            assert response.output_text == "Hello world."
+            stats = response.stats
+            conversation += new_input
+            expected = renderer.render_conversation(instructions, [], conversation)
+            assert stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
+            prompts.append(stats["engine_prompt_tokens"])
+            cached.append(stats["engine_cached_tokens"])
+            prefilled.append(after["prompt_tokens_total"] - before["prompt_tokens_total"])
+            if turn:
+                # The API side rendered only the new items: the previous turn's
+                # output and this turn's input.
+                assert stats["tokens_reused"] > 0
+                assert stats["tokens_rendered"] < 100
+            conversation += response.output
+            previous = response.id
 
     for turn in range(1, TURNS):
         new_items = conversation[2 * turn - 1 : 2 * turn + 1]  # previous output, new input

@@ -12,6 +12,7 @@ completion (``ANSWER_TOKENS``), whatever the sampling temperature. A banned ``<|
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def write_tiny_model(path: Path, encoding: Any, *, seed: int = 0) -> Path:
     embed /= np.linalg.norm(embed, axis=1, keepdims=True)
     output = (rng.standard_normal((n_vocab, N_EMBD)) * 0.02).astype(np.float32)
     chain = [*encoding.encode_ordinary("assistant"), *answer_tokens(encoding)]
-    for current, following in zip(chain, chain[1:], strict=False):
+    for current, following in itertools.pairwise(chain):
         output[following] = embed[current] * 4.0
 
     writer = gguf.GGUFWriter(str(path), "llama")
