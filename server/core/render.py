@@ -54,6 +54,9 @@ def canonical_json(value: Any) -> Any:
 class Renderer:
     """Turns instructions, tools and items into token ids with one shared encoding."""
 
+    #: The chat format this renderer writes; tokens of different formats never mix.
+    format_name = "generic"
+
     def __init__(self, encoding: Any) -> None:
         self._encoding = encoding
         self._encode = encoding.encode_ordinary

@@ -23,7 +23,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.render import canonical_json
+from bidi_responses.server.core.render import Renderer, canonical_json
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
@@ -138,6 +138,7 @@ class ResponseRun:
         self._posted = False
         self._inputs: list[Item] = []
         self.route: Route | None = None
+        self.renderer: Renderer = core.renderer
 
     # -- control from the session ------------------------------------------------------------
 
@@ -331,6 +332,17 @@ class ResponseRun:
                 self.lane.route_memo = (route_key, self.route)
 
         rendered = 0
+        # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
+        renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        self.renderer = renderer
+        if state.format_name is not None and state.format_name != renderer.format_name:
+            # The conversation moved to a model of another format: render it all again.
+            state.tokens = renderer.render_prefix(request.instructions, request.tools)
+            state.prefix_len = len(state.tokens)
+            state.prefix_key = (request.instructions, request.tools)
+            rendered += state.prefix_len
+            rendered += renderer.render_items(state.items, {}, state.tokens)
+        state.format_name = renderer.format_name
         key = state.prefix_key
         if (
             key is None
@@ -338,7 +350,7 @@ class ResponseRun:
             or (key[1] is not request.tools and key[1] != request.tools)
         ):
             rendered += state.set_prefix(
-                core.renderer,
+                renderer,
                 request.instructions,
                 request.tools,
                 (request.instructions, request.tools),
@@ -373,7 +385,7 @@ class ResponseRun:
         """Render items onto the conversation's tokens and record them; returns tokens added."""
         state = self.state
         assert state is not None
-        added = self.core.renderer.render_items(items, state.call_names, state.tokens)
+        added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
             for value in item.values():
@@ -713,6 +725,16 @@ class _ItemStreamer:
                     part={"type": "output_text", "text": "", "annotations": []},
                 )
             )
+        elif event.kind == "reasoning":
+            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
+            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
+            self.current = item
+            self.record.output.append(item)
+            await run.emit(
+                run.seq.event(
+                    "response.output_item.added", output_index=self.index, item=dict(item)
+                )
+            )
         else:
             item = {
                 "type": "function_call",
@@ -735,6 +757,8 @@ class _ItemStreamer:
         item = self.current
         assert item is not None
         self.parts.append(text)
+        if item["type"] == "reasoning":
+            return
         if item["type"] == "message":
             await run.emit(
                 run.seq.event(
@@ -760,7 +784,9 @@ class _ItemStreamer:
         item = self.current
         assert item is not None
         text = "".join(self.parts)
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            item["summary"] = [{"type": "summary_text", "text": text}]
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
             await run.emit(
                 run.seq.event(

@@ -49,9 +49,10 @@ class EngineRequest:
 
 @dataclass(frozen=True, slots=True)
 class ItemStart:
-    """A new output item begins: a message (``kind="message"``) or a function call."""
+    """A new output item begins: a message, a function call or reasoning (shown whole, when
+    it ends, as a reasoning item whose summary is the text)."""
 
-    kind: Literal["message", "function_call"]
+    kind: Literal["message", "function_call", "reasoning"]
     name: str = ""
     call_id: str = ""
 

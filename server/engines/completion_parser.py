@@ -10,9 +10,8 @@ more assistant messages::
 
 ``CompletionParser`` is fed the sampled token ids one by one, as they stream in, and returns
 the engine events (item start, text deltas, item end) they complete. It stops at ``<|call|>``,
-``<|return|>`` or the ``<|end|>`` of a final answer (``finished``). Reasoning text is not an
-output item of this format: it is counted but not shown, as the renderer keeps no reasoning in
-the prompt either. A model that breaks the format (no header within ``max_header_tokens``, or
+``<|return|>`` or the ``<|end|>`` of a final answer (``finished``). ``analysis`` messages
+become reasoning items. A model that breaks the format (no header within ``max_header_tokens``, or
 a stream that ends inside a header) is not an error: what it wrote becomes a plain message, as
 the OpenAI-compatible servers do when their output parser cannot make sense of a completion.
 """
@@ -49,14 +48,6 @@ class CompletionParser:
         self.unknown_tokens = 0
 
     # -- public ------------------------------------------------------------------------------
-
-    def prefill_call(self, name: str) -> list[EngineEvent]:
-        """The prompt already opened a call to ``name`` (a forced tool choice): the model
-        samples its arguments from the first token on."""
-        self._state = "content"
-        self._kind = "function_call"
-        self._final = False
-        return [ItemStart("function_call", name=name)]
 
     def feed(self, token: int) -> list[EngineEvent]:
         """Consume one sampled token; return the events it completes."""
@@ -147,7 +138,7 @@ class CompletionParser:
             return [ItemStart("function_call", name=name)]
         if channel.startswith("analysis"):
             self._kind = "reasoning"
-            return []
+            return [ItemStart("reasoning")]
         self._kind = "message"
         self._final = channel.startswith("final") or not channel
         return [ItemStart("message")]
@@ -165,9 +156,7 @@ class CompletionParser:
     def _text(self, token: int) -> list[EngineEvent]:
         self._pending_ids.append(token)
         text = self._decoder.decode(self._bytes(token))
-        if not text or self._kind == "reasoning":
-            if self._kind == "reasoning":
-                self._pending_ids = []
+        if not text:
             return []
         ids = tuple(self._pending_ids)
         self._pending_ids = []
@@ -176,7 +165,7 @@ class CompletionParser:
     def _end_item(self, token: int | None = None) -> list[EngineEvent]:
         kind = self._kind
         self._kind = None
-        if kind is None or kind == "reasoning":
+        if kind is None:
             return []
         events: list[EngineEvent] = []
         tail = self._decoder.decode(b"", final=True)

@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import orjson
@@ -41,7 +41,11 @@ from bidi_responses.server.engines.base import (
     EngineFinish,
     EngineRequest,
 )
-from bidi_responses.server.engines.completion_parser import STOP_TOKENS, CompletionParser
+
+if TYPE_CHECKING:
+    # Imported lazily below: the settings dataclass is part of the server config, which the
+    # renderer's modules import in turn.
+    from bidi_responses.server.engines.formats import ChatFormat, CompletionParserLike
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # A single SSE line longer than this is not a completion chunk.
@@ -76,6 +80,8 @@ class CompletionsConfig:
     context_window: int = 131_072
     # Connections kept open to the backend.
     max_connections: int = 64
+    # The model's chat format: "generic" (the project's own) or "harmony" (gpt-oss).
+    format: str = "generic"
     # Extra fields merged into every request body (backend sampling settings, logit_bias...).
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -88,11 +94,19 @@ class CompletionsEngine:
     def __init__(self, config: CompletionsConfig, encoding: Any) -> None:
         if config.max_output_tokens < 1 or config.context_window < 2:
             raise ValueError("completions: max_output_tokens and context_window must be positive")
+        from bidi_responses.server.engines.formats import FORMATS, build_format
+
+        if config.format not in FORMATS:
+            raise ValueError(
+                f"completions: unknown format {config.format!r}; expected {', '.join(FORMATS)}"
+            )
         self.config = config
-        self._encoding = encoding
+        self.format: ChatFormat = build_format(config.format, encoding)
+        # The core renders this route's conversations with the model's own format.
+        self.renderer = self.format.renderer
         self._url = config.base_url.rstrip("/") + "/completions"
-        # The prompt ends where the model's turn begins (core.render leaves it to the engine).
-        self._assistant_start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
+        # The prompt ends where the model's turn begins (the renderer leaves it to the engine).
+        self._assistant_start = self.format.assistant_start
         self._session: aiohttp.ClientSession | None = None
         self._active = 0
         self._idle = asyncio.Event()
@@ -140,22 +154,13 @@ class CompletionsEngine:
             # (logprobs carry the id); stop_token_ids is understood by vLLM and SGLang.
             "return_token_ids": True,
             "logprobs": 1,
-            "stop_token_ids": list(STOP_TOKENS),
+            "stop_token_ids": [tokenizer.RETURN, tokenizer.CALL],
             "skip_special_tokens": False,
         }
         if config.model:
             body["model"] = config.model
         body.update(config.extra_body)
         return body
-
-    def _call_header(self, name: str) -> list[int]:
-        encode = self._encoding.encode_ordinary
-        return [
-            *encode(f" to=functions.{name}"),
-            tokenizer.CHANNEL,
-            *encode("commentary json"),
-            tokenizer.MESSAGE,
-        ]
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -174,15 +179,17 @@ class CompletionsEngine:
         """Stream one segment from the backend (see the module docstring)."""
         config = self.config
         prompt = [*request.prompt_tokens, *self._assistant_start]
-        parser = CompletionParser(self._encoding)
+        parser = self.format.new_parser()
+        opened: list[int] = []
         if request.forced_function:
             # A forced tool choice: the prompt opens the call, the model writes the arguments.
-            prompt += self._call_header(request.forced_function)
+            opened = self.format.call_header(request.forced_function)
+            prompt += opened
         body = self._body(request, prompt)
         headers = self._headers()
         session = self._client()
-        if request.forced_function:
-            for event in parser.prefill_call(request.forced_function):
+        for token in opened:  # the parser reads the opened call as if the model had written it
+            for event in parser.feed(token):
                 yield event
         attempt = 0
         self._active += 1
@@ -236,7 +243,7 @@ class CompletionsEngine:
         session: aiohttp.ClientSession,
         body: dict[str, Any],
         headers: dict[str, str],
-        parser: CompletionParser,
+        parser: CompletionParserLike,
         state: _StreamState,
     ) -> AsyncIterator[EngineEvent]:
         config = self.config
@@ -329,7 +336,7 @@ class CompletionsEngine:
         raise EngineError("engine_rejected_request", f"The backend answered {status}: {message}")
 
     def _line(
-        self, line: bytes, parser: CompletionParser, state: _StreamState
+        self, line: bytes, parser: CompletionParserLike, state: _StreamState
     ) -> list[EngineEvent]:
         if not line or line.startswith(b":") or not line.startswith(b"data:"):
             return []  # blank line, comment, or another SSE field (event:, id:)
