@@ -16,9 +16,10 @@ from typing import Any
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.engines.formats import build_format
 
 from tests.conftest import ServerFactory
-from tests.llama.conftest import LlamaBackend, llama_config
+from tests.llama.conftest import LlamaBackend, completions_route, llama_config
 
 TURNS = 10
 ASSISTANT_START = 2  # <|start|>assistant, which the engine appends to every prompt
@@ -88,3 +89,57 @@ async def test_ten_turn_chain_sends_only_new_tokens(
         assert cached[turn] >= prompts[turn - 1]
         # Seen from the backend's counters: it prefilled only what its cache did not have.
         assert prefilled[turn] == prompts[turn] - cached[turn]
+
+
+SHELL = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+}
+
+
+async def test_harmony_route_renders_gpt_oss_prompts_and_calls_tools(
+    tmp_path: Path, server_factory: ServerFactory, llama_backend: LlamaBackend
+) -> None:
+    harmony = completions_route(llama_backend.base_url, format="harmony")
+    running = await server_factory(llama_config(tmp_path, llama_backend, harmony=harmony))
+    renderer = build_format("harmony", load_encoding()).renderer
+    instructions = "Use the shell."
+    conversation: list[dict[str, Any]] = []
+    address = f"127.0.0.1:{running.grpc_port}"
+    async with (
+        asyncio.timeout(60),
+        AsyncResponsesClient(address) as client,
+        client.connect() as stream,
+    ):
+        # A forced tool choice: the prompt opens the call and the model writes its arguments.
+        first = await stream.create(
+            model="harmony",
+            instructions=instructions,
+            tools=[SHELL],
+            tool_choice={"type": "function", "name": "exec_command"},
+            input=[_user(0)],
+            store=False,
+        )
+        assert first.status == "completed", first.error
+        [call] = first.function_calls
+        assert call["name"] == "exec_command"
+        assert call["arguments"] == "Hello world."
+        conversation += [_user(0), *first.output]
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+        second = await stream.create(
+            model="harmony",
+            instructions=instructions,
+            tools=[SHELL],
+            input=[output],
+            previous_response_id=first.id,
+            store=False,
+        )
+        assert second.output_text == "Hello world."
+        conversation.append(output)
+    # The second prompt is exactly openai-harmony's render of the conversation, and the
+    # backend reused the first turn's tokens from its cache.
+    expected = renderer.render_conversation(instructions, [SHELL], conversation)
+    assert second.stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
+    assert second.stats["engine_cached_tokens"] >= first.stats["engine_prompt_tokens"]
