@@ -9,6 +9,7 @@ from typing import Any
 
 from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.engines.upstream import UpstreamConfig
 
 
 @dataclass(slots=True)
@@ -68,6 +69,8 @@ class RouteConfig:
     script_path: str | None = None
     # The backend of ``engine = "completions"`` (an OpenAI-compatible completions endpoint).
     completions: CompletionsConfig = field(default_factory=CompletionsConfig)
+    # The upstream of ``engine = "upstream"`` (another Responses API).
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
 
 @dataclass(slots=True)

@@ -35,6 +35,8 @@ from bidi_responses.server.core.state import ConversationState, ResponseCache
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
+    EngineAffinity,
+    EngineConversation,
     EngineError,
     EngineFinish,
     EngineRequest,
@@ -75,6 +77,8 @@ class Lane:
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
         self.input_closed = False
+        # What engines keep for this lane between turns (an upstream connection).
+        self.affinity = EngineAffinity()
 
     @property
     def stateful(self) -> bool:
@@ -511,6 +515,9 @@ class ResponseRun:
             turn_index=state.model_turns,
             temperature=request.temperature,
             top_p=request.top_p,
+            conversation=EngineConversation(
+                state.items, request.instructions, request.tools, self.lane.affinity
+            ),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:

@@ -62,6 +62,7 @@ class ResponsesCore:
             script_path=route.script_path,
             encoding=self.encoding,
             completions=dataclasses.replace(route.completions),
+            upstream=dataclasses.replace(route.upstream),
         )
 
     async def start(self) -> None:

@@ -9,7 +9,7 @@ nothing about the wire.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -20,6 +20,42 @@ class FunctionSpec:
 
     name: str
     parameters: dict[str, Any]
+
+
+class EngineAffinity:
+    """What an engine keeps for one stream lane between its turns, such as an upstream
+    connection. The lane owns it and closes it when the stream ends (``aclose``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run ``closer`` when the lane's stream ends."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        """Release everything engines kept for the lane."""
+        closers, self._closers = self._closers, []
+        self.values.clear()
+        for closer in closers:
+            try:
+                await closer()
+            except Exception:  # a failed close must not keep the others from running
+                continue
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConversation:
+    """The conversation as items, for engines that speak items rather than tokens (an
+    upstream Responses API). ``items`` is the whole conversation so far, in order, and is the
+    same list object from turn to turn while the conversation goes on (engines must not
+    change it); ``affinity`` is the lane's per-engine state."""
+
+    items: Sequence[dict[str, Any]]
+    instructions: str | None
+    tools: Sequence[dict[str, Any]]
+    affinity: EngineAffinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +81,8 @@ class EngineRequest:
     # Sampling settings from the request, for engines that sample for real.
     temperature: float = 1.0
     top_p: float = 1.0
+    # The same conversation as items, for item-level engines.
+    conversation: EngineConversation | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,135 @@
+"""The upstream Responses engine against a second, real ``bidi-responses serve`` process.
+
+The upstream runs the sim engine; the local server routes ``relay`` to it. An agent loop on
+one local Connect stream must reach the upstream as one WebSocket-mode connection that chains
+``previous_response_id`` (the upstream's own stats show its connection cache reused and only
+new items validated), and the HTTP wire must work as the fallback. The upstream's counters
+are read over its own HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bidi_responses.client import AsyncResponsesClient, run_agent_loop
+from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.engines.upstream import UpstreamConfig
+
+from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory
+from tests.pipeline.server_process import ServerLog, free_port
+
+
+@asynccontextmanager
+async def upstream_server(data_dir: Path) -> AsyncIterator[str]:
+    """A sim-engine ``bidi-responses serve`` subprocess; yields its HTTP base URL."""
+    grpc_port, http_port = free_port(), free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bidi_responses.server.cli",
+        "serve",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        "--data-dir",
+        str(data_dir),
+        "--log-level",
+        "INFO",
+        "--sim-tps",
+        "1000000",
+        "--sim-ttft-ms",
+        "0",
+        "--sim-tool-rounds",
+        "3",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    log = ServerLog(process)
+    try:
+        await log.wait_for(f"WebSocket on http://127.0.0.1:{http_port}/v1")
+        yield f"http://127.0.0.1:{http_port}/v1"
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await log.close()
+
+
+async def _stats(base_url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        data: dict[str, Any] = (await client.get(base_url + "/stats")).json()
+    return data
+
+
+def _config(tmp_path: Path, base_url: str, transport: str) -> ServerConfig:
+    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "local"))
+    upstream = UpstreamConfig(base_url=base_url, model="sim-model", transport=transport)
+    config.models = {
+        "relay": RouteConfig(engine="upstream", upstream=upstream),
+        "sim-model": RouteConfig(engine="sim", sim=FAST_SIM),
+    }
+    return config
+
+
+async def _agent_loop(address: str) -> Any:
+    async with AsyncResponsesClient(address) as client, client.connect() as stream:
+        return await run_agent_loop(
+            stream,
+            model="relay",
+            input="List the files, then summarise.",
+            tools=[SHELL_TOOL],
+            functions={"exec_command": lambda args: f"ran {args.get('cmd')}: a.txt b.txt"},
+            mode="chain",
+        )
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+async def test_agent_loop_through_an_upstream(
+    tmp_path: Path, server_factory: ServerFactory, transport: str
+) -> None:
+    async with asyncio.timeout(60), upstream_server(tmp_path / "upstream") as base_url:
+        running = await server_factory(_config(tmp_path, base_url, transport))
+        before = await _stats(base_url)
+        result = await _agent_loop(f"127.0.0.1:{running.grpc_port}")
+        after = await _stats(base_url)
+        # The sim model called the tool three times, then answered; every call id the client
+        # answered was the upstream's own, or the upstream would have rejected the output.
+        assert result.final.status == "completed"
+        assert result.final.output_text
+        responses = after["responses_total"] - before["responses_total"]
+        assert responses == 4
+        validated = after["items_validated_total"] - before["items_validated_total"]
+        reused = after["tokens_reused_total"] - before["tokens_reused_total"]
+        if transport == "websocket":
+            # One connection, chained: the upstream validated only the new items (the first
+            # user message, then one tool output per turn) and reused its cache each turn.
+            assert validated == 4
+            assert reused > 0
+        else:
+            # The HTTP fallback sends the whole conversation each turn (store is off).
+            assert validated == 1 + 3 + 5 + 7
+            assert reused == 0
+        # The local stages too saw only the new items on the local stream.
+        local = running.core.counters.snapshot()
+        assert local["items_validated_total"] == 4
+        # The local stream closed, so did its upstream connection.
+        async with asyncio.timeout(5):
+            await _until_no_streams(base_url)
+
+
+async def _until_no_streams(base_url: str) -> None:
+    """Poll the upstream's stats until it has no stream open (the caller sets the deadline)."""
+    while True:
+        if (await _stats(base_url))["streams_open"] == 0:
+            return
+        await asyncio.sleep(0.05)
