@@ -21,6 +21,8 @@ CASES = {
     "garbage": ("engine_bad_response", 1),
     "no_ids": ("engine_bad_response", 1),
     "html": ("engine_bad_response", 1),
+    # Caught before sending: the prompt cannot fit the route's context window.
+    "tight": ("context_length_exceeded", 0),
 }
 
 
@@ -35,6 +37,7 @@ async def test_bad_backends_fail_cleanly_and_the_stream_goes_on(
             for mode in CASES
             if mode != "down"
         }
+        routes["tight"] = completions_route(bad.base_url("tight"), context_window=4)
         routes["down"] = completions_route(
             f"http://127.0.0.1:{closed_port()}/v1", max_retries=1, connect_timeout_s=1.0
         )
