@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
+from aiohttp import web
 from bidi_responses.client import AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
@@ -28,7 +31,7 @@ from tests.pipeline.server_process import ServerLog, free_port
 
 
 @asynccontextmanager
-async def upstream_server(data_dir: Path) -> AsyncIterator[str]:
+async def upstream_server(data_dir: Path, flags: tuple[str, ...] = ()) -> AsyncIterator[str]:
     """A sim-engine ``bidi-responses serve`` subprocess; yields its HTTP base URL."""
     grpc_port, http_port = free_port(), free_port()
     process = await asyncio.create_subprocess_exec(
@@ -50,6 +53,7 @@ async def upstream_server(data_dir: Path) -> AsyncIterator[str]:
         "0",
         "--sim-tool-rounds",
         "3",
+        *flags,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -133,3 +137,89 @@ async def _until_no_streams(base_url: str) -> None:
         if (await _stats(base_url))["streams_open"] == 0:
             return
         await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def http_only_proxy(upstream: str) -> AsyncIterator[str]:
+    """An HTTP-only front for ``upstream``: it relays POST /v1/responses and refuses the
+    WebSocket upgrade (404), like a gateway without WebSocket support."""
+    session = aiohttp.ClientSession()
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        async with session.post(upstream + "/responses", data=body, headers=_JSON) as answer:
+            response = web.StreamResponse(
+                status=answer.status,
+                headers={"Content-Type": answer.headers.get("Content-Type", "")},
+            )
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            return response
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", relay)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        await runner.cleanup()
+        await session.close()
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+async def test_auto_falls_back_to_http_when_websocket_is_refused(
+    tmp_path: Path, server_factory: ServerFactory
+) -> None:
+    async with (
+        asyncio.timeout(60),
+        upstream_server(tmp_path / "upstream") as base_url,
+        http_only_proxy(base_url) as proxy,
+    ):
+        running = await server_factory(_config(tmp_path, proxy, "auto"))
+        before = await _stats(base_url)
+        result = await _agent_loop(f"127.0.0.1:{running.grpc_port}")
+        after = await _stats(base_url)
+        assert result.final.status == "completed"
+        assert after["responses_total"] - before["responses_total"] == 4
+        # Every turn went over HTTP with the whole conversation.
+        assert after["items_validated_total"] - before["items_validated_total"] == 1 + 3 + 5 + 7
+
+
+async def test_cancel_closes_the_upstream_connection_and_the_lane_goes_on(
+    tmp_path: Path, server_factory: ServerFactory
+) -> None:
+    slow = ("--sim-tps", "50")
+    async with (
+        asyncio.timeout(60),
+        upstream_server(tmp_path / "upstream", flags=slow) as base_url,
+    ):
+        running = await server_factory(_config(tmp_path, base_url, "websocket"))
+        address = f"127.0.0.1:{running.grpc_port}"
+        async with AsyncResponsesClient(address) as client, client.connect() as stream:
+            response_id = ""
+            events = stream.create_events(model="relay", input="Tell me a long story.")
+            async for event in events:
+                if event["type"] == "response.created":
+                    response_id = event["response"]["id"]
+                if event["type"] == "response.output_text.delta":
+                    break
+            await events.aclose()
+            assert (await _stats(base_url))["streams_open"] == 1
+            await stream.cancel(response_id)
+            async for event in stream.events():
+                if event["type"] == "response.incomplete":
+                    break
+            # The upstream connection was closed, which stopped the upstream's response.
+            async with asyncio.timeout(5):
+                await _until_no_streams(base_url)
+            # The lane goes on, over a new upstream connection.
+            follow = await stream.create(model="relay", input="Shorter.", max_output_tokens=16)
+            assert follow.status in ("completed", "incomplete")
+            assert (await _stats(base_url))["streams_open"] == 1
