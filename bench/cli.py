@@ -157,6 +157,12 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--backend-model", default="", help="the backend's model name")
     p.add_argument(
+        "--backend-format",
+        default="generic",
+        choices=("generic", "harmony"),
+        help="the model's prompt format (harmony for gpt-oss; default generic)",
+    )
+    p.add_argument(
         "--backend-api-key-env",
         default="",
         help="environment variable holding the backend's API key (read by the server)",
@@ -198,6 +204,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend_url=args.backend_url,
         backend_model=args.backend_model,
         backend_api_key_env=args.backend_api_key_env,
+        backend_format=args.backend_format,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=resolve_modes(args.tps_modes) if args.tps_modes else None,

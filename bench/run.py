@@ -85,6 +85,7 @@ class ServerSettings:
     backend_url: str | None = None
     backend_model: str = ""
     backend_api_key_env: str = ""
+    backend_format: str = "generic"
 
     def toml(self) -> str:
         """The server's config file."""
@@ -106,6 +107,7 @@ class ServerSettings:
                 f"base_url = {_toml_str(self.backend_url)}",
                 f"model = {_toml_str(self.backend_model)}",
                 f"api_key_env = {_toml_str(self.backend_api_key_env)}",
+                f"format = {_toml_str(self.backend_format)}",
             ]
         lines += [
             "",
@@ -358,6 +360,7 @@ class CompareConfig:
     backend_url: str | None = None
     backend_model: str = ""
     backend_api_key_env: str = ""
+    backend_format: str = "generic"
     # tokens/s sweep (a shorter rollout).
     tps_values: list[float] = field(default_factory=lambda: [65.0, 1000.0, 4000.0])
     tps_turns: int = 10
@@ -495,6 +498,7 @@ class Runner:
             settings.backend_url = cfg.backend_url
             settings.backend_model = cfg.backend_model
             settings.backend_api_key_env = cfg.backend_api_key_env
+            settings.backend_format = cfg.backend_format
         cell = CellResult(
             name,
             "rollout",

@@ -1,6 +1,6 @@
 """``compare --backend-url``: the benchmark's rollout against a real backend (llama.cpp).
 
-A smoke run: two modes, two tool turns. It checks that the rollout completes on a real model
+A smoke run: two modes, two tool turns, the Harmony format. It checks that the rollout completes on a real model
 (the forced tool choice makes the model call the tool every tool turn) and that the report
 carries the backend's own engine time per turn. Timings are not asserted.
 """
@@ -27,6 +27,8 @@ def test_compare_runs_the_rollout_on_a_real_backend(
             "compare",
             "--backend-url",
             llama_backend.base_url,
+            "--backend-format",
+            "harmony",
             "--modes",
             "1,7",
             "--turns",
