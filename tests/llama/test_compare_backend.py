@@ -1,8 +1,9 @@
 """``compare --backend-url``: the benchmark's rollout against a real backend (llama.cpp).
 
-A smoke run: two modes, two tool turns, the Harmony format. It checks that the rollout completes on a real model
-(the forced tool choice makes the model call the tool every tool turn) and that the report
-carries the backend's own engine time per turn. Timings are not asserted.
+A smoke run: two modes, two tool turns, the Harmony format. It checks that the rollout
+completes on a real model (the forced tool choice makes the model call the tool every tool
+turn) and that the report carries the backend's own engine time per turn. Timings are not
+asserted.
 """
 
 from __future__ import annotations

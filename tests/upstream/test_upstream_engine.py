@@ -10,10 +10,11 @@ are read over its own HTTP API.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,46 +28,68 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
 
 from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory
-from tests.pipeline.server_process import ServerLog, free_port
+from tests.pipeline.server_process import free_port
+
+UPSTREAM_TOML = """
+[models.sim-model]
+engine = "sim"
+[models.sim-model.sim]
+tokens_per_second = 1000000.0
+ttft_ms = 0.0
+tool_rounds = 3
+
+[models.sim-slow]
+engine = "sim"
+[models.sim-slow.sim]
+tokens_per_second = 50.0
+ttft_ms = 0.0
+"""
 
 
-@asynccontextmanager
-async def upstream_server(data_dir: Path, flags: tuple[str, ...] = ()) -> AsyncIterator[str]:
-    """A sim-engine ``bidi-responses serve`` subprocess; yields its HTTP base URL."""
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second ``bidi-responses serve`` process on the sim engine, for the module; yields its
+    HTTP base URL once it answers ``/healthz``. Its output goes to a file, so no reader is
+    needed while tests run on their own event loops."""
+    directory = tmp_path_factory.mktemp("upstream")
+    config = directory / "server.toml"
+    config.write_text(UPSTREAM_TOML, encoding="utf-8")
     grpc_port, http_port = free_port(), free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bidi_responses.server.cli",
-        "serve",
-        "--grpc-port",
-        str(grpc_port),
-        "--http-port",
-        str(http_port),
-        "--data-dir",
-        str(data_dir),
-        "--log-level",
-        "INFO",
-        "--sim-tps",
-        "1000000",
-        "--sim-ttft-ms",
-        "0",
-        "--sim-tool-rounds",
-        "3",
-        *flags,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    log = ServerLog(process)
+    with open(directory / "server.log", "wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bidi_responses.server.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--grpc-port",
+                str(grpc_port),
+                "--http-port",
+                str(http_port),
+                "--data-dir",
+                str(directory / "data"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    base_url = f"http://127.0.0.1:{http_port}/v1"
     try:
-        await log.wait_for(f"WebSocket on http://127.0.0.1:{http_port}/v1")
-        yield f"http://127.0.0.1:{http_port}/v1"
+        deadline = time.monotonic() + 30
+        while True:  # readiness: poll the health endpoint, with a deadline
+            assert process.poll() is None, (directory / "server.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=1).is_success:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (directory / "server.log").read_text()
+            time.sleep(0.05)
+        yield base_url
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        await log.close()
+        process.kill()
+        process.wait()
 
 
 async def _stats(base_url: str) -> dict[str, Any]:
@@ -77,9 +100,11 @@ async def _stats(base_url: str) -> dict[str, Any]:
 
 def _config(tmp_path: Path, base_url: str, transport: str) -> ServerConfig:
     config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "local"))
-    upstream = UpstreamConfig(base_url=base_url, model="sim-model", transport=transport)
+    relay = UpstreamConfig(base_url=base_url, model="sim-model", transport=transport)
+    slow = UpstreamConfig(base_url=base_url, model="sim-slow", transport=transport)
     config.models = {
-        "relay": RouteConfig(engine="upstream", upstream=upstream),
+        "relay": RouteConfig(engine="upstream", upstream=relay),
+        "relay-slow": RouteConfig(engine="upstream", upstream=slow),
         "sim-model": RouteConfig(engine="sim", sim=FAST_SIM),
     }
     return config
@@ -99,9 +124,10 @@ async def _agent_loop(address: str) -> Any:
 
 @pytest.mark.parametrize("transport", ["websocket", "http"])
 async def test_agent_loop_through_an_upstream(
-    tmp_path: Path, server_factory: ServerFactory, transport: str
+    tmp_path: Path, server_factory: ServerFactory, upstream: str, transport: str
 ) -> None:
-    async with asyncio.timeout(60), upstream_server(tmp_path / "upstream") as base_url:
+    base_url = upstream
+    async with asyncio.timeout(60):
         running = await server_factory(_config(tmp_path, base_url, transport))
         before = await _stats(base_url)
         result = await _agent_loop(f"127.0.0.1:{running.grpc_port}")
@@ -175,13 +201,10 @@ _JSON = {"Content-Type": "application/json"}
 
 
 async def test_auto_falls_back_to_http_when_websocket_is_refused(
-    tmp_path: Path, server_factory: ServerFactory
+    tmp_path: Path, server_factory: ServerFactory, upstream: str
 ) -> None:
-    async with (
-        asyncio.timeout(60),
-        upstream_server(tmp_path / "upstream") as base_url,
-        http_only_proxy(base_url) as proxy,
-    ):
+    base_url = upstream
+    async with asyncio.timeout(60), http_only_proxy(base_url) as proxy:
         running = await server_factory(_config(tmp_path, proxy, "auto"))
         before = await _stats(base_url)
         result = await _agent_loop(f"127.0.0.1:{running.grpc_port}")
@@ -193,18 +216,15 @@ async def test_auto_falls_back_to_http_when_websocket_is_refused(
 
 
 async def test_cancel_closes_the_upstream_connection_and_the_lane_goes_on(
-    tmp_path: Path, server_factory: ServerFactory
+    tmp_path: Path, server_factory: ServerFactory, upstream: str
 ) -> None:
-    slow = ("--sim-tps", "50")
-    async with (
-        asyncio.timeout(60),
-        upstream_server(tmp_path / "upstream", flags=slow) as base_url,
-    ):
+    base_url = upstream
+    async with asyncio.timeout(60):
         running = await server_factory(_config(tmp_path, base_url, "websocket"))
         address = f"127.0.0.1:{running.grpc_port}"
         async with AsyncResponsesClient(address) as client, client.connect() as stream:
             response_id = ""
-            events = stream.create_events(model="relay", input="Tell me a long story.")
+            events = stream.create_events(model="relay-slow", input="Tell me a long story.")
             async for event in events:
                 if event["type"] == "response.created":
                     response_id = event["response"]["id"]
@@ -220,6 +240,6 @@ async def test_cancel_closes_the_upstream_connection_and_the_lane_goes_on(
             async with asyncio.timeout(5):
                 await _until_no_streams(base_url)
             # The lane goes on, over a new upstream connection.
-            follow = await stream.create(model="relay", input="Shorter.", max_output_tokens=16)
+            follow = await stream.create(model="relay-slow", input="Shorter.", max_output_tokens=16)
             assert follow.status in ("completed", "incomplete")
             assert (await _stats(base_url))["streams_open"] == 1
