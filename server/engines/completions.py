@@ -26,6 +26,7 @@ code, keeps the stream open and writes the response's ledger row.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -112,9 +113,12 @@ class CompletionsEngine:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def aclose(self) -> None:
-        """Close the connection pool once the segments in flight are done."""
-        await self._idle.wait()
+    async def aclose(self, wait_s: float = 30.0) -> None:
+        """Close the connection pool once the segments in flight are done (or ``wait_s``
+        has passed: a stopping server does not wait for ever)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                await self._idle.wait()
         if self._session is not None:
             await self._session.close()
             self._session = None
