@@ -2,16 +2,20 @@
 
 ``/{mode}/v1/completions`` answers in the named way: ``slow`` sends its headers and then
 nothing; ``garbage`` streams a chunk that is not JSON; ``no_ids`` streams text without token
-ids; ``busy`` answers 503 (retried); ``html`` answers a web page. Requests are counted per mode.
+ids; ``busy`` answers 503 (retried); ``html`` answers a web page. ``replay`` streams the next
+recorded completion of ``replies`` (token ids) the way vLLM does (``token_ids`` per chunk,
+then usage), and keeps each request's prompt. Requests are counted per mode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -23,6 +27,9 @@ class BadBackends:
         self.port = port
         self.requests: collections.Counter[str] = collections.Counter()
         self.never = asyncio.Event()  # what the slow modes wait on; set on shutdown
+        self.replies: list[list[int]] = []  # replay: recorded completions, used in order
+        self.prompts: list[list[int]] = []  # replay: the prompts received
+        self.cached_tokens = 0  # replay: what the usage chunk reports as cached
 
     def base_url(self, mode: str) -> str:
         """The OpenAI base URL of ``mode``."""
@@ -36,7 +43,9 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     backends = request.app[BACKENDS]
     mode = request.match_info["mode"]
     backends.requests[mode] += 1
-    await request.read()
+    body = await request.json()
+    if mode == "replay":
+        return await _replay(request, backends, body)
     if mode == "busy":
         return web.json_response({"error": {"message": "server overloaded"}}, status=503)
     if mode == "html":
@@ -48,6 +57,32 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     elif mode == "no_ids":
         await response.write(b'data: {"choices":[{"index":0,"text":"hi"}]}\n\n')
     await backends.never.wait()  # hold the stream open: the client's timeout must end it
+    return response
+
+
+async def _replay(
+    request: web.Request, backends: BadBackends, body: dict[str, Any]
+) -> web.StreamResponse:
+    backends.prompts.append(list(body["prompt"]))
+    tokens = backends.replies.pop(0)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+
+    def chunk(data: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    for token in tokens:
+        choice = {"index": 0, "text": "", "token_ids": [token], "finish_reason": None}
+        await response.write(chunk({"choices": [choice]}))
+    finish = {"index": 0, "text": "", "token_ids": [], "finish_reason": "stop"}
+    await response.write(chunk({"choices": [finish]}))
+    usage = {
+        "prompt_tokens": len(body["prompt"]),
+        "completion_tokens": len(tokens),
+        "prompt_tokens_details": {"cached_tokens": backends.cached_tokens},
+    }
+    await response.write(chunk({"choices": [], "usage": usage}))
+    await response.write(b"data: [DONE]\n\n")
     return response
 
 
