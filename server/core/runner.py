@@ -23,6 +23,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer, canonical_json
 from bidi_responses.server.core.requests import (
     CreateRequest,
@@ -60,6 +61,7 @@ _ID_PREFIX = {
     "reasoning": "rs",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "compaction": "cmp",
 }
 
 
@@ -283,10 +285,18 @@ class ResponseRun:
             request = parse_create(self.body, limits)
             if lane.stateful:
                 lane.tools_memo = (raw_tools, request.tools)
-        if request.background:
+        if request.background and lane.stateful:
+            # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
-                "Background mode is not supported on this transport.",
+                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
+                "stream; use POST /v1/responses.",
                 code="unsupported_parameter",
+                param="background",
+            )
+        if request.background and not request.store:
+            raise ApiError(
+                "Invalid 'background': background mode requires 'store': true.",
+                code="invalid_value",
                 param="background",
             )
         if request.append_mode and not lane.stateful:
@@ -336,14 +346,15 @@ class ResponseRun:
                 self.lane.route_memo = (route_key, self.route)
 
         rendered = 0
+        fmt = self._format(request)
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
         renderer = getattr(self.route.engine, "renderer", None) or core.renderer
         self.renderer = renderer
         if state.format_name is not None and state.format_name != renderer.format_name:
             # The conversation moved to a model of another format: render it all again.
-            state.tokens = renderer.render_prefix(request.instructions, request.tools)
+            state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
             state.prefix_len = len(state.tokens)
-            state.prefix_key = (request.instructions, request.tools)
+            state.prefix_key = (request.instructions, request.tools, fmt)
             rendered += state.prefix_len
             rendered += renderer.render_items(state.items, {}, state.tokens)
         state.format_name = renderer.format_name
@@ -352,12 +363,14 @@ class ResponseRun:
             key is None
             or key[0] != request.instructions
             or (key[1] is not request.tools and key[1] != request.tools)
+            or key[2] != fmt
         ):
             rendered += state.set_prefix(
                 renderer,
                 request.instructions,
                 request.tools,
-                (request.instructions, request.tools),
+                (request.instructions, request.tools, fmt),
+                fmt,
             )
 
         for item in request.input:
@@ -376,6 +389,9 @@ class ResponseRun:
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.core.compaction.check(item, path)
         declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
@@ -400,7 +416,10 @@ class ResponseRun:
     async def _respond(self, request: CreateRequest) -> None:
         assert self.record is not None and self.state is not None
         record = self.record
+        if request.background:
+            record.status = "queued"
         await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        record.status = "in_progress"
         self._started = True
         if not request.generate:
             record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
@@ -430,6 +449,13 @@ class ResponseRun:
                 await self._finish("incomplete", reason="max_output_tokens")
                 return
         await self._finish("completed")
+
+    @staticmethod
+    def _format(request: CreateRequest) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = response_format(request.text)
+        return canonical_json(fmt) if fmt is not None else None
 
     def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
         """The function tools as the engine sees them, reused while the lane's tools are."""
@@ -513,6 +539,7 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
+            response_format=self._format(request),
             temperature=request.temperature,
             top_p=request.top_p,
             conversation=EngineConversation(
@@ -620,7 +647,9 @@ class ResponseRun:
                 state.stored_chain = False
             self.lane.cache.put(self.id, state)
         stored = None
-        if request.store and record.status in ("completed", "incomplete"):
+        # A background response stays retrievable however it ended: its client polls for it.
+        kept = ("completed", "incomplete") + (("cancelled", "failed") if request.background else ())
+        if request.store and record.status in kept:
             self_contained = request.previous_response_id is None or not (
                 state is not None and state.stored_chain
             )

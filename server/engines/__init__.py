@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def build_engine(
     encoding: tiktoken.Encoding | None = None,
     completions: CompletionsConfig | None = None,
     upstream: UpstreamConfig | None = None,
+    open_compaction: Callable[[str], str] | None = None,
 ) -> Engine:
     """Build the engine named ``kind``.
 
@@ -48,7 +50,8 @@ def build_engine(
     ``script_path`` and takes its timing and prefix-cache settings from ``sim_config``, so both
     engines pace identically. ``"completions"`` needs ``completions`` (its backend's settings)
     and ``"upstream"`` needs ``upstream`` (its upstream's). ``encoding`` defaults to
-    ``core.tokenizer.load_encoding()``.
+    ``core.tokenizer.load_encoding()``; ``open_compaction`` lets a completions route's renderer
+    read compaction items.
     """
     from bidi_responses.server.engines.sim import SimConfig, SimEngine
 
@@ -58,7 +61,9 @@ def build_engine(
 
         if completions is None:
             raise ValueError("the completions engine needs its backend settings (completions)")
-        return CompletionsEngine(completions, encoding if encoding is not None else load_encoding())
+        return CompletionsEngine(
+            completions, encoding if encoding is not None else load_encoding(), open_compaction
+        )
     if kind == "upstream":
         from bidi_responses.server.engines.upstream import UpstreamResponsesEngine
 

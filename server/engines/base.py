@@ -9,7 +9,7 @@ nothing about the wire.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -78,6 +78,9 @@ class EngineRequest:
     tool_rounds: int = 0
     turn_index: int = 0
     seed: int = 0
+    # Structured output: the request's ``text.format`` when it is ``json_schema`` or
+    # ``json_object``; a text answer must then be JSON of that shape.
+    response_format: Mapping[str, Any] | None = None
     # Sampling settings from the request, for engines that sample for real.
     temperature: float = 1.0
     top_p: float = 1.0

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -92,7 +92,12 @@ class CompletionsEngine:
 
     name = "completions"
 
-    def __init__(self, config: CompletionsConfig, encoding: Any) -> None:
+    def __init__(
+        self,
+        config: CompletionsConfig,
+        encoding: Any,
+        open_compaction: Callable[[str], str] | None = None,
+    ) -> None:
         if config.max_output_tokens < 1 or config.context_window < 2:
             raise ValueError("completions: max_output_tokens and context_window must be positive")
         from bidi_responses.server.engines.formats import FORMATS, build_format
@@ -102,7 +107,7 @@ class CompletionsEngine:
                 f"completions: unknown format {config.format!r}; expected {', '.join(FORMATS)}"
             )
         self.config = config
-        self.format: ChatFormat = build_format(config.format, encoding)
+        self.format: ChatFormat = build_format(config.format, encoding, open_compaction)
         # The core renders this route's conversations with the model's own format.
         self.renderer = self.format.renderer
         self._url = config.base_url.rstrip("/") + "/completions"

@@ -57,13 +57,17 @@ class ChatFormat:
         return list(tokens[prefix + start : -1])
 
 
-def build_format(name: str, encoding: Any) -> ChatFormat:
-    """The chat format called ``name`` over the tiktoken ``encoding``."""
+def build_format(
+    name: str, encoding: Any, open_compaction: Callable[[str], str] | None = None
+) -> ChatFormat:
+    """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
+    turns a compaction item's sealed content back into its summary (``core.compaction``)."""
     start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
     if name == "generic":
         from bidi_responses.server.engines.completion_parser import CompletionParser
 
-        return ChatFormat("generic", Renderer(encoding), start, lambda: CompletionParser(encoding))
+        renderer = Renderer(encoding, open_compaction)
+        return ChatFormat("generic", renderer, start, lambda: CompletionParser(encoding))
     if name == "harmony":
         from bidi_responses.server.engines.harmony import (
             HarmonyCompletionParser,
@@ -73,6 +77,9 @@ def build_format(name: str, encoding: Any) -> ChatFormat:
 
         harmony = load_harmony()
         return ChatFormat(
-            "harmony", HarmonyRenderer(encoding), start, lambda: HarmonyCompletionParser(harmony)
+            "harmony",
+            HarmonyRenderer(encoding, open_compaction),
+            start,
+            lambda: HarmonyCompletionParser(harmony),
         )
     raise ValueError(f"unknown chat format {name!r}; expected one of {', '.join(FORMATS)}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,19 @@ class HarmonyRenderer(Renderer):
 
     format_name = "harmony"
 
-    def __init__(self, encoding: Any) -> None:
-        super().__init__(encoding)
+    def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
+        super().__init__(encoding, open_compaction)
         self._harmony = load_harmony()
         self._render = self._harmony.render
 
-    def render_prefix(self, instructions: str | None, tools: list[dict[str, Any]]) -> TokenArray:
-        """The system message, then the developer message with instructions and tools.
+    def render_prefix(
+        self,
+        instructions: str | None,
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
+    ) -> TokenArray:
+        """The system message, then the developer message with instructions and tools (and a
+        structured-output format as its ``# Response Formats`` section).
 
         Rendered together: the system message says where tool calls go only when there are
         function tools, so the two are one unit.
@@ -84,6 +90,10 @@ class HarmonyRenderer(Renderer):
             for t in tools
             if t.get("type") == "function"
         ]
+        if response_format:
+            # Harmony's developer message carries output formats in their own section.
+            spec = orjson.dumps(canonical_json(response_format)).decode()
+            instructions = f"{instructions or ''}\n\n# Response Formats\n\n{spec}".lstrip()
         if instructions or functions:
             developer = oh.DeveloperContent.new()
             if instructions:
@@ -96,6 +106,16 @@ class HarmonyRenderer(Renderer):
 
     def render_item(self, item: Item, call_names: Mapping[str, str], out: TokenArray) -> int:
         """Append one item's tokens (one Harmony message) to ``out``."""
+        if item["type"] == "compaction":
+            if self._open_compaction is None:
+                raise ValueError("this renderer has no compaction key")
+            summary = self._open_compaction(str(item["encrypted_content"]))
+            message = oh.Message.from_role_and_content(
+                oh.Role.DEVELOPER, "# Compacted conversation\n" + summary
+            )
+            tokens = self._render(message)
+            out.extend(tokens)
+            return len(tokens)
         tokens = self._render(_message(item, call_names))
         out.extend(tokens)
         return len(tokens)

@@ -15,10 +15,10 @@ from bidi_responses.server.engines.harmony import load_harmony
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.core.test_render import conversations
+from tests.core.test_render import CODEC, conversations
 
 ENCODING = load_encoding()
-FORMAT = {name: build_format(name, ENCODING) for name in FORMATS}
+FORMAT = {name: build_format(name, ENCODING, CODEC.summary) for name in FORMATS}
 Conversation = tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]
 
 
@@ -83,6 +83,10 @@ def _harmony_messages(conversation: Conversation) -> list[oh.Message]:
             text = "\n".join(part["text"] for part in item["summary"])
             message = oh.Message.from_role_and_content(oh.Role.ASSISTANT, text)
             messages.append(message.with_channel("analysis"))
+        elif item["type"] == "compaction":
+            summary = CODEC.summary(item["encrypted_content"])
+            text = "# Compacted conversation\n" + summary
+            messages.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, text))
     return messages
 
 
