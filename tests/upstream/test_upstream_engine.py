@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import openai
 import pytest
 from aiohttp import web
 from bidi_responses.client import AsyncResponsesClient, run_agent_loop
@@ -243,3 +244,35 @@ async def test_cancel_closes_the_upstream_connection_and_the_lane_goes_on(
             follow = await stream.create(model="relay-slow", input="Shorter.", max_output_tokens=16)
             assert follow.status in ("completed", "incomplete")
             assert (await _stats(base_url))["streams_open"] == 1
+
+
+async def test_a_local_websocket_connection_chains_upstream_too(
+    tmp_path: Path, server_factory: ServerFactory, upstream: str
+) -> None:
+    running = await server_factory(_config(tmp_path, upstream, "websocket"), http=True)
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{running.http_port}/v1", api_key="test", max_retries=0
+    )
+    try:
+        async with asyncio.timeout(30), client.responses.connect() as conn:
+            before = await _stats(upstream)
+            previous = None
+            for turn in range(3):
+                await conn.response.create(
+                    model="relay",
+                    input=f"Question {turn}.",
+                    previous_response_id=previous,
+                    store=False,
+                )
+                async for event in conn:
+                    assert event.type != "error", event
+                    if event.type == "response.completed":
+                        break
+                previous = event.response.id
+            after = await _stats(upstream)
+    finally:
+        await client.close()
+    # Three turns, one new item each, all on one upstream connection's chain.
+    assert after["responses_total"] - before["responses_total"] == 3
+    assert after["items_validated_total"] - before["items_validated_total"] == 3
+    assert after["tokens_reused_total"] > before["tokens_reused_total"]
