@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.engines.upstream import UpstreamConfig
 
 
 @dataclass(slots=True)
@@ -115,6 +117,10 @@ class RouteConfig:
     engine: str = "sim"
     sim: SimConfig = field(default_factory=SimConfig)
     script_path: str | None = None
+    # The backend of ``engine = "completions"`` (an OpenAI-compatible completions endpoint).
+    completions: CompletionsConfig = field(default_factory=CompletionsConfig)
+    # The upstream of ``engine = "upstream"`` (another Responses API).
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
 
 @dataclass(slots=True)

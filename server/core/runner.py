@@ -26,12 +26,21 @@ from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import canonical_json
-from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
+from bidi_responses.server.core.render import Renderer, canonical_json
+from bidi_responses.server.core.requests import (
+    CreateRequest,
+    Item,
+    _parse_tool_choice,
+    parse_create,
+    parse_input,
+)
 from bidi_responses.server.core.state import ConversationState, ResponseCache
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
+    EngineAffinity,
+    EngineConversation,
+    EngineError,
     EngineFinish,
     EngineRequest,
     FunctionSpec,
@@ -72,6 +81,8 @@ class Lane:
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
         self.input_closed = False
+        # What engines keep for this lane between turns (an upstream connection).
+        self.affinity = EngineAffinity()
 
     @property
     def stateful(self) -> bool:
@@ -135,6 +146,7 @@ class ResponseRun:
         self._posted = False
         self._inputs: list[Item] = []
         self.route: Route | None = None
+        self.renderer: Renderer = core.renderer
 
     # -- control from the session ------------------------------------------------------------
 
@@ -219,6 +231,16 @@ class ResponseRun:
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
             await self._finish("incomplete", reason=self._cancel_reason)
+        except EngineError as exc:  # the inference backend failed: fail this response only
+            core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
+            failure = {"code": exc.code, "message": str(exc)}
+            if self.record is None or not self._started:
+                await self.emit(
+                    error_event(502, {"type": "server_error", **failure, "param": None})
+                )
+            else:
+                self.record.error = failure
+                await self._finish("failed")
         except Exception as exc:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
@@ -308,9 +330,16 @@ class ResponseRun:
             # Same tool definitions as the lane's last request: skip their schema checks.
             body = dict(self.body)
             body.pop("tools", None)
+            # A forced function is checked against the memoized tools below, not the none
+            # left in this body.
+            forced = (
+                body.pop("tool_choice", None) if isinstance(body.get("tool_choice"), dict) else None
+            )
             request = parse_create(body, limits)
             request.raw_tools = raw_tools
             request.tools = memo[1]
+            if forced is not None:
+                request.tool_choice = _parse_tool_choice(forced)
             if isinstance(request.tool_choice, dict):
                 name = request.tool_choice["name"]
                 if not any(t.get("name") == name for t in request.tools):
@@ -385,8 +414,19 @@ class ResponseRun:
                 self.lane.route_memo = (route_key, self.route)
 
         rendered = 0
-        key = state.prefix_key
         fmt = self._format(request)
+        # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
+        renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        self.renderer = renderer
+        if state.format_name is not None and state.format_name != renderer.format_name:
+            # The conversation moved to a model of another format: render it all again.
+            state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
+            state.prefix_len = len(state.tokens)
+            state.prefix_key = (request.instructions, request.tools, fmt)
+            rendered += state.prefix_len
+            rendered += renderer.render_items(state.items, {}, state.tokens)
+        state.format_name = renderer.format_name
+        key = state.prefix_key
         if (
             key is None
             or key[0] != request.instructions
@@ -394,7 +434,7 @@ class ResponseRun:
             or key[2] != fmt
         ):
             rendered += state.set_prefix(
-                core.renderer,
+                renderer,
                 request.instructions,
                 request.tools,
                 (request.instructions, request.tools, fmt),
@@ -433,7 +473,7 @@ class ResponseRun:
         """Render items onto the conversation's tokens and record them; returns tokens added."""
         state = self.state
         assert state is not None
-        added = self.core.renderer.render_items(items, state.call_names, state.tokens)
+        added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
             for value in item.values():
@@ -568,6 +608,11 @@ class ResponseRun:
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
             response_format=self._format(request),
+            temperature=request.temperature,
+            top_p=request.top_p,
+            conversation=EngineConversation(
+                state.items, request.instructions, request.tools, self.lane.affinity
+            ),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
@@ -637,6 +682,8 @@ class ResponseRun:
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens
+        stats.engine_prompt_tokens += finish.prompt_tokens
+        stats.engine_cached_tokens += finish.cached_tokens
         self._usage.output_tokens += finish.output_tokens
         items = streamer.items
         stats.tokens_rendered += self._append_items(items)
@@ -791,6 +838,16 @@ class _ItemStreamer:
                     part={"type": "output_text", "text": "", "annotations": []},
                 )
             )
+        elif event.kind == "reasoning":
+            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
+            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
+            self.current = item
+            self.record.output.append(item)
+            await run.emit(
+                run.seq.event(
+                    "response.output_item.added", output_index=self.index, item=dict(item)
+                )
+            )
         else:
             item = {
                 "type": "function_call",
@@ -813,6 +870,8 @@ class _ItemStreamer:
         item = self.current
         assert item is not None
         self.parts.append(text)
+        if item["type"] == "reasoning":
+            return
         if item["type"] == "message":
             await run.emit(
                 run.seq.event(
@@ -838,7 +897,9 @@ class _ItemStreamer:
         item = self.current
         assert item is not None
         text = "".join(self.parts)
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            item["summary"] = [{"type": "summary_text", "text": text}]
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
             await run.emit(
                 run.seq.event(

@@ -88,6 +88,9 @@ class ResponsesCore(SurfaceOps):
             sim_config=dataclasses.replace(route.sim),
             script_path=route.script_path,
             encoding=self.encoding,
+            completions=dataclasses.replace(route.completions),
+            upstream=dataclasses.replace(route.upstream),
+            open_compaction=self.compaction.summary,
         )
 
     async def start(self) -> None:
@@ -130,6 +133,7 @@ class ResponsesCore(SurfaceOps):
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()
+        await self.router.aclose()
         await self.store.aclose()
         await self.pipeline.close()
 

@@ -138,6 +138,7 @@ class Session:
         for lane in self._lanes.values():
             if lane.cache is not None:
                 lane.cache.clear()
+            await lane.affinity.aclose()
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:

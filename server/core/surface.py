@@ -148,14 +148,16 @@ class SurfaceOps:
         """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
         body = _object_body(raw)
         model = body.get("model")
+        renderer = self.renderer
         if model is not None and model != "":
             if not isinstance(model, str):
                 raise invalid("model", "expected a string.", code="invalid_type")
-            self.router.resolve(model)
-        # The model does not change the rendering; a placeholder satisfies the create parser.
+            # A real model's route may render in its own chat format (Harmony for gpt-oss).
+            renderer = getattr(self.router.resolve(model).engine, "renderer", None) or renderer
+        # A placeholder model satisfies the create parser.
         request = parse_create({**body, "model": model or "-"}, self.config.limits)
         items, _ = await self._conversation(request.previous_response_id, request.input)
-        tokens = self.renderer.render_conversation(
+        tokens = renderer.render_conversation(
             request.instructions, request.tools, items, response_format(request.text)
         )
         return {"object": "response.input_tokens", "input_tokens": len(tokens)}
