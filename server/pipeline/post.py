@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.journal import Journal, Segment, StorageUnavailable
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.store_backend import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class PostQueue:
 
     def __init__(
         self,
-        store: Store,
+        store: ResponseStore,
         maxsize: int,
         *,
         journal: Journal | None = None,
@@ -138,6 +139,8 @@ class PostQueue:
         self._idle.set()
         self._worker: asyncio.Task[None] | None = None
         self._submitted: set[asyncio.Task[None]] = set()
+        # Writes made by ``write_through`` that have not landed yet (``drain`` waits for them).
+        self._through: set[asyncio.Task[bool]] = set()
         self._prober: asyncio.Task[None] | None = None
         self._retry_delay_s = retry_delay_s
         self._max_retry_delay_s = max_retry_delay_s
@@ -236,6 +239,42 @@ class PostQueue:
         self._idle.clear()
         self._wake.set()
 
+    async def write_through(self, job: PostJob, attempts: int = 6) -> bool:
+        """Write a job now and return once it has landed (True), or, after ``attempts``
+        failures, once it is queued for the writer's retries (False).
+
+        For a shared store, whose turns are acknowledged only after their write. The write
+        goes on if the caller is cancelled (the client went away), and ``drain`` waits for it.
+        """
+        task = asyncio.get_running_loop().create_task(
+            self._write_now(job, attempts), name="post-through"
+        )
+        self._through.add(task)
+        task.add_done_callback(self._through.discard)
+        return await asyncio.shield(task)
+
+    async def _write_now(self, job: PostJob, attempts: int) -> bool:
+        delay = self._retry_delay_s
+        for attempt in range(attempts):
+            try:
+                await self._store.write_many([(job.record, job.ledger)])
+            except Exception as exc:
+                self.retried += 1
+                self.health.fail("database", exc)
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self._max_retry_delay_s)
+                continue
+            self.health.recover("database")
+            self.written += 1
+            return True
+        if job.record is not None:
+            self._store.stage(job.record.response["id"], job.record)
+        self._jobs.append(job)
+        self._idle.clear()
+        self._wake.set()
+        return False
+
     def submit(self, job: PostJob) -> None:
         """``put`` a ledger-only job in the background (nobody waits for it; ``drain`` does)."""
         task = asyncio.get_running_loop().create_task(self.put(job), name="post-submit")
@@ -294,8 +333,9 @@ class PostQueue:
         Jobs still unwritten stay in the journal for the next start; only ledger rows kept in
         memory while the disk was down can be lost, and they are counted in the log.
         """
-        if self._submitted:
-            await asyncio.gather(*list(self._submitted), return_exceptions=True)
+        for pending in (self._submitted, self._through):
+            while pending:
+                await asyncio.gather(*list(pending), return_exceptions=True)
         if self._jobs and self._worker is None:
             self._start_tasks()  # jobs were queued but the writer never ran: write them now
         try:
