@@ -78,15 +78,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         write_timeout = core.config.limits.write_timeout_s
 
         async def read() -> None:
-            async for request in request_iterator:
+            # context.read() rather than request_iterator: grpc's iterator keeps the last
+            # message alive while it waits for the next, and an idle stream must not hold its
+            # last message (it may be megabytes of input that the cache budget does not see).
+            while True:
+                request: object = await context.read()
+                if request is grpc.aio.EOF or not isinstance(request, pb.ConnectRequest):
+                    break
                 received = time.perf_counter()
                 event = decoder.client_event(request)
+                del request
                 if tenant is not None and event.get("type") == "response.create":
                     event.setdefault("user", tenant)
                 await session.handle(event, received)
-                # An idle stream must not keep its last message (it may be megabytes of input
-                # that the cache budget does not see) alive in this frame.
-                del request, event
+                del event
             await session.finish()
 
         # Headers first, on their own: a stalled client must not leave them pending with a
