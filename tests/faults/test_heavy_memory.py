@@ -103,10 +103,9 @@ async def test_2000_streams_of_100k_tokens_under_a_256_mb_budget(tmp_path: Path)
         }
         print(f"\nFAULTS memory budget: {figures}")
         assert stats["cache"]["bytes_used"] <= budget_mb * MIB
-        # Budget plus a stated overhead: per open gRPC stream that has carried a large message,
-        # about a third of a MiB stays outside Python's heap (the transport's buffers), and
-        # 64 MiB for the turns in flight and allocator slack.
-        assert rss <= baseline + budget_mb * MIB + streams_n * MIB // 2 + 64 * MIB, figures
+        # Budget plus a stated overhead of 128 MiB: 2,000 open streams (about 37 KiB each:
+        # session, lanes, HTTP/2 state) and the turns in flight.
+        assert rss <= baseline + budget_mb * MIB + 128 * MIB, figures
 
 
 @pytest.mark.slow
