@@ -319,9 +319,14 @@ def stats_to_pb(stats: dict[str, Any]) -> pb.ResponseStats:
 
 
 class ProtoEncoder:
-    """Encodes server events of one stream; remembers the last tools it converted."""
+    """Encodes server events of one stream; remembers the last tools it converted.
 
-    def __init__(self) -> None:
+    With ``slim``, snapshot events leave out the echoed instructions and tools
+    (``SNAPSHOT_DETAIL_SLIM``).
+    """
+
+    def __init__(self, *, slim: bool = False) -> None:
+        self.slim = slim
         self._tools_ref: Any = None
         self._tools_pb: list[pb.Tool] = []
 
@@ -332,8 +337,8 @@ class ProtoEncoder:
             self._tools_ref = tools
         return self._tools_pb
 
-    def response_to_pb(self, r: dict[str, Any]) -> pb.Response:
-        """A Response object."""
+    def response_to_pb(self, r: dict[str, Any], *, slim: bool = False) -> pb.Response:
+        """A Response object (``slim``: without the echoed instructions and tools)."""
         response = pb.Response(
             id=r["id"],
             object="response",
@@ -341,7 +346,8 @@ class ProtoEncoder:
             status=r["status"],
             model=r["model"],
             output=[item_to_pb(i) for i in r["output"]],
-            tools=self._tools(r["tools"]),
+            tools=None if slim else self._tools(r["tools"]),
+            slim=slim,
             tool_choice=_tool_choice_to_pb(r["tool_choice"]),
             truncation=r["truncation"],
             parallel_tool_calls=r["parallel_tool_calls"],
@@ -356,14 +362,7 @@ class ProtoEncoder:
             top_logprobs=r["top_logprobs"],
             safety_flags=[pb.SafetyFlag(**f) for f in r.get("safety_flags") or ()],
         )
-        for name in (
-            "completed_at",
-            "previous_response_id",
-            "instructions",
-            "max_output_tokens",
-            "safety_identifier",
-            "prompt_cache_key",
-        ):
+        for name in _OPTIONAL_RESPONSE_FIELDS if slim else _OPTIONAL_RESPONSE_FIELDS_FULL:
             value = r.get(name)
             if value is not None:
                 setattr(response, name, value)
@@ -411,7 +410,7 @@ class ProtoEncoder:
         message: Any
         if kind in _SNAPSHOT_EVENTS:
             message = pb.ResponseSnapshotEvent(
-                response=self.response_to_pb(e["response"]), sequence_number=seq
+                response=self.response_to_pb(e["response"], slim=self.slim), sequence_number=seq
             )
         elif kind in ("response.output_item.added", "response.output_item.done"):
             message = pb.OutputItemEvent(
@@ -443,7 +442,7 @@ class ProtoEncoder:
             )
         elif kind == "response.done":
             message = pb.ResponseDoneEvent(
-                response=self.response_to_pb(e["response"]),
+                response=self.response_to_pb(e["response"], slim=self.slim),
                 pending_calls=[function_call_to_pb(c) for c in e["pending_calls"]],
                 sequence_number=seq,
             )
@@ -464,6 +463,50 @@ class ProtoEncoder:
         else:
             raise ValueError(f"no protobuf case for event type {kind!r}")
         return pb.ConnectResponse(stream_id=lane, **{case: message})
+
+
+_OPTIONAL_RESPONSE_FIELDS = (
+    "completed_at",
+    "previous_response_id",
+    "max_output_tokens",
+    "safety_identifier",
+    "prompt_cache_key",
+)
+_OPTIONAL_RESPONSE_FIELDS_FULL = (*_OPTIONAL_RESPONSE_FIELDS, "instructions")
+
+
+def batch_messages(
+    messages: list[pb.ConnectResponse], max_events: int, max_bytes: int
+) -> list[pb.ConnectResponse]:
+    """Events ready together as few messages, in order: ``batch`` messages of at most
+    ``max_events`` events and about ``max_bytes`` (a larger event travels alone); a run of
+    one event stays a plain single-event message."""
+    out: list[pb.ConnectResponse] = []
+    run: list[pb.ConnectResponse] = []
+    size = 0
+    for message in messages:
+        length = message.ByteSize()
+        if run and (size + length > max_bytes or len(run) >= max_events):
+            out.append(_one_message(run))
+            run, size = [], 0
+        run.append(message)
+        size += length
+    if run:
+        out.append(_one_message(run))
+    return out
+
+
+def _one_message(run: list[pb.ConnectResponse]) -> pb.ConnectResponse:
+    if len(run) == 1:
+        return run[0]
+    return pb.ConnectResponse(batch=pb.EventBatch(events=run))
+
+
+def unbatch(message: pb.ConnectResponse) -> Any:
+    """The events a message carries: the batch's events, or the message itself."""
+    if message.WhichOneof("event") == "batch":
+        return message.batch.events
+    return (message,)
 
 
 _SNAPSHOT_EVENTS = frozenset(

@@ -9,17 +9,22 @@ closed in ``finally``, which cancels in-flight engine work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from bidi_responses.codec import (
     ProtoDecoder,
     ProtoEncoder,
+    batch_messages,
     item_to_pb,
 )
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.v1 import responses_pb2 as pb
@@ -54,6 +59,45 @@ def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class Delivery:
+    """How one Connect stream or CreateResponse call wants its events (``DeliveryOptions``)."""
+
+    max_events: int = 1
+    max_bytes: int = 0
+    slim: bool = False
+
+    @classmethod
+    def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
+        """Checked options, within the server's bounds (ApiError naming the bad field)."""
+        detail = options.snapshot_detail
+        if detail not in (
+            pb.SNAPSHOT_DETAIL_UNSPECIFIED,
+            pb.SNAPSHOT_DETAIL_FULL,
+            pb.SNAPSHOT_DETAIL_SLIM,
+        ):
+            raise ApiError(
+                f"Invalid 'delivery.snapshot_detail': unknown value {detail} (expected "
+                "SNAPSHOT_DETAIL_FULL or SNAPSHOT_DETAIL_SLIM).",
+                param="delivery.snapshot_detail",
+            )
+        max_events = 1
+        if options.batch_events:
+            max_events = streaming.max_batch_events
+            if options.max_batch_events:
+                max_events = min(max_events, options.max_batch_events)
+        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+
+    def messages(
+        self, encoder: ProtoEncoder, ready: Iterable[OutEvent]
+    ) -> list[pb.ConnectResponse]:
+        """The events that are ready, encoded as this delivery wants them."""
+        messages = [encoder.connect_response(out.lane, out.data) for out in ready]
+        if self.max_events > 1 and len(messages) > 1:
+            return batch_messages(messages, self.max_events, self.max_bytes)
+        return messages
+
+
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """Protobuf in, core calls, protobuf out. Holds no state of its own."""
 
@@ -67,14 +111,29 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> AsyncIterator[pb.ConnectResponse]:
         """The stateful stream."""
         core = self._core
+        streaming = core.config.streaming
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
+        delivery = Delivery()
         tenant = _tenant(context)
 
         async def read() -> None:
+            nonlocal delivery
             async for request in request_iterator:
                 received = time.perf_counter()
+                if request.HasField("delivery"):
+                    # Applies to everything the session emits from here on.
+                    try:
+                        delivery = Delivery.from_pb(request.delivery, streaming)
+                    except ApiError as error:
+                        await session.emit(
+                            request.stream_id, error_event(error.status, error.to_error_object())
+                        )
+                        continue
+                    encoder.slim = delivery.slim
+                    if request.WhichOneof("event") is None:
+                        continue  # options only
                 event = decoder.client_event(request)
                 if tenant is not None and event.get("type") == "response.create":
                     event.setdefault("user", tenant)
@@ -84,8 +143,10 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
         session.start_age_limit()
         try:
-            async for out in session.events():
-                yield encoder.connect_response(out.lane, out.data)
+            # Take every event that is ready; one message each, or batched if asked for.
+            async for ready in session.event_batches(streaming.max_batch_events):
+                for message in delivery.messages(encoder, ready):
+                    yield message
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -97,14 +158,26 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
     ) -> AsyncIterator[pb.CreateResponseResponse]:
         """The stateless baseline: one call per turn."""
+        core = self._core
+        try:
+            delivery = Delivery.from_pb(request.delivery, core.config.streaming)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
         body = ProtoDecoder().params_to_dict(request.params)
         tenant = _tenant(context)
         if tenant is not None:
             body.setdefault("user", tenant)
-        encoder = ProtoEncoder()
-        async for data in self._core.stateless(body, "grpc-unary"):
-            event = encoder.connect_response("", data)
-            yield pb.CreateResponseResponse(event=event)
+        encoder = ProtoEncoder(slim=delivery.slim)
+        if delivery.max_events <= 1:
+            async for data in core.stateless(body, "grpc-unary"):
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+            return
+        batches = core.stateless_batches(body, "grpc-unary", delivery.max_events)
+        async with contextlib.aclosing(batches):
+            async for ready in batches:
+                for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
+                    yield pb.CreateResponseResponse(event=message)
 
     async def GetResponse(
         self,
