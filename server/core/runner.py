@@ -586,8 +586,15 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
-        await core.post.put(PostJob(stored, ledger))
+        job = PostJob(stored, ledger)
+        if stored is not None and core.config.workers > 1:
+            # Other worker processes read stored responses from the database only: write this
+            # one before the client can continue from it through another process.
+            job.done = asyncio.get_running_loop().create_future()
+        await core.post.put(job)
         self._posted = True  # from here on, a cut-short stream must not queue a second row
+        if job.done is not None:
+            await asyncio.shield(job.done)
         core.counters.record(record.stats)
         terminal = {
             "completed": "response.completed",

@@ -34,6 +34,9 @@ class PostJob:
 
     record: StoredResponse | None
     ledger: LedgerRow | None
+    # Resolved (True: written, False: sent to the dead-letter file) for a producer that must
+    # wait for the write; None for the usual fire-and-forget job.
+    done: asyncio.Future[bool] | None = None
 
     def to_json(self) -> bytes:
         """One dead-letter line."""
@@ -141,10 +144,12 @@ class PostQueue:
                 delay = min(delay * 2, 2.0)
             else:
                 self.written += 1
+                _resolve(job, True)
                 return True
         self.failed += 1
         log.exception("post-inference write failed %d times", self._retries + 1)
         self._bury(job)
+        _resolve(job, False)
         return False
 
     def _bury(self, job: PostJob) -> None:
@@ -219,3 +224,8 @@ class PostQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
+
+
+def _resolve(job: PostJob, written: bool) -> None:
+    if job.done is not None and not job.done.done():
+        job.done.set_result(written)

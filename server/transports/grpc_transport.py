@@ -262,7 +262,9 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            # Off for one process, so a port already in use is an error at start-up; on
+            # when worker processes share the port (the kernel spreads connections).
+            ("grpc.so_reuseport", 1 if core.config.workers > 1 else 0),
         ]
     )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]

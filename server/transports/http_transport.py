@@ -514,14 +514,20 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket, so the bound port is known before uvicorn starts serving."""
+def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket, so the bound port is known before uvicorn starts serving.
+
+    ``reuse_port`` (``SO_REUSEPORT``): every worker process binds its own socket to the same
+    port and the kernel spreads new connections over them.
+    """
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         # Listening now queues early connections in the backlog until uvicorn accepts them.
         sock.listen(2048)
@@ -533,7 +539,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def start_http_server(
-    core: ResponsesCore, host: str, port: int
+    core: ResponsesCore, host: str, port: int, *, reuse_port: bool = False
 ) -> tuple[Callable[[float], Awaitable[None]], int]:
     """Serve HTTP+SSE and WebSocket mode; returns an async ``stop(grace)`` and the bound port.
 
@@ -554,7 +560,7 @@ async def start_http_server(
         server_header=False,
     )
     config.load()
-    sock = _listen(host, port)
+    sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _EmbeddedServer(config)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="http-server")
