@@ -17,10 +17,13 @@ from typing import Any
 
 import grpc
 from bidi_responses.codec import (
+    EVENT_FIELD,
     ProtoDecoder,
     ProtoEncoder,
     batch_messages,
+    field_bytes,
     item_to_pb,
+    wire_bytes,
 )
 from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.errors import ApiError
@@ -88,11 +91,10 @@ class Delivery:
                 max_events = min(max_events, options.max_batch_events)
         return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
 
-    def messages(
-        self, encoder: ProtoEncoder, ready: Iterable[OutEvent]
-    ) -> list[pb.ConnectResponse]:
-        """The events that are ready, encoded as this delivery wants them."""
-        messages = [encoder.connect_response(out.lane, out.data) for out in ready]
+    def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
+        """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
+        this delivery asks for it)."""
+        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
         if self.max_events > 1 and len(messages) > 1:
             return batch_messages(messages, self.max_events, self.max_bytes)
         return messages
@@ -108,8 +110,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request_iterator: AsyncIterator[pb.ConnectRequest],
         context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
-    ) -> AsyncIterator[pb.ConnectResponse]:
-        """The stateful stream."""
+    ) -> AsyncIterator[bytes]:
+        """The stateful stream (messages go out pre-serialized, see ``_register``)."""
         core = self._core
         streaming = core.config.streaming
         session = core.open_session("grpc")
@@ -156,8 +158,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request: pb.CreateResponseRequest,
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
-    ) -> AsyncIterator[pb.CreateResponseResponse]:
-        """The stateless baseline: one call per turn."""
+    ) -> AsyncIterator[bytes]:
+        """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
         core = self._core
         try:
             delivery = Delivery.from_pb(request.delivery, core.config.streaming)
@@ -171,13 +173,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         encoder = ProtoEncoder(slim=delivery.slim)
         if delivery.max_events <= 1:
             async for data in core.stateless(body, "grpc-unary"):
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
             return
         batches = core.stateless_batches(body, "grpc-unary", delivery.max_events)
         async with contextlib.aclosing(batches):
             async for ready in batches:
                 for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
-                    yield pb.CreateResponseResponse(event=message)
+                    yield field_bytes(EVENT_FIELD, message)
 
     async def GetResponse(
         self,
@@ -253,6 +255,47 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         return pb.GetStatsResponse(**self._core.stats())
 
 
+# The streaming calls whose servicer methods yield serialized messages (bytes).
+_PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
+
+
+class _PreSerialized:
+    """Registers the generated service on ``server`` with a pass-through response serializer
+    for the streaming calls, so they can send bytes built by ``ProtoEncoder.event_bytes``.
+
+    The generated registration function stays the single list of RPCs (new RPCs register as
+    generated); only the handlers named in ``_PRE_SERIALIZED`` are adjusted.
+    """
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    @staticmethod
+    def _adjust(handlers: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: handler._replace(response_serializer=wire_bytes)
+            if name in _PRE_SERIALIZED
+            else handler
+            for name, handler in handlers.items()
+        }
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        adjusted = []
+        for handler in generic_handlers:
+            methods = getattr(handler, "_method_handlers", None)
+            if methods is not None:
+                # Keyed "/package.Service/Method" there; rebuilt from the short names.
+                short = {key.rsplit("/", 1)[-1]: value for key, value in methods.items()}
+                handler = grpc.method_handlers_generic_handler(
+                    handler.service_name(), self._adjust(short)
+                )
+            adjusted.append(handler)
+        self._server.add_generic_rpc_handlers(tuple(adjusted))
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._server.add_registered_method_handlers(service, self._adjust(handlers))
+
+
 async def start_grpc_server(
     core: ResponsesCore, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
@@ -268,7 +311,7 @@ async def start_grpc_server(
         ]
     )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        ResponsesServicer(core), server
+        ResponsesServicer(core), _PreSerialized(server)
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

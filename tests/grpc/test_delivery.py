@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.codec import EventDecoder, params_to_pb, unbatch
+from bidi_responses.codec import EventDecoder, ProtoEncoder, params_to_pb, unbatch
 from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -220,3 +220,20 @@ async def test_the_python_client_can_ask_for_slim_snapshots(server: RunningServe
     assert response.output and response.usage is not None
     with pytest.raises(ValueError, match="snapshots"):
         AsyncResponsesClient("127.0.0.1:1", snapshots="tiny")
+
+
+@pytest.mark.parametrize("slim", [False, True])
+async def test_hand_built_snapshot_bytes_equal_the_message(
+    server: RunningServer, slim: bool
+) -> None:
+    async with (
+        asyncio.timeout(20),
+        AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        events = [e async for e in stream.create_events(**_BODY, metadata={"k": "v"})]
+    encoder = ProtoEncoder(slim=slim)
+    for event in events:
+        for lane in ("", "lane-1"):
+            built = pb.ConnectResponse.FromString(encoder.event_bytes(lane, event))
+            assert built == encoder.connect_response(lane, event), event["type"]
