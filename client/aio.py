@@ -45,7 +45,9 @@ def delivery_options(*, batch_events: bool, snapshots: str) -> pb.DeliveryOption
     """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim")."""
     if snapshots not in _SNAPSHOT_DETAIL:
         raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
-    return pb.DeliveryOptions(batch_events=batch_events, snapshot_detail=_SNAPSHOT_DETAIL[snapshots])
+    return pb.DeliveryOptions(
+        batch_events=batch_events, snapshot_detail=_SNAPSHOT_DETAIL[snapshots]
+    )
 
 
 def _status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
@@ -78,6 +80,8 @@ class ConnectStream:
         self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.warnings: list[dict[str, Any]] = []
+        #: gRPC messages received so far (a batch is one message carrying several events).
+        self.messages_received = 0
 
     def _queue(self, lane: str) -> asyncio.Queue[pb.ConnectResponse | None]:
         queue = self._lanes.get(lane)
@@ -88,6 +92,7 @@ class ConnectStream:
     async def _read(self) -> None:
         try:
             async for received in self._call:
+                self.messages_received += 1
                 # A batch is several events in one message; each is handled on its own.
                 for message in unbatch(received):
                     if message.WhichOneof("event") == "warning":
