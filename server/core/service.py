@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -127,7 +127,7 @@ class ResponsesCore:
 
     async def stateless_batches(
         self, body: Any, transport: str, max_events: int
-    ) -> AsyncIterator[list[dict[str, Any]]]:
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
         """``stateless`` as lists of the events ready together (``Session.event_batches``)."""
         session = self.open_session(transport, stateful=False)
         try:
