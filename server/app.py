@@ -44,7 +44,7 @@ class RunningServer:
         core = self.core
         # From here on new responses are refused (``server_shutting_down``); streams end as
         # soon as their in-flight responses have sent their terminal events.
-        core.draining = True
+        core.begin_drain()
         drain = asyncio.ensure_future(core.drain_streams())
         try:
             # The transports share one grace period; after it they cancel what is left.

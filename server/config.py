@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.engines.upstream import UpstreamConfig
 
 
 @dataclass(slots=True)
@@ -64,12 +66,66 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
+class StoreConfig:
+    """Where stored responses and the usage ledger live.
+
+    ``url`` empty: embedded SQLite in ``data_dir`` (one process). ``postgresql://...``: a
+    database shared by replicas behind a proxy (docs/replicas.md).
+    """
+
+    url: str = ""
+    # Connections per process to a PostgreSQL store.
+    pool_size: int = 4
+    # How long a starting server retries a PostgreSQL store that does not answer yet.
+    connect_timeout_s: float = 30.0
+    # Send a response's terminal event only after its store write and ledger row have landed.
+    # None: yes for a shared store (so any replica can continue the conversation at once and a
+    # replica that dies loses no acknowledged turn), no for SQLite (the write overlaps the
+    # client's next turn).
+    ack_after_write: bool | None = None
+    # On drain, leave each stream's cached conversation state in the shared store so the
+    # replica that gets the next turn restores it instead of re-rendering (handoff.py).
+    state_handoff: bool = True
+    # An unclaimed state is dropped after this long.
+    state_ttl_s: float = 3600.0
+
+
+@dataclass(slots=True)
+class CompactionConfig:
+    """``/v1/responses/compact``: the key that seals compaction tokens, and summary size.
+
+    ``key_file`` empty means ``<data_dir>/compaction.key``, created with a random key on first
+    use. Servers that must accept each other's compaction items share one key file.
+    """
+
+    key_file: str = ""
+    summary_item_chars: int = 400
+
+
+@dataclass(slots=True)
+class BackgroundConfig:
+    """Background mode (``background: true`` over HTTP): bounds on what is kept per response.
+
+    Each response keeps its last ``max_events`` events for resumption (``starting_after``);
+    the logs of the ``max_finished`` most recently finished responses are kept after they end.
+    """
+
+    max_running: int = 256
+    max_events: int = 20_000
+    max_finished: int = 128
+
+
+@dataclass(slots=True)
 class RouteConfig:
     """One model alias: which engine serves it, with which settings."""
 
     engine: str = "sim"
     sim: SimConfig = field(default_factory=SimConfig)
     script_path: str | None = None
+    # The backend of ``engine = "completions"`` (an OpenAI-compatible completions endpoint).
+    completions: CompletionsConfig = field(default_factory=CompletionsConfig)
+    # The upstream of ``engine = "upstream"`` (another Responses API).
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
 
 @dataclass(slots=True)
@@ -93,6 +149,9 @@ class ServerConfig:
     stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     post_queue_size: int = 1024
     grace_period_s: float = 10.0
+    store: StoreConfig = field(default_factory=StoreConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    background: BackgroundConfig = field(default_factory=BackgroundConfig)
     # Server processes sharing the ports (``serve --workers N``), and which one this is.
     workers: int = 1
     worker_index: int = 0
@@ -101,6 +160,11 @@ class ServerConfig:
     def store_path(self) -> Path:
         """The SQLite file holding stored responses and the usage ledger."""
         return Path(self.data_dir) / "responses.db"
+
+    @property
+    def compaction_key_path(self) -> Path:
+        """The file holding the key that seals compaction tokens."""
+        return Path(self.compaction.key_file or Path(self.data_dir) / "compaction.key")
 
 
 def _apply(target: Any, values: dict[str, Any], where: str) -> None:

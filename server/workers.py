@@ -108,7 +108,8 @@ def run_workers(build: Callable[[], ServerConfig], *, http: bool, log_level: str
         holds.append(reserve_port(config.host, config.http_port))
     try:
         ports = [int(s.getsockname()[1]) for s in holds]
-        prepare_database(config.store_path)
+        if not config.store.url:  # the embedded SQLite store: schema and WAL mode, once
+            prepare_database(config.store_path)
         overrides: dict[str, Any] = {"grpc_port": ports[0], "workers": config.workers}
         if http:
             overrides["http_port"] = ports[1]

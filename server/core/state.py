@@ -25,7 +25,7 @@ class ConversationState:
 
     tokens: TokenArray = field(default_factory=lambda: array("I"))
     prefix_len: int = 0
-    prefix_key: tuple[str | None, Any] | None = None
+    prefix_key: tuple[Any, ...] | None = None
     items: list[Item] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
     answered_calls: set[str] = field(default_factory=set)
@@ -39,6 +39,9 @@ class ConversationState:
     last_response: dict[str, Any] | None = None
     stage_state: dict[str, Any] = field(default_factory=dict)
     text_chars: int = 0
+    # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
+    # format renders the conversation again.
+    format_name: str | None = None
 
     def approx_bytes(self) -> int:
         """Memory held, for the cache's byte budget: tokens plus item text plus overhead."""
@@ -49,13 +52,14 @@ class ConversationState:
         renderer: Renderer,
         instructions: str | None,
         tools: list[dict[str, Any]],
-        key: tuple[str | None, Any],
+        key: tuple[Any, ...],
+        response_format: dict[str, Any] | None = None,
     ) -> int:
-        """Render new instructions and tools in front of the kept item tokens.
+        """Render new instructions, tools and output format in front of the kept item tokens.
 
         Only the prefix is tokenized; the items' tokens are reused. Returns tokens rendered.
         """
-        prefix = renderer.render_prefix(instructions, tools)
+        prefix = renderer.render_prefix(instructions, tools, response_format)
         rendered = len(prefix)
         prefix.extend(self.tokens[self.prefix_len :])
         self.tokens = prefix
@@ -108,6 +112,10 @@ class ResponseCache:
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._bytes -= evicted
+
+    def entries(self) -> list[tuple[str, ConversationState]]:
+        """(response id, state) of every entry, oldest first."""
+        return [(rid, entry[0]) for rid, entry in self._entries.items()]
 
     def clear(self) -> None:
         """Drop everything (the stream ended)."""

@@ -22,7 +22,9 @@ from bidi_responses.codec import (
     ProtoEncoder,
     batch_messages,
     field_bytes,
+    item_to_dict,
     item_to_pb,
+    usage_to_pb,
     wire_bytes,
 )
 from bidi_responses.server.config import StreamingConfig
@@ -30,6 +32,7 @@ from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.health import add_health_service, mark_draining
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -171,6 +174,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         if tenant is not None:
             body.setdefault("user", tenant)
         encoder = ProtoEncoder(slim=delivery.slim)
+        if body.get("background") is True:
+            # The response runs on its own; this call only reads its event log, so dropping
+            # the call leaves it running (resume with StreamResponse).
+            try:
+                first = await self._core.background.start(body, "grpc-unary")
+            except ApiError as error:
+                await _abort(context, error)
+                raise
+            if first["type"] == "error":
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", first))
+                return
+            async for data in self._core.background.events(first["response"]["id"], -1):
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
+            return
         if delivery.max_events <= 1:
             async for data in core.stateless(body, "grpc-unary"):
                 yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
@@ -254,6 +271,91 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """Cumulative counters."""
         return pb.GetStatsResponse(**self._core.stats())
 
+    async def CompactResponse(
+        self,
+        request: pb.CompactResponseRequest,
+        context: grpc.aio.ServicerContext[pb.CompactResponseRequest, pb.CompactResponseResponse],
+    ) -> pb.CompactResponseResponse:
+        """Compact a conversation (``POST /v1/responses/compact``)."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": [item_to_dict(i) for i in request.input],
+        }
+        for name in ("instructions", "previous_response_id"):
+            if request.HasField(name):
+                body[name] = getattr(request, name)
+        tenant = _tenant(context)
+        if tenant is not None:
+            body["user"] = tenant
+        try:
+            result = await self._core.compact(body, "grpc-unary")
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.CompactResponseResponse(
+            id=result["id"],
+            object=result["object"],
+            created_at=result["created_at"],
+            output=[item_to_pb(i) for i in result["output"]],
+            usage=usage_to_pb(result["usage"]),
+        )
+
+    async def CountInputTokens(
+        self,
+        request: pb.CountInputTokensRequest,
+        context: grpc.aio.ServicerContext[pb.CountInputTokensRequest, pb.CountInputTokensResponse],
+    ) -> pb.CountInputTokensResponse:
+        """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
+        body = ProtoDecoder().params_to_dict(request.params)
+        try:
+            result = await self._core.count_input_tokens(body)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.CountInputTokensResponse(**result)
+
+    async def ListModels(
+        self,
+        request: pb.ListModelsRequest,
+        context: grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse],
+    ) -> pb.ListModelsResponse:
+        """The configured models (``GET /v1/models``)."""
+        listing = self._core.list_models()
+        return pb.ListModelsResponse(
+            object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
+        )
+
+    async def GetModel(
+        self,
+        request: pb.GetModelRequest,
+        context: grpc.aio.ServicerContext[pb.GetModelRequest, pb.GetModelResponse],
+    ) -> pb.GetModelResponse:
+        """One configured model (``GET /v1/models/{model}``)."""
+        try:
+            model = self._core.get_model(request.model)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.GetModelResponse(model=pb.Model(**model))
+
+    async def StreamResponse(
+        self,
+        request: pb.StreamResponseRequest,
+        context: grpc.aio.ServicerContext[pb.StreamResponseRequest, pb.StreamResponseResponse],
+    ) -> AsyncIterator[pb.StreamResponseResponse]:
+        """Resume a background response's events after ``starting_after``."""
+        starting_after = request.starting_after if request.HasField("starting_after") else -1
+        try:
+            if starting_after < -1:
+                raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+            events = self._core.background.events(request.response_id, starting_after)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        encoder = ProtoEncoder()
+        async for data in events:
+            yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
+
 
 # The streaming calls whose servicer methods yield serialized messages (bytes).
 _PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
@@ -313,6 +415,8 @@ async def start_grpc_server(
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
         ResponsesServicer(core), _PreSerialized(server)
     )
+    health = add_health_service(server)
+    core.drain_hooks.append(lambda: mark_draining(health))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {host}:{port}")
