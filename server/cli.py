@@ -8,10 +8,12 @@ import contextlib
 import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
 from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,6 +88,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="acknowledge responses before their ledger row and stored form are durable "
         "(faster by one group-committed fsync; a crash can lose acknowledged responses)",
     )
+    add_workers_flag(p)
     p.add_argument("--log-level", default="INFO")
 
 
@@ -145,6 +148,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.streaming.delta_window_ms = args.delta_window_ms
     if args.no_coalesce:
         config.streaming.coalesce_deltas = False
+    if args.workers is not None:
+        config.workers = args.workers
+    if config.workers < 1:
+        raise ValueError(f"--workers must be at least 1, not {config.workers}")
     if args.cache_budget_mb is not None:
         config.cache.global_max_bytes = int(args.cache_budget_mb * 1024 * 1024)
     if args.write_timeout_s is not None:
@@ -162,9 +169,11 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if config.workers > 1:
+        from bidi_responses.server.workers import run_workers
+
+        return run_workers(partial(_config, args), http=not args.no_http, log_level=args.log_level)
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     from bidi_responses.server.core.store_backend import StoreUnavailable
 
     try:

@@ -22,6 +22,8 @@ import orjson
 
 T = TypeVar("T")
 
+_BUSY_TIMEOUT_S = 10.0
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
@@ -115,10 +117,12 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            # Several server processes may share the file: WAL mode, and wait for the lock
-            # rather than fail. FULL: a commit is on disk when it returns, so the journal
-            # segment that held the job can be deleted.
-            conn = sqlite3.connect(self._path, timeout=30.0)
+            # Worker processes share the file: WAL lets readers run beside the one writer,
+            # and a writer waits for another process's write instead of failing. FULL (below):
+            # a commit is on disk when it returns, so the journal segment that held the job
+            # can be deleted.
+            conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S)
+            conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
@@ -320,6 +324,17 @@ class Store:
 
         self._run_sync(work)
         self._executor.shutdown(wait=True)
+
+
+def prepare_database(path: Path) -> None:
+    """Create the schema and switch the file to WAL once, before worker processes open it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+    finally:
+        conn.close()
 
 
 def read_ledger(path: Path) -> list[LedgerRow]:

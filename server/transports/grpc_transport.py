@@ -9,19 +9,27 @@ closed in ``finally``, which cancels in-flight engine work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from bidi_responses.codec import (
+    EVENT_FIELD,
     ProtoDecoder,
     ProtoEncoder,
+    batch_messages,
+    field_bytes,
     item_to_dict,
     item_to_pb,
     usage_to_pb,
+    wire_bytes,
 )
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.server.transports.health import add_health_service, mark_draining
@@ -58,6 +66,44 @@ def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class Delivery:
+    """How one Connect stream or CreateResponse call wants its events (``DeliveryOptions``)."""
+
+    max_events: int = 1
+    max_bytes: int = 0
+    slim: bool = False
+
+    @classmethod
+    def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
+        """Checked options, within the server's bounds (ApiError naming the bad field)."""
+        detail = options.snapshot_detail
+        if detail not in (
+            pb.SNAPSHOT_DETAIL_UNSPECIFIED,
+            pb.SNAPSHOT_DETAIL_FULL,
+            pb.SNAPSHOT_DETAIL_SLIM,
+        ):
+            raise ApiError(
+                f"Invalid 'delivery.snapshot_detail': unknown value {detail} (expected "
+                "SNAPSHOT_DETAIL_FULL or SNAPSHOT_DETAIL_SLIM).",
+                param="delivery.snapshot_detail",
+            )
+        max_events = 1
+        if options.batch_events:
+            max_events = streaming.max_batch_events
+            if options.max_batch_events:
+                max_events = min(max_events, options.max_batch_events)
+        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+
+    def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
+        """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
+        this delivery asks for it)."""
+        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
+        if self.max_events > 1 and len(messages) > 1:
+            return batch_messages(messages, self.max_events, self.max_bytes)
+        return messages
+
+
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """Protobuf in, core calls, protobuf out. Holds no state of its own."""
 
@@ -69,23 +115,40 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         request_iterator: AsyncIterator[pb.ConnectRequest],
         context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
     ) -> None:
-        """The stateful stream."""
+        """The stateful stream (messages go out pre-serialized, see ``_PreSerialized``)."""
         core = self._core
+        streaming = core.config.streaming
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
+        delivery = Delivery()
         tenant = _tenant(context)
         write_timeout = core.config.limits.write_timeout_s
 
         async def read() -> None:
+            nonlocal delivery
             # context.read() rather than request_iterator: grpc's iterator keeps the last
             # message alive while it waits for the next, and an idle stream must not hold its
             # last message (it may be megabytes of input that the cache budget does not see).
             while True:
-                request: object = await context.read()
-                if request is grpc.aio.EOF or not isinstance(request, pb.ConnectRequest):
+                message: object = await context.read()
+                if message is grpc.aio.EOF or not isinstance(message, pb.ConnectRequest):
                     break
+                request = message
+                del message
                 received = time.perf_counter()
+                if request.HasField("delivery"):
+                    # Applies to everything the session emits from here on.
+                    try:
+                        delivery = Delivery.from_pb(request.delivery, streaming)
+                    except ApiError as error:
+                        await session.emit(
+                            request.stream_id, error_event(error.status, error.to_error_object())
+                        )
+                        continue
+                    encoder.slim = delivery.slim
+                    if request.WhichOneof("event") is None:
+                        continue  # options only
                 event = decoder.client_event(request)
                 del request
                 if tenant is not None and event.get("type") == "response.create":
@@ -101,15 +164,18 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         session.start_age_limit()
         stalled = False
         try:
-            async for out in session.events():
-                message = encoder.connect_response(out.lane, out.data)
-                # A write waits while HTTP/2 flow control says the client's window is full:
-                # a client that stopped reading is cut off instead of held forever.
-                try:
-                    async with asyncio.timeout(write_timeout):
-                        await context.write(message)
-                except TimeoutError:
-                    stalled = True
+            # Take every event that is ready; one message each, or batched if asked for.
+            async for ready in session.event_batches(streaming.max_batch_events):
+                for message in delivery.messages(encoder, ready):
+                    # A write waits while HTTP/2 flow control says the client's window is
+                    # full: a client that stopped reading is cut off instead of held forever.
+                    try:
+                        async with asyncio.timeout(write_timeout):
+                            await context.write(message)  # type: ignore[arg-type]
+                    except TimeoutError:
+                        stalled = True
+                        break
+                if stalled:
                     break
         finally:
             reader.cancel()
@@ -128,13 +194,19 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request: pb.CreateResponseRequest,
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
-    ) -> AsyncIterator[pb.CreateResponseResponse]:
-        """The stateless baseline: one call per turn."""
+    ) -> AsyncIterator[bytes]:
+        """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
+        core = self._core
+        try:
+            delivery = Delivery.from_pb(request.delivery, core.config.streaming)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
         body = ProtoDecoder().params_to_dict(request.params)
         tenant = _tenant(context)
         if tenant is not None:
             body.setdefault("user", tenant)
-        encoder = ProtoEncoder()
+        encoder = ProtoEncoder(slim=delivery.slim)
         if body.get("background") is True:
             # The response runs on its own; this call only reads its event log, so dropping
             # the call leaves it running (resume with StreamResponse).
@@ -144,14 +216,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                 await _abort(context, error)
                 raise
             if first["type"] == "error":
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", first))
                 return
             async for data in self._core.background.events(first["response"]["id"], -1):
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
             return
-        async for data in self._core.stateless(body, "grpc-unary"):
-            event = encoder.connect_response("", data)
-            yield pb.CreateResponseResponse(event=event)
+        if delivery.max_events <= 1:
+            async for data in core.stateless(body, "grpc-unary"):
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
+            return
+        batches = core.stateless_batches(body, "grpc-unary", delivery.max_events)
+        async with contextlib.aclosing(batches):
+            async for ready in batches:
+                for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
+                    yield field_bytes(EVENT_FIELD, message)
 
     async def GetResponse(
         self,
@@ -312,6 +390,47 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
+# The streaming calls whose servicer methods yield serialized messages (bytes).
+_PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
+
+
+class _PreSerialized:
+    """Registers the generated service on ``server`` with a pass-through response serializer
+    for the streaming calls, so they can send bytes built by ``ProtoEncoder.event_bytes``.
+
+    The generated registration function stays the single list of RPCs (new RPCs register as
+    generated); only the handlers named in ``_PRE_SERIALIZED`` are adjusted.
+    """
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    @staticmethod
+    def _adjust(handlers: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: handler._replace(response_serializer=wire_bytes)
+            if name in _PRE_SERIALIZED
+            else handler
+            for name, handler in handlers.items()
+        }
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        adjusted = []
+        for handler in generic_handlers:
+            methods = getattr(handler, "_method_handlers", None)
+            if methods is not None:
+                # Keyed "/package.Service/Method" there; rebuilt from the short names.
+                short = {key.rsplit("/", 1)[-1]: value for key, value in methods.items()}
+                handler = grpc.method_handlers_generic_handler(
+                    handler.service_name(), self._adjust(short)
+                )
+            adjusted.append(handler)
+        self._server.add_generic_rpc_handlers(tuple(adjusted))
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._server.add_registered_method_handlers(service, self._adjust(handlers))
+
+
 async def start_grpc_server(
     core: ResponsesCore, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
@@ -321,11 +440,13 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            # Off for one process, so a port already in use is an error at start-up; on
+            # when worker processes share the port (the kernel spreads connections).
+            ("grpc.so_reuseport", 1 if core.config.workers > 1 else 0),
         ]
     )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        ResponsesServicer(core), server
+        ResponsesServicer(core), _PreSerialized(server)
     )
     health = add_health_service(server)
     core.drain_hooks.append(lambda: mark_draining(health))
