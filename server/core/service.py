@@ -17,6 +17,7 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
@@ -48,6 +49,8 @@ class ResponsesCore:
         # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
         self.draining = False
         self.counters = Counters()
+        self.metrics = Metrics(lambda: self.router.aliases)
+        self.metrics.post_queue_depth.set_function(lambda: self.post.depth)
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
         self._sessions: set[Session] = set()
@@ -71,11 +74,10 @@ class ResponsesCore:
         """Graceful stop, first half: refuse new responses (``server_shutting_down``), let
         in-flight ones finish and deliver their terminal events, then end every stream."""
         self.draining = True
-        sessions = list(self._sessions)
-        if sessions:
-            await asyncio.gather(
-                *(session.finish() for session in sessions), return_exceptions=True
-            )
+        # Streams get a warning first; one-shot stateless calls just finish their response.
+        ends = [s.drain() if s.stateful else s.finish() for s in self._sessions]
+        if ends:
+            await asyncio.gather(*ends, return_exceptions=True)
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
@@ -88,12 +90,16 @@ class ResponsesCore:
 
     # -- streams -----------------------------------------------------------------------------
 
-    def open_session(self, transport: str, *, stateful: bool = True) -> Session:
-        """A new stream session; the transport must ``close_session`` it in a finally block."""
-        session = Session(self, transport, stateful=stateful)
+    def open_session(
+        self, transport: str, *, stateful: bool = True, tenant: str | None = None
+    ) -> Session:
+        """A new stream session for ``tenant`` (None on an open server); the transport must
+        ``close_session`` it in a finally block."""
+        session = Session(self, transport, stateful=stateful, tenant=tenant)
         self._sessions.add(session)
         if stateful:
             self.sessions_open += 1
+            self.metrics.open_streams.labels(transport).inc()
         return session
 
     async def close_session(self, session: Session) -> None:
@@ -102,6 +108,7 @@ class ResponsesCore:
             self._sessions.discard(session)
             if session.stateful:
                 self.sessions_open -= 1
+                self.metrics.open_streams.labels(session.transport).dec()
         await session.close()
         async with self._idle:
             self._idle.notify_all()
@@ -111,9 +118,11 @@ class ResponsesCore:
         async with self._idle:
             await self._idle.wait_for(lambda: not self._sessions and not self.inflight)
 
-    async def stateless(self, body: Any, transport: str) -> AsyncIterator[dict[str, Any]]:
+    async def stateless(
+        self, body: Any, transport: str, tenant: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """One stateless create: its events up to and including the terminal (or error) one."""
-        session = self.open_session(transport, stateful=False)
+        session = self.open_session(transport, stateful=False, tenant=tenant)
         try:
             event = dict(body) if isinstance(body, dict) else body
             if isinstance(event, dict):
@@ -130,31 +139,44 @@ class ResponsesCore:
 
     # -- stored responses --------------------------------------------------------------------
 
-    async def get_response(self, response_id: str) -> dict[str, Any]:
+    # Every lookup takes the caller's tenant: another tenant's id is "not found", exactly like
+    # an id that never existed, so ids leak nothing across tenants.
+
+    def _inflight(self, response_id: str, tenant: str | None) -> ResponseRun | None:
+        run = self.inflight.get(response_id)
+        return run if run is not None and run.tenant == tenant else None
+
+    async def get_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """A stored response object (ApiError 404 if none)."""
-        record = await self.store.get(response_id)
+        record = await self.store.get(response_id, tenant)
         if record is None:
-            run = self.inflight.get(response_id)
+            run = self._inflight(response_id, tenant)
             if run is not None and run.record is not None:
                 return run.record.snapshot()
             raise not_found("response", response_id)
         return record.response
 
-    async def delete_response(self, response_id: str) -> dict[str, Any]:
+    async def delete_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """Delete a stored response (ApiError 404 if none)."""
-        if not await self.store.delete(response_id):
+        if not await self.store.delete(response_id, tenant):
             raise not_found("response", response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_input_items(
-        self, response_id: str, *, limit: int = 20, order: str = "desc", after: str | None = None
+        self,
+        response_id: str,
+        *,
+        limit: int = 20,
+        order: str = "desc",
+        after: str | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         """One page of a stored response's input items, OpenAI list shape."""
         if not 1 <= limit <= 100:
             raise ApiError("Invalid 'limit': expected 1 to 100.", param="limit")
         if order not in ("asc", "desc"):
             raise ApiError("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        record = await self.store.get(response_id)
+        record = await self.store.get(response_id, tenant)
         if record is None:
             raise not_found("response", response_id)
         items = list(record.input_items)
@@ -175,11 +197,11 @@ class ResponsesCore:
             "has_more": start + limit < len(items),
         }
 
-    async def cancel_response(self, response_id: str) -> dict[str, Any]:
+    async def cancel_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """Cancel an in-flight response from any connection; returns it as it ended."""
-        run = self.inflight.get(response_id)
+        run = self._inflight(response_id, tenant)
         if run is None or run.task is None:
-            stored = await self.store.get(response_id)
+            stored = await self.store.get(response_id, tenant)
             if stored is None:
                 raise not_found("response", response_id)
             return stored.response
