@@ -1,8 +1,10 @@
 """Running the server: one core, its transports, and a graceful stop.
 
-On SIGTERM or SIGINT the server refuses new responses (``server_shutting_down``), stops
-accepting connections and gives in-flight responses a grace period to finish; each stream ends
-once its responses have sent their terminal events. Then the core drains its post-inference
+On SIGTERM or SIGINT the server first reports NOT_SERVING (grpc.health.v1 and ``/readyz``) and
+refuses new streams and requests (UNAVAILABLE / 503 ``server_shutting_down``); after
+``drain_notice_s`` (time for load balancers to notice) open streams get a ``warning``, their
+in-flight responses get the grace period to finish, and each stream then ends with UNAVAILABLE
+(WebSocket close 1012). Only then do the listeners close. Then the core drains its post-inference
 queue, so every response that completed has its ledger row and store write (and a response cut
 short by the end of the grace period still has its ledger row, with status ``cancelled``).
 """
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.grpc_transport import start_grpc_server
+from bidi_responses.server.transports.grpc_transport import GrpcServer, start_grpc_server
 
 log = logging.getLogger("bidi_responses")
 
@@ -29,6 +32,7 @@ class RunningServer:
     core: ResponsesCore
     grpc_port: int
     http_port: int | None
+    grpc: GrpcServer | None = None
     _stops: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -42,9 +46,15 @@ class RunningServer:
         self._stopped = True
         grace = self.core.config.grace_period_s if grace is None else grace
         core = self.core
-        # From here on new responses are refused (``server_shutting_down``); streams end as
-        # soon as their in-flight responses have sent their terminal events.
+        # Health flips first, while the listeners are still open: probes and load balancers
+        # see NOT_SERVING, and new streams and requests get UNAVAILABLE / 503.
         core.draining = True
+        if self.grpc is not None:
+            await self.grpc.set_serving(False)
+        notice = core.config.drain_notice_s
+        if notice > 0 and grace > 0:
+            await asyncio.sleep(min(notice, grace))  # a deliberate pause, not synchronisation
+        # Streams end as soon as their in-flight responses have sent their terminal events.
         drain = asyncio.ensure_future(core.drain_streams())
         try:
             # The transports share one grace period; after it they cancel what is left.
@@ -61,11 +71,11 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket."""
     core = ResponsesCore(config)
     await core.start()
-    grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)
-    running = RunningServer(core=core, grpc_port=grpc_port, http_port=None)
+    grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
+    running = RunningServer(core=core, grpc_port=grpc_server.port, http_port=None, grpc=grpc_server)
 
     async def stop_grpc(grace: float) -> None:
-        await grpc_server.stop(grace)
+        await grpc_server.server.stop(grace)
 
     running._stops.append(stop_grpc)
     if http:
@@ -75,6 +85,28 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
         running.http_port = http_port
         running._stops.insert(0, stop_http)
     return running
+
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def guard_public_bind(config: ServerConfig) -> tuple[ServerConfig, str]:
+    """Without API keys, bind loopback only unless told otherwise; returns what to say."""
+    auth = config.auth
+    open_server = not (auth.api_keys or auth.api_keys_file or os.environ.get(auth.api_keys_env))
+    if not open_server:
+        return config, ""
+    if config.host in _LOOPBACK or config.host.startswith("127."):
+        return config, "; loopback only because no API keys are configured"
+    if auth.allow_unauthenticated_public:
+        return config, f"; WARNING: {config.host} is open to anyone, no API keys"
+    log.warning(
+        "no API keys are configured: binding 127.0.0.1 instead of %s "
+        "(configure keys, or pass --allow-unauthenticated-public)",
+        config.host,
+    )
+    config.host = "127.0.0.1"
+    return config, "; loopback only because no API keys are configured"
 
 
 async def serve(
@@ -88,12 +120,23 @@ async def serve(
     With ``reload``, SIGHUP re-reads the configuration and applies its model routes: streams
     resolve a changed alias again on their next response (other settings need a restart).
     """
+    config, guard = guard_public_bind(config)
     running = await start_server(config, http=http)
+    tls = config.tls
+    scheme = "https" if tls.enabled else "http"
     where = f"gRPC on {config.host}:{running.grpc_port}"
     if running.http_port is not None:
-        where += f", HTTP+SSE and WebSocket on http://{config.host}:{running.http_port}/v1"
+        where += f", HTTP+SSE and WebSocket on {scheme}://{config.host}:{running.http_port}/v1"
+    keys = len(running.core.keys)
+    security = (("mTLS" if tls.client_ca_file else "TLS") if tls.enabled else "plaintext") + (
+        f", API keys for {keys} key(s)" if keys else ", no API keys"
+    )
     log.info(
-        "bidi-responses listening: %s (models: %s)", where, ", ".join(running.core.router.aliases)
+        "bidi-responses listening: %s (%s%s; models: %s)",
+        where,
+        security,
+        guard,
+        ", ".join(running.core.router.aliases),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

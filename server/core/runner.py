@@ -111,10 +111,12 @@ class ResponseRun:
         received: float,
         *,
         tenant: str | None = None,
+        quota_key: str = "anonymous",
     ) -> None:
         self.core = core
         self.lane = lane
         self.tenant = tenant
+        self.quota_key = quota_key
         # Client event id, echoed by an error about this request.
         event_id = body.pop("event_id", None)
         self.event_id = event_id if isinstance(event_id, str) else None
@@ -211,6 +213,7 @@ class ResponseRun:
                         status=503,
                         type="server_error",
                     )
+                core.limiter.admit_request(self.quota_key)
                 request = self._parse()
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
@@ -612,6 +615,9 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
+        core.limiter.charge_tokens(
+            self.quota_key, self._usage.input_tokens + self._usage.output_tokens
+        )
         await core.post.put(PostJob(stored, ledger))
         self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)

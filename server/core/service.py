@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.limits import TenantLimiter
 from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
@@ -49,6 +51,9 @@ class ResponsesCore:
         # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
         self.draining = False
         self.counters = Counters()
+        auth = config.auth
+        self.keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
+        self.limiter = TenantLimiter(config.tenant_limits)
         self.metrics = Metrics(lambda: self.router.aliases)
         self.metrics.post_queue_depth.set_function(lambda: self.post.depth)
         self.inflight: dict[str, ResponseRun] = {}
@@ -91,11 +96,23 @@ class ResponsesCore:
     # -- streams -----------------------------------------------------------------------------
 
     def open_session(
-        self, transport: str, *, stateful: bool = True, tenant: str | None = None
+        self,
+        transport: str,
+        *,
+        stateful: bool = True,
+        tenant: str | None = None,
+        quota_key: str | None = None,
     ) -> Session:
         """A new stream session for ``tenant`` (None on an open server); the transport must
-        ``close_session`` it in a finally block."""
-        session = Session(self, transport, stateful=stateful, tenant=tenant)
+        ``close_session`` it in a finally block.
+
+        ``quota_key`` is whom limits count against (the tenant, or on an open server the
+        token's label); ApiError 429 if that caller has too many streams open.
+        """
+        quota = quota_key or tenant or "anonymous"
+        if stateful:
+            self.limiter.open_stream(quota)
+        session = Session(self, transport, stateful=stateful, tenant=tenant, quota_key=quota)
         self._sessions.add(session)
         if stateful:
             self.sessions_open += 1
@@ -108,6 +125,7 @@ class ResponsesCore:
             self._sessions.discard(session)
             if session.stateful:
                 self.sessions_open -= 1
+                self.limiter.close_stream(session.quota_key)
                 self.metrics.open_streams.labels(session.transport).dec()
         await session.close()
         async with self._idle:
@@ -119,10 +137,10 @@ class ResponsesCore:
             await self._idle.wait_for(lambda: not self._sessions and not self.inflight)
 
     async def stateless(
-        self, body: Any, transport: str, tenant: str | None = None
+        self, body: Any, transport: str, tenant: str | None = None, quota_key: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """One stateless create: its events up to and including the terminal (or error) one."""
-        session = self.open_session(transport, stateful=False, tenant=tenant)
+        session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
             event = dict(body) if isinstance(body, dict) else body
             if isinstance(event, dict):

@@ -36,8 +36,10 @@ class Session:
         *,
         stateful: bool = True,
         tenant: str | None = None,
+        quota_key: str = "anonymous",
     ) -> None:
         self.core = core
+        self.quota_key = quota_key
         self.transport = transport
         self.stateful = stateful
         # The authenticated tenant (None on an open server): owns what this stream creates.
@@ -62,7 +64,11 @@ class Session:
         limits = self.core.config.limits
         warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
         # WebSocket mode keeps the hosted API's codes; other transports get neutral names.
-        prefix = "websocket_connection_limit" if self.transport == "websocket" else "connection_age_limit"
+        prefix = (
+            "websocket_connection_limit"
+            if self.transport == "websocket"
+            else "connection_age_limit"
+        )
         await asyncio.sleep(warn_after)
         await self._out.put(
             OutEvent(
@@ -250,6 +256,7 @@ class Session:
             self.transport,
             received,
             tenant=self.tenant,
+            quota_key=self.quota_key,
         )
         lane.inflight = run
         task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")

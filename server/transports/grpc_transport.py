@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,38 +21,30 @@ from bidi_responses.codec import (
     ProtoEncoder,
     item_to_pb,
 )
+from bidi_responses.server.config import ServerConfig, TlsConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.grpc_status import abort, error_from_event
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
-_STATUS = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.FAILED_PRECONDITION,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    500: grpc.StatusCode.INTERNAL,
-}
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ResponsesService"].full_name
 
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
-    """End a unary call with the status that matches the HTTP status of ``error``."""
-    context.set_trailing_metadata(
-        (
-            ("error-code", error.code),
-            ("error-param", error.param or ""),
-        )
-    )
-    await context.abort(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message)
+_SHUTTING_DOWN = ApiError(
+    "The server is shutting down and takes no new streams; retry on another replica.",
+    code="server_shutting_down",
+    status=503,
+    type="server_error",
+)
 
 
-def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-    """The tenant named by the call's ``authorization: Bearer ...`` metadata, if any."""
+def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == "authorization":
-            return tenant_from_authorization(value if isinstance(value, str) else value.decode())
+            return value if isinstance(value, str) else value.decode()
     return None
 
 
@@ -59,6 +53,27 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     def __init__(self, core: ResponsesCore) -> None:
         self._core = core
+        # Open Connect streams per HTTP/2 connection (the peer address names the connection).
+        self._per_connection: dict[str, int] = {}
+
+    async def _caller(
+        self, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[str | None, str | None]:
+        """(tenant, quota key) of the call; ends it with UNAUTHENTICATED if keys are on and the
+        key is missing or wrong. The key itself is never logged or echoed."""
+        authorization = _authorization(context)
+        keys = self._core.keys
+        try:
+            tenant = keys.authenticate(authorization)
+        except ApiError as error:
+            self._core.metrics.error("grpc", error.status, error.code)
+            await abort(context, error)
+            raise
+        return tenant, tenant or keys.label(authorization)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
+        self._core.metrics.error("grpc", error.status, error.code)
+        await abort(context, error)
 
     async def Connect(
         self,
@@ -67,17 +82,34 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> AsyncIterator[pb.ConnectResponse]:
         """The stateful stream."""
         core = self._core
-        session = core.open_session("grpc")
+        tenant, quota = await self._caller(context)
+        if core.draining:
+            await self._refuse(context, _SHUTTING_DOWN)
+        peer = context.peer()
+        per_connection = self._per_connection.get(peer, 0)
+        limit = core.config.tenant_limits.max_streams_per_connection
+        if limit and per_connection >= limit:
+            await self._refuse(
+                context,
+                limit_exceeded("max_streams_per_connection", limit, "open streams per connection"),
+            )
+        try:
+            session = core.open_session("grpc", tenant=tenant, quota_key=quota)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+        self._per_connection[peer] = per_connection + 1
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
-        tenant = _tenant(context)
+        label = quota if tenant is None else None
 
         async def read() -> None:
             async for request in request_iterator:
                 received = time.perf_counter()
                 event = decoder.client_event(request)
-                if tenant is not None and event.get("type") == "response.create":
-                    event.setdefault("user", tenant)
+                if label is not None and event.get("type") == "response.create":
+                    # Open server: the token's label stands in for a tenant in the ledger.
+                    event.setdefault("user", label)
                 await session.handle(event, received)
             await session.finish()
 
@@ -86,10 +118,19 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         try:
             async for out in session.events():
                 yield encoder.connect_response(out.lane, out.data)
+            if session.end_error is not None:
+                # The server ended the stream (age limit, drain): a status that says so, so
+                # clients and meshes retry elsewhere instead of reading it as success.
+                await abort(context, session.end_error)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             await core.close_session(session)
+            left = self._per_connection.get(peer, 1) - 1
+            if left > 0:
+                self._per_connection[peer] = left
+            else:
+                self._per_connection.pop(peer, None)
 
     async def CreateResponse(
         self,
@@ -97,14 +138,22 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
     ) -> AsyncIterator[pb.CreateResponseResponse]:
         """The stateless baseline: one call per turn."""
+        tenant, quota = await self._caller(context)
+        if self._core.draining:
+            await self._refuse(context, _SHUTTING_DOWN)
         body = ProtoDecoder().params_to_dict(request.params)
-        tenant = _tenant(context)
-        if tenant is not None:
-            body.setdefault("user", tenant)
+        if tenant is None and quota is not None:
+            body.setdefault("user", quota)
         encoder = ProtoEncoder()
-        async for data in self._core.stateless(body, "grpc-unary"):
+        failure: ApiError | None = None
+        async for data in self._core.stateless(body, "grpc-unary", tenant, quota):
             event = encoder.connect_response("", data)
             yield pb.CreateResponseResponse(event=event)
+            if data["type"] == "error":
+                failure = error_from_event(data)
+        if failure is not None:
+            # A request error ends the call with its status, never OK.
+            await abort(context, failure)
 
     async def GetResponse(
         self,
@@ -112,10 +161,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.GetResponseRequest, pb.GetResponseResponse],
     ) -> pb.GetResponseResponse:
         """A stored response."""
+        tenant, _ = await self._caller(context)
         try:
-            response = await self._core.get_response(request.response_id)
+            response = await self._core.get_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
@@ -125,10 +175,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.DeleteResponseRequest, pb.DeleteResponseResponse],
     ) -> pb.DeleteResponseResponse:
         """Delete a stored response."""
+        tenant, _ = await self._caller(context)
         try:
-            result = await self._core.delete_response(request.response_id)
+            result = await self._core.delete_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.DeleteResponseResponse(
             id=result["id"], object=result["object"], deleted=result["deleted"]
@@ -140,15 +191,17 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.ListInputItemsRequest, pb.ListInputItemsResponse],
     ) -> pb.ListInputItemsResponse:
         """Page through a stored response's input items."""
+        tenant, _ = await self._caller(context)
         try:
             page = await self._core.list_input_items(
                 request.response_id,
                 limit=request.limit or 20,
                 order=request.order or "desc",
                 after=request.after or None,
+                tenant=tenant,
             )
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.ListInputItemsResponse(
             object="list",
@@ -164,10 +217,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.CancelResponseRequest, pb.CancelResponseResponse],
     ) -> pb.CancelResponseResponse:
         """Cancel an in-flight response by id."""
+        tenant, _ = await self._caller(context)
         try:
-            response = await self._core.cancel_response(request.response_id)
+            response = await self._core.cancel_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
@@ -177,26 +231,84 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.GetStatsRequest, pb.GetStatsResponse],
     ) -> pb.GetStatsResponse:
         """Cumulative counters."""
+        await self._caller(context)
         return pb.GetStatsResponse(**self._core.stats())
 
 
-async def start_grpc_server(
-    core: ResponsesCore, host: str, port: int
-) -> tuple[grpc.aio.Server, int]:
-    """Start the gRPC server; returns it and the bound port (``port`` 0 picks a free one)."""
-    limit = core.config.limits.max_message_bytes
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-        ]
+def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """Channel arguments of the listener: message limits, keepalive, connection age."""
+    limit = config.limits.max_message_bytes
+    ka = config.keepalive
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        # One listener per process; `serve --workers N` turns this on (SO_REUSEPORT).
+        ("grpc.so_reuseport", 0),
+        # Accept client pings down to this interval, with or without calls in flight.
+        ("grpc.http2.min_ping_interval_without_data_ms", int(ka.min_client_ping_interval_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", int(ka.permit_pings_without_calls)),
+        ("grpc.http2.max_ping_strikes", ka.max_ping_strikes),
+        # The server's own pings find dead peers behind idle NATs and load balancers.
+        ("grpc.keepalive_time_ms", int(ka.server_ping_interval_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(ka.server_ping_timeout_s * 1000)),
+        ("grpc.max_connection_age_ms", int(ka.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(ka.max_connection_age_grace_s * 1000)),
+    ]
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """TLS from PEM files; a client CA file makes client certificates mandatory (mTLS)."""
+    assert tls.cert_file and tls.key_file
+    key = Path(tls.key_file).read_bytes()
+    cert = Path(tls.cert_file).read_bytes()
+    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
     )
+
+
+@dataclass(slots=True)
+class GrpcServer:
+    """The started gRPC listener and its health service."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for the overall server ("") and the API service."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+
+async def start_grpc_server(
+    core: ResponsesCore, host: str, port: int, options: list[tuple[str, Any]] | None = None
+) -> GrpcServer:
+    """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
+    a free one)."""
+    config = core.config
+    server = grpc.aio.server(options=server_options(config) + list(options or ()))
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
         ResponsesServicer(core), server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if config.tls.enabled:
+        bound = server.add_secure_port(address, _credentials(config.tls))
+    else:
+        bound = server.add_insecure_port(address)
     if bound == 0:
-        raise OSError(f"cannot listen for gRPC on {host}:{port}")
+        raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
-    return server, bound
+    running = GrpcServer(server, bound, health_servicer)
+    await running.set_serving(True)
+    return running
