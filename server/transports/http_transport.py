@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 import time
@@ -561,6 +562,18 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class _DenialLogFilter(logging.Filter):
+    """uvicorn's sans-io WebSocket protocol sends a denial response (our 401/429/503 before the
+    upgrade) correctly but then logs "returned without completing handshake" as if the app
+    had failed; drop that one false alarm."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "without completing handshake" not in record.getMessage()
+
+
+_DENIAL_FILTER = _DenialLogFilter()
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket, so the bound port is known before uvicorn starts serving."""
     family, kind, proto, _, address = socket.getaddrinfo(
@@ -606,6 +619,9 @@ async def start_http_server(
         server_header=False,
     )
     config.load()
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if _DENIAL_FILTER not in uvicorn_log.filters:
+        uvicorn_log.addFilter(_DENIAL_FILTER)
     sock = _listen(host, port)
     bound = int(sock.getsockname()[1])
     server = _EmbeddedServer(config)

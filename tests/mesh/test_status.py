@@ -104,9 +104,10 @@ async def test_connect_ends_unavailable_at_the_age_limit(
     config.limits.connection_max_age_s = 0.6
     config.limits.connection_warning_s = 0.3
     running = await server_factory(config)
-    async with asyncio.timeout(20), grpc.aio.insecure_channel(
-        f"127.0.0.1:{running.grpc_port}"
-    ) as channel:
+    async with (
+        asyncio.timeout(20),
+        grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel,
+    ):
         from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
         stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
