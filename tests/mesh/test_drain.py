@@ -104,8 +104,11 @@ async def _ws_worker(port: int, tally: Tally) -> None:
     try:
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/responses") as ws:
             while True:
-                await ws.send(orjson.dumps({"type": "response.create", "model": "sim-model",
-                                            "input": "y"}).decode())
+                await ws.send(
+                    orjson.dumps(
+                        {"type": "response.create", "model": "sim-model", "input": "y"}
+                    ).decode()
+                )
                 while True:
                     event = orjson.loads(await ws.recv())
                     if event["type"] == "response.created":
