@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean node-deps interop
 
 all: test
 
@@ -29,6 +29,9 @@ $(BUF): package.json package-lock.json
 lint-proto: $(BUF)
 	$(BUF) lint
 
+# The pinned npm packages: buf, and @grpc/grpc-js + @grpc/proto-loader for the Node client test.
+node-deps: $(BUF)
+
 # mypy cannot follow the editable install's import hook, so it checks a tree of links that
 # lays the sources out under their installed names.
 typecheck: proto
@@ -42,7 +45,7 @@ lint: proto lint-proto typecheck
 	$(VENV)/bin/ruff check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
 	$(VENV)/bin/ruff format --check server client bench tests tools examples setup.py protos/bidi_responses/codec.py
 
-test: proto lint
+test: proto lint node-deps
 	$(PY) -m pytest -q
 
 # Everything, including the slow tests.
@@ -59,6 +62,11 @@ serve: proto
 
 compare: proto
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# The chained Connect loop in Go, built from Debian's grpc-go and protobuf packages (offline),
+# run against a server this target starts. See interop/go/README.md.
+interop: proto
+	bash interop/go/run.sh
 
 clean:
 	rm -rf $(VENV) node_modules build bench-out .bidi-responses

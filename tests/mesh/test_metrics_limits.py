@@ -18,7 +18,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, make_config
 from tests.mesh.conftest import bearer, error_info, keyed_config
 
 HA, HB = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
@@ -180,3 +180,45 @@ async def test_request_and_token_rates_per_tenant(
         assert over.status_code == 429
         assert "tokens_per_minute" in over.json()["error"]["message"]
         assert (await http.post("/v1/responses", json=body, headers=HB)).status_code == 200
+
+
+async def test_a_burst_of_opens_gets_clear_statuses(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """200 Connect opens at once over two connections with 50 streams allowed on each: every
+    stream either works or is refused with RESOURCE_EXHAUSTED; none is reset without a code."""
+    config = make_config(tmp_path)
+    config.tenant_limits.max_streams_per_connection = 50
+    running = await server_factory(config)
+    channels = [
+        grpc.aio.insecure_channel(
+            f"127.0.0.1:{running.grpc_port}", options=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        for _ in range(2)
+    ]
+    outcomes: dict[str, int] = {}
+    calls: list[Any] = []
+
+    async def one(index: int) -> None:
+        stub = pb_grpc.ResponsesServiceStub(channels[index % 2])  # type: ignore[no-untyped-call]
+        call = stub.Connect()
+        calls.append(call)
+        outcome = "ended"
+        try:
+            await call.write(pb.ConnectRequest(response_create=params_to_pb(
+                {"model": "sim-model", "input": "hi"})))  # fmt: skip
+            async for message in call:
+                if message.WhichOneof("event") in ("response_completed", "error"):
+                    outcome = str(message.WhichOneof("event"))
+                    break
+        except grpc.aio.AioRpcError as error:
+            outcome = error.code().name
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(one(i) for i in range(200)))
+    for call in calls:
+        call.cancel()
+    for channel in channels:
+        await channel.close()
+    assert outcomes == {"response_completed": 100, "RESOURCE_EXHAUSTED": 100}
