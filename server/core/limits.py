@@ -50,12 +50,24 @@ class _Bucket:
 class TenantLimiter:
     """Counts per tenant key; owned by the core, used by every transport."""
 
-    def __init__(self, limits: TenantLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limits: TenantLimits,
+        clock: Callable[[], float] = time.monotonic,
+        on_reject: Callable[[str], None] | None = None,
+    ) -> None:
         self.limits = limits
         self._clock = clock
+        self._on_reject = on_reject or (lambda limit: None)
         self._streams: dict[str, int] = {}
         self._requests: dict[str, _Bucket] = {}
         self._tokens: dict[str, _Bucket] = {}
+
+    def _reject(
+        self, limit: str, value: int, what: str, retry_after_s: float | None = None
+    ) -> ApiError:
+        self._on_reject(limit)
+        return limit_exceeded(limit, value, what, retry_after_s)
 
     # -- streams -------------------------------------------------------------------------
 
@@ -64,7 +76,7 @@ class TenantLimiter:
         limit = self.limits.max_streams_per_tenant
         count = self._streams.get(tenant, 0)
         if limit and count >= limit:
-            raise limit_exceeded("max_streams_per_tenant", limit, "open streams per tenant")
+            raise self._reject("max_streams_per_tenant", limit, "open streams per tenant")
         self._streams[tenant] = count + 1
 
     def close_stream(self, tenant: str) -> None:
@@ -92,12 +104,12 @@ class TenantLimiter:
             tokens = self._bucket(self._tokens, tenant, tpm)
             if tokens.level <= 0:
                 wait = -tokens.level * 60.0 / tpm + 60.0 / tpm
-                raise limit_exceeded("tokens_per_minute", tpm, "tokens per minute", wait)
+                raise self._reject("tokens_per_minute", tpm, "tokens per minute", wait)
         if rpm:
             requests = self._bucket(self._requests, tenant, rpm)
             if requests.level < 1:
                 wait = (1 - requests.level) * 60.0 / rpm
-                raise limit_exceeded("requests_per_minute", rpm, "requests per minute", wait)
+                raise self._reject("requests_per_minute", rpm, "requests per minute", wait)
             requests.level -= 1
 
     def charge_tokens(self, tenant: str, tokens: int) -> None:

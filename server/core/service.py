@@ -53,8 +53,10 @@ class ResponsesCore:
         self.counters = Counters()
         auth = config.auth
         self.keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
-        self.limiter = TenantLimiter(config.tenant_limits)
         self.metrics = Metrics(lambda: self.router.aliases)
+        self.limiter = TenantLimiter(
+            config.tenant_limits, on_reject=lambda limit: self.metrics.limited.labels(limit).inc()
+        )
         self.metrics.post_queue_depth.set_function(lambda: self.post.depth)
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0

@@ -89,6 +89,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         per_connection = self._per_connection.get(peer, 0)
         limit = core.config.tenant_limits.max_streams_per_connection
         if limit and per_connection >= limit:
+            core.metrics.limited.labels("max_streams_per_connection").inc()
             await self._refuse(
                 context,
                 limit_exceeded("max_streams_per_connection", limit, "open streams per connection"),

@@ -35,6 +35,12 @@ class Tally:
     lost: list[str] = field(default_factory=list)
     stream_ends: list[str] = field(default_factory=list)
     warned: int = 0
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def complete(self, response_id: str) -> None:
+        self.completed.add(response_id)
+        if len(self.completed) >= 30:
+            self.loaded.set()
 
 
 async def _connect_worker(stub: Any, tally: Tally) -> None:
@@ -62,7 +68,7 @@ async def _connect_worker(stub: Any, tally: Tally) -> None:
                     current = event["response"]["id"]
                     tally.started.add(current)
                 elif kind in TERMINAL:
-                    tally.completed.add(event["response"]["id"])
+                    tally.complete(event["response"]["id"])
                     previous, current = event["response"]["id"], None
                     break
                 elif kind == "error":
@@ -97,7 +103,7 @@ async def _http_worker(port: int, tally: Tally) -> None:
                 return
             assert reply.status_code == 200, reply.text
             tally.started.add(reply.json()["id"])
-            tally.completed.add(reply.json()["id"])
+            tally.complete(reply.json()["id"])
 
 
 async def _ws_worker(port: int, tally: Tally) -> None:
@@ -114,7 +120,7 @@ async def _ws_worker(port: int, tally: Tally) -> None:
                     if event["type"] == "response.created":
                         tally.started.add(event["response"]["id"])
                     elif event["type"] in TERMINAL:
-                        tally.completed.add(event["response"]["id"])
+                        tally.complete(event["response"]["id"])
                         break
                     elif event["type"] == "error":
                         tally.refused += 1
@@ -150,9 +156,8 @@ async def test_sigterm_under_load_loses_nothing(tmp_path: Path) -> None:
             workers = [asyncio.ensure_future(_connect_worker(stub, tally)) for _ in range(4)]
             workers += [asyncio.ensure_future(_http_worker(http_port, tally)) for _ in range(3)]
             workers += [asyncio.ensure_future(_ws_worker(http_port, tally)) for _ in range(2)]
-            # Under load: wait until every kind of worker has finished some responses.
-            while len(tally.completed) < 30:
-                await asyncio.sleep(0.02)
+            # Under load: the workers have finished 30 responses and keep going.
+            await tally.loaded.wait()
             process.send_signal(signal.SIGTERM)
             flipped_at: float | None = None
             closed_at: float | None = None

@@ -136,6 +136,13 @@ async def test_stream_limits_per_tenant_and_per_connection(
         for call in held:
             call.cancel()
         await channel.close()
+        async with httpx.AsyncClient() as http:
+            scrape = await http.get(f"http://127.0.0.1:{running.http_port}/metrics")
+        samples = _samples(scrape.text)
+        assert _value(samples, "bidi_limit_rejections_total", limit="max_streams_per_tenant") == 2
+        assert (
+            _value(samples, "bidi_limit_rejections_total", limit="max_streams_per_connection") == 1
+        )
 
 
 async def test_request_and_token_rates_per_tenant(
