@@ -12,6 +12,7 @@ short by the end of the grace period still has its ledger row, with status ``can
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -23,6 +24,9 @@ from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.grpc_transport import GrpcServer, start_grpc_server
 
 log = logging.getLogger("bidi_responses")
+
+# After the drain, how long unary calls and health watchers get before the gRPC listener stops.
+_GRPC_TAIL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -56,9 +60,22 @@ class RunningServer:
             await asyncio.sleep(min(notice, grace))  # a deliberate pause, not synchronisation
         # Streams end as soon as their in-flight responses have sent their terminal events.
         drain = asyncio.ensure_future(core.drain_streams())
+
+        async def stop_grpc() -> None:
+            if self.grpc is None:
+                return
+            # Once every stream and stateless call has ended, only quick unary calls and
+            # health Watch streams are left: they get a short tail, not the whole grace.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(drain)
+            await self.grpc.server.stop(max(min(deadline - loop.time(), _GRPC_TAIL_S), 0))
+
         try:
             # The transports share one grace period; after it they cancel what is left.
-            await asyncio.gather(*(stop(grace) for stop in self._stops))
+            await asyncio.gather(stop_grpc(), *(stop(grace) for stop in self._stops))
         finally:
             if not drain.done():
                 drain.cancel()
@@ -74,10 +91,6 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
     running = RunningServer(core=core, grpc_port=grpc_server.port, http_port=None, grpc=grpc_server)
 
-    async def stop_grpc(grace: float) -> None:
-        await grpc_server.server.stop(grace)
-
-    running._stops.append(stop_grpc)
     if http:
         from bidi_responses.server.transports.http_transport import start_http_server
 

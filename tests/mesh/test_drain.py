@@ -15,12 +15,15 @@ from typing import Any
 import grpc
 import httpx
 import orjson
+import pytest
 import websockets
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.server.core.store import read_ledger
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.conftest import ServerFactory, make_config
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
@@ -186,3 +189,58 @@ async def test_sigterm_under_load_loses_nothing(tmp_path: Path) -> None:
     assert sorted(tally.stream_ends) == ["UNAVAILABLE"] * 4 + ["ws-1012"] * 2
     ledger = {row.response_id for row in read_ledger(tmp_path / "responses.db")}
     assert tally.completed <= ledger
+
+
+async def test_during_the_drain_new_work_is_refused_on_every_transport(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """In the drain notice window: health NOT_SERVING, new streams and requests refused with
+    ``server_shutting_down``, the open stream warned and then ended UNAVAILABLE."""
+    config = make_config(tmp_path)
+    config.drain_notice_s = 1.0
+    running = await server_factory(config, http=True)
+    target = f"127.0.0.1:{running.grpc_port}"
+    async with (
+        asyncio.timeout(30),
+        grpc.aio.insecure_channel(target) as channel,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}") as http,
+    ):
+        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        health = health_pb2_grpc.HealthStub(channel)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        open_stream = stub.Connect()
+        decoder = EventDecoder()
+        await open_stream.write(pb.ConnectRequest(response_create=params_to_pb(
+            {"model": "sim-model", "input": "hi"})))  # fmt: skip
+        while decoder.event(await open_stream.read())["type"] != "response.completed":
+            pass
+        stopping = asyncio.ensure_future(running.stop())
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert (await http.get("/readyz")).status_code == 503
+        refused = stub.Connect()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await refused.read()
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert dict(caught.value.trailing_metadata() or ())["error-code"] == "server_shutting_down"
+        request = pb.CreateResponseRequest(
+            params=params_to_pb({"model": "sim-model", "input": "x"})
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.CreateResponse(request):
+                pass
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        reply = await http.post("/v1/responses", json={"model": "sim-model", "input": "x"})
+        assert reply.status_code == 503
+        assert reply.json()["error"]["code"] == "server_shutting_down"
+        with pytest.raises(websockets.InvalidStatus) as denied:
+            async with websockets.connect(f"ws://127.0.0.1:{running.http_port}/v1/responses"):
+                pass
+        assert denied.value.response.status_code == 503
+        # The open stream: a warning, then UNAVAILABLE (never OK or INTERNAL).
+        warning = decoder.event(await open_stream.read())
+        assert warning["type"] == "warning" and warning["code"] == "server_shutting_down"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await open_stream.read()
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        await stopping
