@@ -76,3 +76,10 @@ async def test_keys_from_the_environment_reach_every_transport(
         assert (await http.post("/v1/responses", json=body)).status_code == 401
         ok = await http.post("/v1/responses", json=body, headers={"authorization": "Bearer sk-env"})
         assert ok.status_code == 200
+
+
+def test_tls_needs_both_certificate_and_key(capsys: pytest.CaptureFixture[str]) -> None:
+    from bidi_responses.server.cli import main
+
+    assert main(["serve", "--tls-cert", "server.pem"]) == 2
+    assert "--tls-key" in capsys.readouterr().err

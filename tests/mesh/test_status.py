@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import orjson
 import pytest
+import websockets
 from bidi_responses.codec import EventDecoder, params_to_pb
+from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -128,3 +131,25 @@ async def test_connect_ends_unavailable_at_the_age_limit(
 
 def test_keyed_config_helper(tmp_path: Path) -> None:
     assert keyed_config(tmp_path).auth.api_keys["key-a"] == "tenant-a"
+
+
+async def test_websocket_error_events_echo_the_event_id(keyed_server: RunningServer) -> None:
+    async with (
+        asyncio.timeout(20),
+        websockets.connect(
+            f"ws://127.0.0.1:{keyed_server.http_port}/v1/responses",
+            additional_headers={"authorization": "Bearer key-a"},
+        ) as ws,
+    ):
+        await ws.send(orjson.dumps({"type": "response.create", "event_id": "evt_ws",
+                                    "model": "sim-model", "input": "hi",
+                                    "previous_response_id": "resp_gone"}).decode())  # fmt: skip
+        event = orjson.loads(await ws.recv())
+        assert event["type"] == "error"
+        assert event["error"]["event_id"] == "evt_ws"
+        assert event["error"]["request_type"] == "response.create"
+        # The id is not a create parameter: a good create with one still works.
+        await ws.send(orjson.dumps({"type": "response.create", "event_id": "evt_ok",
+                                    "model": "sim-model", "input": "hi"}).decode())  # fmt: skip
+        while (event := orjson.loads(await ws.recv()))["type"] != "response.completed":
+            assert event["type"] != "error", event
