@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean node-deps interop
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean node-deps interop burst
 
 all: test
 
@@ -62,6 +62,10 @@ serve: proto
 
 compare: proto
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# A burst of 3,000 Connect opens: each stream completes or gets a clear status (docs/mesh.md).
+burst: proto
+	$(PY) -m bidi_responses.bench.mesh_burst --opens 3000 --connections 30
 
 # The chained Connect loop in Go, built from Debian's grpc-go and protobuf packages (offline),
 # run against a server this target starts. See interop/go/README.md.

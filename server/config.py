@@ -118,6 +118,11 @@ class TenantLimits:
     max_streams_per_tenant: int = 1000
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    # Server-wide load shedding on the gRPC listener: calls received but not yet picked up.
+    # gRPC's defaults (1000 / 3000) cancel queued opens in a burst; past the hard limit new
+    # calls get RESOURCE_EXHAUSTED at once.
+    max_pending_calls: int = 10_000
+    max_pending_calls_hard: int = 20_000
 
 
 @dataclass(slots=True)

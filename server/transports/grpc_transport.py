@@ -9,6 +9,7 @@ closed in ``finally``, which cancels in-flight engine work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+# How long a refused Connect call waits for the client's first message before its status.
+_REFUSAL_READ_S = 1.0
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ResponsesService"].full_name
 
@@ -61,15 +65,36 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> tuple[str | None, str | None]:
         """(tenant, quota key) of the call; ends it with UNAUTHENTICATED if keys are on and the
         key is missing or wrong. The key itself is never logged or echoed."""
+        try:
+            return self._authenticate(context)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+
+    def _authenticate(
+        self, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[str | None, str | None]:
         authorization = _authorization(context)
         keys = self._core.keys
-        try:
-            tenant = keys.authenticate(authorization)
-        except ApiError as error:
-            self._core.metrics.error("grpc", error.status, error.code)
-            await abort(context, error)
-            raise
+        tenant = keys.authenticate(authorization)
         return tenant, tenant or keys.label(authorization)
+
+    async def _refuse_stream(
+        self,
+        request_iterator: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext[Any, Any],
+        error: ApiError,
+    ) -> None:
+        """End a Connect call that cannot be served, after its first client message.
+
+        A status sent before the client's first write races that write, and grpcio clients
+        then report their own INTERNAL instead of our status; reading one message (or waiting
+        briefly for it) lets every client see the real code.
+        """
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_REFUSAL_READ_S):
+                await anext(aiter(request_iterator), None)
+        await self._refuse(context, error)
 
     async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
         self._core.metrics.error("grpc", error.status, error.code)
@@ -82,22 +107,21 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> AsyncIterator[pb.ConnectResponse]:
         """The stateful stream."""
         core = self._core
-        tenant, quota = await self._caller(context)
-        if core.draining:
-            await self._refuse(context, _SHUTTING_DOWN)
         peer = context.peer()
         per_connection = self._per_connection.get(peer, 0)
         limit = core.config.tenant_limits.max_streams_per_connection
-        if limit and per_connection >= limit:
-            core.metrics.limited.labels("max_streams_per_connection").inc()
-            await self._refuse(
-                context,
-                limit_exceeded("max_streams_per_connection", limit, "open streams per connection"),
-            )
         try:
+            tenant, quota = self._authenticate(context)
+            if core.draining:
+                raise _SHUTTING_DOWN
+            if limit and per_connection >= limit:
+                core.metrics.limited.labels("max_streams_per_connection").inc()
+                raise limit_exceeded(
+                    "max_streams_per_connection", limit, "open streams per connection"
+                )
             session = core.open_session("grpc", tenant=tenant, quota_key=quota)
         except ApiError as error:
-            await self._refuse(context, error)
+            await self._refuse_stream(request_iterator, context, error)
             raise
         self._per_connection[peer] = per_connection + 1
         decoder = ProtoDecoder()
@@ -245,6 +269,14 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         ("grpc.max_send_message_length", limit),
         # One listener per process; `serve --workers N` turns this on (SO_REUSEPORT).
         ("grpc.so_reuseport", 0),
+        # Calls that arrived but that the server has not picked up yet. Past the soft limit
+        # gRPC cancels the oldest (clients saw CANCELLED or INTERNAL in a burst of opens);
+        # past the hard limit it refuses new ones with RESOURCE_EXHAUSTED.
+        ("grpc.server.max_pending_requests", config.tenant_limits.max_pending_calls),
+        (
+            "grpc.server.max_pending_requests_hard_limit",
+            config.tenant_limits.max_pending_calls_hard,
+        ),
         # Accept client pings down to this interval, with or without calls in flight.
         ("grpc.http2.min_ping_interval_without_data_ms", int(ka.min_client_ping_interval_s * 1000)),
         ("grpc.keepalive_permit_without_calls", int(ka.permit_pings_without_calls)),

@@ -92,9 +92,11 @@ async def test_stream_limits_per_tenant_and_per_connection(
         decoder = EventDecoder()
 
         async def refused(key: str) -> grpc.aio.AioRpcError:
-            # The server ends a refused stream at once; read without writing, since a write
-            # racing the server's status makes grpcio report its own INTERNAL instead.
+            # The server refuses after the client's first message, so the write cannot race
+            # the status (grpcio would then report its own INTERNAL).
             call = stub.Connect(metadata=bearer(key))
+            await call.write(pb.ConnectRequest(response_create=params_to_pb(
+                {"model": "sim-model", "input": "hi"})))  # fmt: skip
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await call.read()
             return caught.value
