@@ -28,13 +28,22 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
 
-async def burst(opens: int, connections: int, per_connection: int, per_tenant: int) -> Counter[str]:
+async def burst(
+    opens: int,
+    connections: int,
+    per_connection: int,
+    per_tenant: int,
+    pending: tuple[int, int] | None = None,
+) -> Counter[str]:
     """Open the streams and count outcomes."""
     with tempfile.TemporaryDirectory() as data:
         config = ServerConfig(grpc_port=0, data_dir=str(Path(data)))
         config.models = {"sim-model": RouteConfig(sim=SimConfig(tokens_per_second=100_000))}
         config.tenant_limits.max_streams_per_connection = per_connection
         config.tenant_limits.max_streams_per_tenant = per_tenant
+        if pending is not None:
+            limits = config.tenant_limits
+            limits.max_pending_calls, limits.max_pending_calls_hard = pending
         running = await start_server(config, http=False)
         channels = [
             grpc.aio.insecure_channel(
@@ -94,6 +103,7 @@ def main() -> None:
                 "connections": args.connections,
                 "per_connection": args.per_connection,
                 "per_tenant": args.per_tenant,
+                "grpc_default_pending": args.grpc_default_pending,
                 "outcomes": dict(outcomes),
                 "seconds": round(time.perf_counter() - started, 2),
             }
