@@ -91,10 +91,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=30)
     parser.add_argument("--per-connection", type=int, default=100)
     parser.add_argument("--per-tenant", type=int, default=1000)
+    parser.add_argument(
+        "--grpc-default-pending",
+        action="store_true",
+        help="gRPC's own pending-call limits (1000 / 3000) instead of the server's",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
+    pending = (1000, 3000) if args.grpc_default_pending else None
     outcomes = asyncio.run(
-        burst(args.opens, args.connections, args.per_connection, args.per_tenant)
+        burst(args.opens, args.connections, args.per_connection, args.per_tenant, pending)
     )
     print(
         json.dumps(
