@@ -292,7 +292,6 @@ class HttpTransport:
             self._core.stateless(body, "http", tenant, quota),
         )
         limiter = self._core.limiter
-        assert quota is not None or tenant is None
         quota_key = quota or "anonymous"
         if not streaming:
             async with contextlib.aclosing(events):
