@@ -23,6 +23,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
 from bidi_responses.server.core.state import ConversationState, ResponseCache
@@ -51,6 +52,7 @@ _ID_PREFIX = {
     "reasoning": "rs",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "compaction": "cmp",
 }
 
 
@@ -277,10 +279,18 @@ class ResponseRun:
             request = parse_create(self.body, limits)
             if lane.stateful:
                 lane.tools_memo = (raw_tools, request.tools)
-        if request.background:
+        if request.background and lane.stateful:
+            # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
-                "Background mode is not supported on this transport.",
+                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
+                "stream; use POST /v1/responses.",
                 code="unsupported_parameter",
+                param="background",
+            )
+        if request.background and not request.store:
+            raise ApiError(
+                "Invalid 'background': background mode requires 'store': true.",
+                code="invalid_value",
                 param="background",
             )
         if request.append_mode and not lane.stateful:
@@ -333,16 +343,19 @@ class ResponseRun:
 
         rendered = 0
         key = state.prefix_key
+        fmt = self._format(request)
         if (
             key is None
             or key[0] != request.instructions
             or (key[1] is not request.tools and key[1] != request.tools)
+            or key[2] != fmt
         ):
             rendered += state.set_prefix(
                 core.renderer,
                 request.instructions,
                 request.tools,
-                (request.instructions, request.tools),
+                (request.instructions, request.tools, fmt),
+                fmt,
             )
 
         for item in request.input:
@@ -361,6 +374,9 @@ class ResponseRun:
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.core.compaction.check(item, path)
         declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
@@ -385,7 +401,10 @@ class ResponseRun:
     async def _respond(self, request: CreateRequest) -> None:
         assert self.record is not None and self.state is not None
         record = self.record
+        if request.background:
+            record.status = "queued"
         await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        record.status = "in_progress"
         self._started = True
         if not request.generate:
             record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
@@ -415,6 +434,13 @@ class ResponseRun:
                 await self._finish("incomplete", reason="max_output_tokens")
                 return
         await self._finish("completed")
+
+    @staticmethod
+    def _format(request: CreateRequest) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = response_format(request.text)
+        return canonical_json(fmt) if fmt is not None else None
 
     def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
         """The function tools as the engine sees them, reused while the lane's tools are."""
@@ -499,6 +525,7 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
+            response_format=self._format(request),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
@@ -601,7 +628,9 @@ class ResponseRun:
             if evicted:
                 core.metrics.cache_evictions.inc(evicted)
         stored = None
-        if request.store and record.status in ("completed", "incomplete"):
+        # A background response stays retrievable however it ended: its client polls for it.
+        kept = ("completed", "incomplete") + (("cancelled", "failed") if request.background else ())
+        if request.store and record.status in kept:
             self_contained = request.previous_response_id is None or not (
                 state is not None and state.stored_chain
             )

@@ -20,7 +20,9 @@ import grpc
 from bidi_responses.codec import (
     ProtoDecoder,
     ProtoEncoder,
+    item_to_dict,
     item_to_pb,
+    usage_to_pb,
 )
 from bidi_responses.server.config import ServerConfig, TlsConfig
 from bidi_responses.server.core.errors import ApiError
@@ -170,6 +172,21 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         if tenant is None and quota is not None:
             body.setdefault("user", quota)
         encoder = ProtoEncoder()
+        if body.get("background") is True:
+            # The response runs on its own; this call only reads its event log, so dropping
+            # the call leaves it running (resume with StreamResponse).
+            try:
+                first = await self._core.background.start(body, "grpc-unary", tenant, quota)
+            except ApiError as error:
+                await self._refuse(context, error)
+                raise
+            if first["type"] == "error":
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                await abort(context, error_from_event(first))
+                return
+            async for data in self._core.background.events(first["response"]["id"], -1, tenant):
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+            return
         failure: ApiError | None = None
         async for data in self._core.stateless(body, "grpc-unary", tenant, quota):
             event = encoder.connect_response("", data)
@@ -258,6 +275,95 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """Cumulative counters."""
         await self._caller(context)
         return pb.GetStatsResponse(**self._core.stats())
+
+    async def CompactResponse(
+        self,
+        request: pb.CompactResponseRequest,
+        context: grpc.aio.ServicerContext[pb.CompactResponseRequest, pb.CompactResponseResponse],
+    ) -> pb.CompactResponseResponse:
+        """Compact a conversation (``POST /v1/responses/compact``)."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": [item_to_dict(i) for i in request.input],
+        }
+        for name in ("instructions", "previous_response_id"):
+            if request.HasField(name):
+                body[name] = getattr(request, name)
+        tenant, quota = await self._caller(context)
+        if tenant is None and quota is not None:
+            body["user"] = quota  # open server: the token's label stands in for a tenant
+        try:
+            result = await self._core.compact(body, "grpc-unary", tenant)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+        return pb.CompactResponseResponse(
+            id=result["id"],
+            object=result["object"],
+            created_at=result["created_at"],
+            output=[item_to_pb(i) for i in result["output"]],
+            usage=usage_to_pb(result["usage"]),
+        )
+
+    async def CountInputTokens(
+        self,
+        request: pb.CountInputTokensRequest,
+        context: grpc.aio.ServicerContext[pb.CountInputTokensRequest, pb.CountInputTokensResponse],
+    ) -> pb.CountInputTokensResponse:
+        """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
+        tenant, _ = await self._caller(context)
+        body = ProtoDecoder().params_to_dict(request.params)
+        try:
+            result = await self._core.count_input_tokens(body, tenant)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+        return pb.CountInputTokensResponse(**result)
+
+    async def ListModels(
+        self,
+        request: pb.ListModelsRequest,
+        context: grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse],
+    ) -> pb.ListModelsResponse:
+        """The configured models (``GET /v1/models``)."""
+        await self._caller(context)
+        listing = self._core.list_models()
+        return pb.ListModelsResponse(
+            object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
+        )
+
+    async def GetModel(
+        self,
+        request: pb.GetModelRequest,
+        context: grpc.aio.ServicerContext[pb.GetModelRequest, pb.GetModelResponse],
+    ) -> pb.GetModelResponse:
+        """One configured model (``GET /v1/models/{model}``)."""
+        await self._caller(context)
+        try:
+            model = self._core.get_model(request.model)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+        return pb.GetModelResponse(model=pb.Model(**model))
+
+    async def StreamResponse(
+        self,
+        request: pb.StreamResponseRequest,
+        context: grpc.aio.ServicerContext[pb.StreamResponseRequest, pb.StreamResponseResponse],
+    ) -> AsyncIterator[pb.StreamResponseResponse]:
+        """Resume a background response's events after ``starting_after``."""
+        tenant, _ = await self._caller(context)
+        starting_after = request.starting_after if request.HasField("starting_after") else -1
+        try:
+            if starting_after < -1:
+                raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+            events = self._core.background.events(request.response_id, starting_after, tenant)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+        encoder = ProtoEncoder()
+        async for data in events:
+            yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
 def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
