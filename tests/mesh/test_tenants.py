@@ -164,6 +164,29 @@ async def test_cross_tenant_table(keyed_server: RunningServer, stub: Any) -> Non
             results[("previous_response_id", "websocket", kind)] = (
                 event["type"] == "error" and event["error"]["code"] == "previous_response_not_found"
             )
+            # Compaction and token counts read the stored chain too.
+            compact = {"model": "sim-model", "input": [], "previous_response_id": rid}
+            reply = await b.post("/v1/responses/compact", json=compact)
+            results[("compact", "http", kind)] = (
+                reply.status_code == 400
+                and reply.json()["error"]["code"] == "previous_response_not_found"
+            )
+            results[("compact", "grpc", kind)] = await grpc_not_found(
+                stub.CompactResponse(
+                    pb.CompactResponseRequest(model="sim-model", previous_response_id=rid),
+                    metadata=B,
+                )
+            )
+            reply = await b.post("/v1/responses/input_tokens", json=body)
+            results[("input_tokens", "http", kind)] = (
+                reply.status_code == 400
+                and reply.json()["error"]["code"] == "previous_response_not_found"
+            )
+            results[("input_tokens", "grpc", kind)] = await grpc_not_found(
+                stub.CountInputTokens(
+                    pb.CountInputTokensRequest(params=params_to_pb(body)), metadata=B
+                )
+            )
         # In flight: B can neither see nor cancel A's running response.
         call = stub.Connect(metadata=A)
         decoder = EventDecoder()
@@ -184,9 +207,26 @@ async def test_cross_tenant_table(keyed_server: RunningServer, stub: Any) -> Non
         assert (await a.get(f"/v1/responses/{rid}")).status_code == 200  # A sees it
         call.cancel()
 
+        # A background response: B can neither read its events again nor see it.
+        queued = await a.post(
+            "/v1/responses", json={"model": "sim-model", "input": "bg", "background": True}
+        )
+        assert queued.status_code == 200, queued.text
+        bg = queued.json()["id"]
+        results[("stream_again", "http", "background")] = (
+            await b.get(f"/v1/responses/{bg}", params={"stream": "true"})
+        ).status_code == 400  # "not a background response" for B, like any other id
+        results[("stream_again", "grpc", "background")] = await grpc_not_found(
+            _drain(stub.StreamResponse(pb.StreamResponseRequest(response_id=bg), metadata=B))
+        )
+        results[("get", "http", "background")] = (
+            await b.get(f"/v1/responses/{bg}")
+        ).status_code == 404
+        assert (await a.get(f"/v1/responses/{bg}", params={"stream": "true"})).status_code == 200
+
         failed = sorted(key for key, ok in results.items() if not ok)
         assert not failed, f"not isolated: {failed}"
-        assert len(results) == 2 * 12 + 3
+        assert len(results) == 2 * 16 + 3 + 3
         # A still owns everything B tried to delete.
         assert (await a.get(f"/v1/responses/{stored['id']}")).status_code == 200
 
