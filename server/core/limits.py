@@ -28,7 +28,11 @@ def limit_exceeded(
         code="rate_limit_exceeded",
         status=429,
         type="rate_limit_error",
-        metadata={"limit": limit, "limit_value": str(value)},
+        metadata={
+            "limit": limit,
+            "limit_value": str(value),
+            **({"retry_after_s": str(math.ceil(retry_after_s))} if retry_after_s else {}),
+        },
     )
 
 

@@ -103,5 +103,7 @@ def error_from_event(event: dict[str, Any]) -> ApiError:
         param=body.get("param"),
         status=int(event.get("status") or 400),
         type=str(body.get("type") or "invalid_request_error"),
-        metadata={k: str(body[k]) for k in ("limit", "limit_value") if body.get(k)},
+        metadata={
+            k: str(body[k]) for k in ("limit", "limit_value", "retry_after_s") if body.get(k)
+        },
     )

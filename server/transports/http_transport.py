@@ -121,10 +121,15 @@ def _error_response(error: ApiError, headers: Mapping[str, str] | None = None) -
 def _event_error_response(
     event: Mapping[str, Any], headers: Mapping[str, str] | None = None
 ) -> Response:
-    """An ``error`` event from the core as an HTTP error response."""
+    """An ``error`` event from the core as an HTTP error response (a rate limit adds
+    ``retry-after``, which the openai SDKs wait for before retrying)."""
     status = event.get("status")
+    error = event.get("error") or {}
+    retry_after = error.get("retry_after_s")
+    if retry_after:
+        headers = {**(headers or {}), "retry-after": str(retry_after)}
     return _json(
-        error_body(event.get("error") or {}),
+        error_body(error),
         status if isinstance(status, int) and status >= 400 else 400,
         headers,
     )

@@ -167,6 +167,7 @@ async def test_request_and_token_rates_per_tenant(
         assert "requests_per_minute" in limited.json()["error"]["message"]
         assert limited.headers["x-ratelimit-remaining-requests"] == "0"
         assert float(limited.headers["x-ratelimit-reset-requests"].rstrip("s")) > 0
+        assert int(limited.headers["retry-after"]) >= 1
         # gRPC, same tenant: RESOURCE_EXHAUSTED naming the limit; tenant B unaffected.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel:
             stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -175,7 +176,9 @@ async def test_request_and_token_rates_per_tenant(
                 async for _ in stub.CreateResponse(request, metadata=bearer("key-a")):
                     pass
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert error_info(caught.value).metadata["limit"] == "requests_per_minute"
+            info = error_info(caught.value)
+            assert info.metadata["limit"] == "requests_per_minute"
+            assert int(info.metadata["retry_after_s"]) >= 1
         assert (await http.post("/v1/responses", json=body, headers=HB)).status_code == 200
 
     tokens = keyed_config(tmp_path / "t")
