@@ -82,6 +82,11 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--tls-client-ca", default=None, help="PEM CA bundle: require client certificates (mTLS)"
     )
+    p.add_argument(
+        "--otel-tracing",
+        action="store_true",
+        help="OpenTelemetry server spans on every transport (needs the 'otel' extra)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -142,6 +147,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.drain_notice_s = args.drain_notice_s
     if args.api_keys_file is not None:
         config.auth.api_keys_file = args.api_keys_file
+    if args.otel_tracing:
+        config.tracing = True
     if args.allow_unauthenticated_public:
         config.auth.allow_unauthenticated_public = True
     for name in ("tls_cert", "tls_key", "tls_client_ca"):

@@ -189,6 +189,8 @@ class ServerConfig:
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     # The Prometheus scrape path on the HTTP listener ("" turns it off).
     metrics_path: str = "/metrics"
+    # OpenTelemetry server spans on gRPC, HTTP and WebSocket (needs the ``otel`` extra).
+    tracing: bool = False
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
 

@@ -28,6 +28,7 @@ from bidi_responses.server.config import ServerConfig, TlsConfig
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.tracing import grpc_interceptors
 from bidi_responses.server.transports.grpc_status import abort, error_from_event
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -431,7 +432,10 @@ async def start_grpc_server(
     """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
     a free one)."""
     config = core.config
-    server = grpc.aio.server(options=server_options(config) + list(options or ()))
+    server = grpc.aio.server(
+        options=server_options(config) + list(options or ()),
+        interceptors=grpc_interceptors(config.tracing),
+    )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
         ResponsesServicer(core), server
     )

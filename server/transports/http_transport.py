@@ -42,6 +42,7 @@ from bidi_responses.server.core.metrics import CONTENT_TYPE_LATEST
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.tracing import wrap_asgi
 from bidi_responses.server.transports.http_surface import (
     background_create,
     background_stream,
@@ -619,7 +620,7 @@ async def start_http_server(
     limit = core.config.limits.max_message_bytes
     tls = core.config.tls
     config = uvicorn.Config(
-        transport.app,
+        wrap_asgi(transport.app, core.config.tracing),
         ssl_certfile=tls.cert_file if tls.enabled else None,
         ssl_keyfile=tls.key_file if tls.enabled else None,
         ssl_ca_certs=tls.client_ca_file if tls.enabled else None,
