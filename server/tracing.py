@@ -22,7 +22,7 @@ def grpc_interceptors(enabled: bool) -> list[Any]:
         from opentelemetry.instrumentation.grpc import aio_server_interceptor
     except ImportError as error:
         raise RuntimeError(_MISSING) from error
-    return [aio_server_interceptor()]
+    return [aio_server_interceptor()]  # type: ignore[no-untyped-call]
 
 
 def wrap_asgi(app: Any, enabled: bool) -> Any:
