@@ -51,10 +51,9 @@ class RunningServer:
         grace = self.core.config.grace_period_s if grace is None else grace
         core = self.core
         # Health flips first, while the listeners are still open: probes and load balancers
-        # see NOT_SERVING, and new streams and requests get UNAVAILABLE / 503.
-        core.draining = True
-        if self.grpc is not None:
-            await self.grpc.set_serving(False)
+        # see NOT_SERVING (the core's drain hooks), and new streams and requests get
+        # UNAVAILABLE / 503 ``server_shutting_down``.
+        core.begin_drain()
         notice = core.config.drain_notice_s
         if notice > 0 and grace > 0:
             await asyncio.sleep(min(notice, grace))  # a deliberate pause, not synchronisation

@@ -8,6 +8,7 @@ never raises into the transport: a bad event becomes an ``error`` event and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
+from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.runner import Lane, ResponseRun
 from bidi_responses.server.core.state import ResponseCache
 
@@ -92,29 +94,25 @@ class Session:
         await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
         await self.finish(wait_for_runs=False)
 
-    async def drain(self) -> None:
-        """Server shutdown: warn the client, let in-flight responses end, then end the stream.
-
-        New creates on it are refused (``server_shutting_down``) because the core is draining.
-        """
+    def warn_draining(self, grace_s: float) -> None:
+        """Tell the client that this server is draining: finish the turn in flight here, send
+        the next one on a new stream (through the proxy, to another replica)."""
+        event = {
+            "type": "warning",
+            "code": "server_draining",
+            "message": "This server is shutting down: responses in flight finish within "
+            f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
+        }
+        # The stream then ends UNAVAILABLE (gRPC) / 1012 (WebSocket), never OK.
         self.end_error = ApiError(
             "The server is shutting down; open a new stream to continue.",
             code="server_shutting_down",
             status=503,
             type="server_error",
         )
-        await self._out.put(
-            OutEvent(
-                "",
-                {
-                    "type": "warning",
-                    "code": "server_shutting_down",
-                    "message": "The server is shutting down: responses in flight will finish, "
-                    "then this stream ends. Open a new stream to continue.",
-                },
-            )
-        )
-        await self.finish()
+        # A client that reads nothing (a full queue) gets the stream's end as its signal.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._out.put_nowait(OutEvent("", event))
 
     async def finish(self, *, wait_for_runs: bool = True) -> None:
         """No more client events: let in-flight responses end (or stop them), then end.
@@ -133,6 +131,29 @@ class Session:
             await self._stop_runs()
         await self._out.put(None)
 
+    async def hand_off_idle(self) -> None:
+        """Leave the cached states of this stream's idle lanes in the shared tier, for the
+        replica that gets their next turn (handoff.py). A lane with a response in flight
+        leaves its state when that response ends."""
+        tier = self.core.state_tier
+        if tier is None or not self.stateful:
+            return
+        states = []
+        for lane in self._lanes.values():
+            if lane.cache is None or lane.inflight is not None:
+                continue
+            for response_id, state in lane.cache.entries():
+                if state.stored_chain:  # the store has the chain this state renders
+                    states.append((response_id, encode_state(state)))
+        if not states:
+            return
+        try:
+            await tier.save_states(states, self.core.config.store.state_ttl_s)
+        except Exception:  # the next replica re-renders from the store instead
+            self.core.log.exception("could not hand off %d conversation states", len(states))
+        else:
+            self.core.failover["states_handed_off"] += len(states)
+
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""
         if self._closed:
@@ -144,6 +165,7 @@ class Session:
         for lane in self._lanes.values():
             if lane.cache is not None:
                 lane.cache.clear()
+            await lane.affinity.aclose()
         self.core.metrics.open_lanes.dec(len(self._lanes))
         self._lanes.clear()
 

@@ -39,6 +39,9 @@ class ConversationState:
     last_response: dict[str, Any] | None = None
     stage_state: dict[str, Any] = field(default_factory=dict)
     text_chars: int = 0
+    # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
+    # format renders the conversation again.
+    format_name: str | None = None
 
     def approx_bytes(self) -> int:
         """Memory held, for the cache's byte budget: tokens plus item text plus overhead."""
@@ -113,6 +116,10 @@ class ResponseCache:
             self._bytes -= evicted
             evictions += 1
         return evictions
+
+    def entries(self) -> list[tuple[str, ConversationState]]:
+        """(response id, state) of every entry, oldest first."""
+        return [(rid, entry[0]) for rid, entry in self._entries.items()]
 
     def clear(self) -> None:
         """Drop everything (the stream ended)."""

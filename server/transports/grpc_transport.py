@@ -30,9 +30,10 @@ from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.tracing import grpc_interceptors
 from bidi_responses.server.transports.grpc_status import abort, error_from_event
+from bidi_responses.server.transports.health import add_health_service, mark_draining
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
 # How long a refused Connect call waits for the client's first message before its status.
@@ -409,21 +410,10 @@ def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
 
 @dataclass(slots=True)
 class GrpcServer:
-    """The started gRPC listener and its health service."""
+    """The started gRPC listener."""
 
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
-
-    async def set_serving(self, serving: bool) -> None:
-        """Report SERVING or NOT_SERVING for the overall server ("") and the API service."""
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
 
 
 async def start_grpc_server(
@@ -439,8 +429,9 @@ async def start_grpc_server(
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
         ResponsesServicer(core), server
     )
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_servicer = await add_health_service(server)
+    # NOT_SERVING as soon as a drain begins, while the listener is still open.
+    core.drain_hooks.append(lambda: mark_draining(health_servicer))
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
@@ -452,6 +443,4 @@ async def start_grpc_server(
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
-    running = GrpcServer(server, bound, health_servicer)
-    await running.set_serving(True)
-    return running
+    return GrpcServer(server, bound)

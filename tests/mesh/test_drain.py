@@ -65,7 +65,7 @@ async def _connect_worker(stub: Any, tally: Tally) -> None:
                 event = decoder.event(message)
                 kind = event["type"]
                 if kind == "warning":
-                    assert event["code"] == "server_shutting_down"
+                    assert event["code"] == "server_draining"
                     warned = True
                 elif kind == "response.created":
                     current = event["response"]["id"]
@@ -258,7 +258,7 @@ async def test_during_the_drain_new_work_is_refused_on_every_transport(
         assert denied.value.response.status_code == 503
         # The open stream: a warning, then UNAVAILABLE (never OK or INTERNAL).
         warning = decoder.event(await open_stream.read())
-        assert warning["type"] == "warning" and warning["code"] == "server_shutting_down"
+        assert warning["type"] == "warning" and warning["code"] == "server_draining"
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await open_stream.read()
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
