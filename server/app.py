@@ -93,10 +93,30 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     if http:
         from bidi_responses.server.transports.http_transport import start_http_server
 
-        stop_http, http_port = await start_http_server(core, config.host, config.http_port)
+        stop_http, http_port = await start_http_server(
+            core, config.host, config.http_port, reuse_port=config.workers > 1
+        )
         running.http_port = http_port
         running._stops.insert(0, stop_http)
     return running
+
+
+def listening_line(
+    config: ServerConfig, grpc_port: int, http_port: int | None, guard: str = ""
+) -> str:
+    """The one log line that says where the server listens, and how it is secured."""
+    tls = config.tls
+    scheme = "https" if tls.enabled else "http"
+    where = f"gRPC on {config.host}:{grpc_port}"
+    if http_port is not None:
+        where += f", HTTP+SSE and WebSocket on {scheme}://{config.host}:{http_port}/v1"
+    workers = f"{config.workers} workers, " if config.workers > 1 else ""
+    security = ("mTLS" if tls.client_ca_file else "TLS") if tls.enabled else "plaintext"
+    security += ", API keys" if not _open_server(config) else ", no API keys"
+    return (
+        f"bidi-responses listening: {where} "
+        f"({workers}{security}{guard}; models: {', '.join(config.models)})"
+    )
 
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -105,8 +125,7 @@ _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 def guard_public_bind(config: ServerConfig) -> tuple[ServerConfig, str]:
     """Without API keys, bind loopback only unless told otherwise; returns what to say."""
     auth = config.auth
-    open_server = not (auth.api_keys or auth.api_keys_file or os.environ.get(auth.api_keys_env))
-    if not open_server:
+    if not _open_server(config):
         return config, ""
     if config.host in _LOOPBACK or config.host.startswith("127."):
         return config, "; loopback only because no API keys are configured"
@@ -121,35 +140,31 @@ def guard_public_bind(config: ServerConfig) -> tuple[ServerConfig, str]:
     return config, "; loopback only because no API keys are configured"
 
 
+def _open_server(config: ServerConfig) -> bool:
+    """True when no API keys are configured (from any source)."""
+    auth = config.auth
+    return not (auth.api_keys or auth.api_keys_file or os.environ.get(auth.api_keys_env))
+
+
 async def serve(
     config: ServerConfig,
     *,
     http: bool = True,
     reload: Callable[[], ServerConfig] | None = None,
+    on_ready: Callable[[RunningServer], None] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT, then stop gracefully.
 
     With ``reload``, SIGHUP re-reads the configuration and applies its model routes: streams
     resolve a changed alias again on their next response (other settings need a restart).
+    ``on_ready`` replaces the "listening" log line (a worker process tells its supervisor).
     """
     config, guard = guard_public_bind(config)
     running = await start_server(config, http=http)
-    tls = config.tls
-    scheme = "https" if tls.enabled else "http"
-    where = f"gRPC on {config.host}:{running.grpc_port}"
-    if running.http_port is not None:
-        where += f", HTTP+SSE and WebSocket on {scheme}://{config.host}:{running.http_port}/v1"
-    keys = len(running.core.keys)
-    security = (("mTLS" if tls.client_ca_file else "TLS") if tls.enabled else "plaintext") + (
-        f", API keys for {keys} key(s)" if keys else ", no API keys"
-    )
-    log.info(
-        "bidi-responses listening: %s (%s%s; models: %s)",
-        where,
-        security,
-        guard,
-        ", ".join(running.core.router.aliases),
-    )
+    if on_ready is not None:
+        on_ready(running)
+    else:
+        log.info(listening_line(config, running.grpc_port, running.http_port, guard))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

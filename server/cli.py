@@ -8,10 +8,12 @@ import contextlib
 import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
 from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,6 +96,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="OpenTelemetry server spans on every transport (needs the 'otel' extra)",
     )
+    add_workers_flag(p)
     p.add_argument("--log-level", default="INFO")
 
 
@@ -171,6 +174,14 @@ def _config(args: argparse.Namespace) -> ServerConfig:
             )
     if bool(config.tls.cert_file) != bool(config.tls.key_file):
         raise ValueError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
+    if args.workers is not None:
+        config.workers = args.workers
+    if config.workers < 1:
+        raise ValueError(f"--workers must be at least 1, not {config.workers}")
+    # Without API keys: loopback only unless told otherwise (every worker builds this too).
+    from bidi_responses.server.app import guard_public_bind
+
+    config, _ = guard_public_bind(config)
     return config
 
 
@@ -182,9 +193,11 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if config.workers > 1:
+        from bidi_responses.server.workers import run_workers
+
+        return run_workers(partial(_config, args), http=not args.no_http, log_level=args.log_level)
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     from bidi_responses.server.core.store_backend import StoreUnavailable
 
     try:

@@ -11,21 +11,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 from bidi_responses.codec import (
+    EVENT_FIELD,
     ProtoDecoder,
     ProtoEncoder,
+    batch_messages,
+    field_bytes,
     item_to_dict,
     item_to_pb,
     usage_to_pb,
+    wire_bytes,
 )
-from bidi_responses.server.config import ServerConfig, TlsConfig
+from bidi_responses.server.config import ServerConfig, StreamingConfig, TlsConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.tracing import grpc_interceptors
@@ -54,6 +59,44 @@ def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
         if key == "authorization":
             return value if isinstance(value, str) else value.decode()
     return None
+
+
+@dataclass(slots=True)
+class Delivery:
+    """How one Connect stream or CreateResponse call wants its events (``DeliveryOptions``)."""
+
+    max_events: int = 1
+    max_bytes: int = 0
+    slim: bool = False
+
+    @classmethod
+    def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
+        """Checked options, within the server's bounds (ApiError naming the bad field)."""
+        detail = options.snapshot_detail
+        if detail not in (
+            pb.SNAPSHOT_DETAIL_UNSPECIFIED,
+            pb.SNAPSHOT_DETAIL_FULL,
+            pb.SNAPSHOT_DETAIL_SLIM,
+        ):
+            raise ApiError(
+                f"Invalid 'delivery.snapshot_detail': unknown value {detail} (expected "
+                "SNAPSHOT_DETAIL_FULL or SNAPSHOT_DETAIL_SLIM).",
+                param="delivery.snapshot_detail",
+            )
+        max_events = 1
+        if options.batch_events:
+            max_events = streaming.max_batch_events
+            if options.max_batch_events:
+                max_events = min(max_events, options.max_batch_events)
+        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+
+    def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
+        """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
+        this delivery asks for it)."""
+        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
+        if self.max_events > 1 and len(messages) > 1:
+            return batch_messages(messages, self.max_events, self.max_bytes)
+        return messages
 
 
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
@@ -108,8 +151,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request_iterator: AsyncIterator[pb.ConnectRequest],
         context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
-    ) -> AsyncIterator[pb.ConnectResponse]:
-        """The stateful stream."""
+    ) -> AsyncIterator[bytes]:
+        """The stateful stream (messages go out pre-serialized, see ``_register``)."""
         core = self._core
         peer = context.peer()
         per_connection = self._per_connection.get(peer, 0)
@@ -128,13 +171,28 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             await self._refuse_stream(request_iterator, context, error)
             raise
         self._per_connection[peer] = per_connection + 1
+        streaming = core.config.streaming
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
+        delivery = Delivery()
         label = quota if tenant is None else None
 
         async def read() -> None:
+            nonlocal delivery
             async for request in request_iterator:
                 received = time.perf_counter()
+                if request.HasField("delivery"):
+                    # Applies to everything the session emits from here on.
+                    try:
+                        delivery = Delivery.from_pb(request.delivery, streaming)
+                    except ApiError as error:
+                        await session.emit(
+                            request.stream_id, error_event(error.status, error.to_error_object())
+                        )
+                        continue
+                    encoder.slim = delivery.slim
+                    if request.WhichOneof("event") is None:
+                        continue  # options only
                 event = decoder.client_event(request)
                 if label is not None and event.get("type") == "response.create":
                     # Open server: the token's label stands in for a tenant in the ledger.
@@ -145,8 +203,10 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
         session.start_age_limit()
         try:
-            async for out in session.events():
-                yield encoder.connect_response(out.lane, out.data)
+            # Take every event that is ready; one message each, or batched if asked for.
+            async for ready in session.event_batches(streaming.max_batch_events):
+                for message in delivery.messages(encoder, ready):
+                    yield message
             if session.end_error is not None:
                 # The server ended the stream (age limit, drain): a status that says so, so
                 # clients and meshes retry elsewhere instead of reading it as success.
@@ -165,15 +225,21 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request: pb.CreateResponseRequest,
         context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
-    ) -> AsyncIterator[pb.CreateResponseResponse]:
-        """The stateless baseline: one call per turn."""
+    ) -> AsyncIterator[bytes]:
+        """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
+        core = self._core
         tenant, quota = await self._caller(context)
-        if self._core.draining:
+        if core.draining:
             await self._refuse(context, _SHUTTING_DOWN)
+        try:
+            delivery = Delivery.from_pb(request.delivery, core.config.streaming)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
         body = ProtoDecoder().params_to_dict(request.params)
         if tenant is None and quota is not None:
-            body.setdefault("user", quota)
-        encoder = ProtoEncoder()
+            body.setdefault("user", quota)  # open server: the token's label for the ledger
+        encoder = ProtoEncoder(slim=delivery.slim)
         if body.get("background") is True:
             # The response runs on its own; this call only reads its event log, so dropping
             # the call leaves it running (resume with StreamResponse).
@@ -183,18 +249,27 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                 await self._refuse(context, error)
                 raise
             if first["type"] == "error":
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", first))
                 await abort(context, error_from_event(first))
                 return
             async for data in self._core.background.events(first["response"]["id"], -1, tenant):
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
             return
         failure: ApiError | None = None
-        async for data in self._core.stateless(body, "grpc-unary", tenant, quota):
-            event = encoder.connect_response("", data)
-            yield pb.CreateResponseResponse(event=event)
-            if data["type"] == "error":
-                failure = error_from_event(data)
+        if delivery.max_events <= 1:
+            async for data in core.stateless(body, "grpc-unary", tenant, quota):
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
+                if data["type"] == "error":
+                    failure = error_from_event(data)
+        else:
+            batches = core.stateless_batches(body, "grpc-unary", delivery.max_events, tenant, quota)
+            async with contextlib.aclosing(batches):
+                async for ready in batches:
+                    for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
+                        yield field_bytes(EVENT_FIELD, message)
+                    for data in ready:
+                        if data["type"] == "error":
+                            failure = error_from_event(data)
         if failure is not None:
             # A request error ends the call with its status, never OK.
             await abort(context, failure)
@@ -368,6 +443,47 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
+# The streaming calls whose servicer methods yield serialized messages (bytes).
+_PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
+
+
+class _PreSerialized:
+    """Registers the generated service on ``server`` with a pass-through response serializer
+    for the streaming calls, so they can send bytes built by ``ProtoEncoder.event_bytes``.
+
+    The generated registration function stays the single list of RPCs (new RPCs register as
+    generated); only the handlers named in ``_PRE_SERIALIZED`` are adjusted.
+    """
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    @staticmethod
+    def _adjust(handlers: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: handler._replace(response_serializer=wire_bytes)
+            if name in _PRE_SERIALIZED
+            else handler
+            for name, handler in handlers.items()
+        }
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        adjusted = []
+        for handler in generic_handlers:
+            methods = getattr(handler, "_method_handlers", None)
+            if methods is not None:
+                # Keyed "/package.Service/Method" there; rebuilt from the short names.
+                short = {key.rsplit("/", 1)[-1]: value for key, value in methods.items()}
+                handler = grpc.method_handlers_generic_handler(
+                    handler.service_name(), self._adjust(short)
+                )
+            adjusted.append(handler)
+        self._server.add_generic_rpc_handlers(tuple(adjusted))
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._server.add_registered_method_handlers(service, self._adjust(handlers))
+
+
 def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     """Channel arguments of the listener: message limits, keepalive, connection age."""
     limit = config.limits.max_message_bytes
@@ -375,8 +491,9 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", limit),
         ("grpc.max_send_message_length", limit),
-        # One listener per process; `serve --workers N` turns this on (SO_REUSEPORT).
-        ("grpc.so_reuseport", 0),
+        # Off for one process, so a port already in use is an error at start-up; on when
+        # worker processes share the port (the kernel spreads connections).
+        ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
         # Calls that arrived but that the server has not picked up yet. Past the soft limit
         # gRPC cancels the oldest (clients saw CANCELLED or INTERNAL in a burst of opens);
         # past the hard limit it refuses new ones with RESOURCE_EXHAUSTED.
@@ -427,7 +544,7 @@ async def start_grpc_server(
         interceptors=grpc_interceptors(config.tracing),
     )
     pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        ResponsesServicer(core), server
+        ResponsesServicer(core), _PreSerialized(server)
     )
     health_servicer = await add_health_service(server)
     # NOT_SERVING as soon as a drain begins, while the listener is still open.
