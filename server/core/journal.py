@@ -100,6 +100,7 @@ class Journal:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
         self.appended = 0
         self.syncs = 0
+        self._closed = False
 
     # -- thread plumbing -------------------------------------------------------------------
 
@@ -256,7 +257,12 @@ class Journal:
         return files, records
 
     async def close(self) -> None:
-        """Stop appending; delete segments whose records are all in SQLite, keep the others."""
+        """Stop appending; delete segments whose records are all in SQLite, keep the others.
+
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         if self._flusher is not None:
             with contextlib.suppress(BaseException):
                 await self._flusher

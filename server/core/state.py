@@ -176,22 +176,27 @@ class ResponseCache:
         """Forget an entry (evicted)."""
         self.take(response_id)
 
-    def put(self, response_id: str, state: ConversationState) -> None:
-        """Keep ``state`` under ``response_id``, evicting the oldest entries over budget."""
+    def put(self, response_id: str, state: ConversationState) -> int:
+        """Keep ``state`` under ``response_id``, evicting the oldest entries over this lane's
+        budget; returns how many were evicted (a state too large to keep counts as one).
+        Entries evicted by the global budget are counted there."""
         if self._max_entries <= 0:
-            return
+            return 0
         self.take(response_id)
         size = state.approx_bytes()
         if size > self._max_bytes or (self._budget is not None and size > self._budget.max_bytes):
-            return
+            return 1
+        evictions = 0
         while self._entries and (
             len(self._entries) >= self._max_entries or self._bytes + size > self._max_bytes
         ):
             self.take(next(iter(self._entries)))
+            evictions += 1
         self._entries[response_id] = (state, size)
         self._bytes += size
         if self._budget is not None:
             self._budget.charge(self, response_id, size)
+        return evictions
 
     def entries(self) -> list[tuple[str, ConversationState]]:
         """(response id, state) of every entry, oldest first."""

@@ -34,7 +34,10 @@ CREATE TABLE IF NOT EXISTS responses (
     -- 1 when input_json holds the whole conversation before this response (its predecessor
     -- was not stored), 0 when it holds only the new input after previous_response_id.
     self_contained INTEGER NOT NULL,
-    instructions TEXT
+    instructions TEXT,
+    -- The authenticated owner; NULL on an open server. Reads pass the caller's tenant and see
+    -- only rows with that exact owner.
+    tenant TEXT
 );
 -- Ids of deleted responses, so that replaying a journal never brings one back.
 CREATE TABLE IF NOT EXISTS deleted_responses (id TEXT PRIMARY KEY);
@@ -76,6 +79,12 @@ class StoredResponse:
     input_items: list[dict[str, Any]]
     previous_response_id: str | None
     self_contained: bool
+    # The owner (None on an open server): another tenant reads it as not found.
+    tenant: str | None = None
+
+    def visible_to(self, tenant: str | None) -> bool:
+        """True if ``tenant`` owns this response."""
+        return self.tenant == tenant
 
 
 @dataclass(slots=True)
@@ -129,7 +138,12 @@ class Store:
         return conn
 
     def _init(self) -> None:
-        self._conn().executescript(_SCHEMA)
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+        if "tenant" not in columns:  # a database from before tenants
+            with conn:
+                conn.execute("ALTER TABLE responses ADD COLUMN tenant TEXT")
 
     def _run_sync(self, fn: Callable[[], T]) -> T:
         return self._executor.submit(fn).result()
@@ -172,7 +186,7 @@ class Store:
                 del self._pending[response_id]
             if response_id in self._deleted_pending:
                 self._deleted_pending.discard(response_id)
-                await self.delete(response_id)
+                await self._delete(response_id)
 
     def _write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
         conn = self._conn()
@@ -181,7 +195,9 @@ class Store:
                 if record is not None:
                     resp = record.response
                     conn.execute(
-                        "INSERT OR IGNORE INTO responses SELECT ?, ?, ?, ?, ?, ?, ? "
+                        "INSERT OR IGNORE INTO responses (id, previous_response_id, created_at, "
+                        "response_json, input_json, self_contained, instructions, tenant) "
+                        "SELECT ?, ?, ?, ?, ?, ?, ?, ? "
                         "WHERE NOT EXISTS (SELECT 1 FROM deleted_responses WHERE id = ?)",
                         (
                             resp["id"],
@@ -191,6 +207,7 @@ class Store:
                             orjson.dumps(record.input_items),
                             int(record.self_contained),
                             resp.get("instructions"),
+                            record.tenant,
                             resp["id"],
                         ),
                     )
@@ -220,8 +237,12 @@ class Store:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        """A stored response, or None."""
+    async def get(self, response_id: str, tenant: str | None = None) -> StoredResponse | None:
+        """A stored response owned by ``tenant``, or None (absent or another tenant's)."""
+        record = await self._get(response_id)
+        return record if record is not None and record.visible_to(tenant) else None
+
+    async def _get(self, response_id: str) -> StoredResponse | None:
         if response_id in self._deleted_pending:
             return None
         pending = self._pending.get(response_id)
@@ -232,29 +253,31 @@ class Store:
             row = (
                 self._conn()
                 .execute(
-                    "SELECT response_json, input_json, previous_response_id, self_contained "
-                    "FROM responses WHERE id = ?",
+                    "SELECT response_json, input_json, previous_response_id, self_contained, "
+                    "tenant FROM responses WHERE id = ?",
                     (response_id,),
                 )
                 .fetchone()
             )
             if row is None:
                 return None
-            return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
+            return StoredResponse(
+                orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]), row[4]
+            )
 
         return await self._run(work)
 
     async def chain(
-        self, response_id: str, max_links: int = 100_000
+        self, response_id: str, tenant: str | None = None, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
         """The stored responses from the conversation's start to ``response_id``, oldest first.
 
-        None if ``response_id`` or a link of its chain is missing.
+        None if ``response_id`` or a link of its chain is missing or not ``tenant``'s.
         """
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
-            record = await self.get(current)
+            record = await self.get(current, tenant)
             if record is None:
                 return None
             links.append(record)
@@ -264,8 +287,13 @@ class Store:
         links.reverse()
         return links
 
-    async def delete(self, response_id: str) -> bool:
-        """Delete a stored response; False if there was none."""
+    async def delete(self, response_id: str, tenant: str | None = None) -> bool:
+        """Delete a stored response of ``tenant``; False if there was none."""
+        if await self.get(response_id, tenant) is None:
+            return False
+        return await self._delete(response_id)
+
+    async def _delete(self, response_id: str) -> bool:
         if response_id in self._pending:
             # The write is still queued: hide it now and delete once it lands. The tombstone
             # keeps a journal replay after a crash from writing it back.

@@ -52,19 +52,23 @@ class ResponseStore(Protocol):
         """Several ``write``s, durable when it returns (one transaction where possible)."""
         ...
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        """A stored response, or None."""
+    # Tenancy: every record has an owner (``StoredResponse.tenant``, None on an open server).
+    # Reads and deletes take the caller's tenant and treat another tenant's record exactly
+    # like a missing one.
+
+    async def get(self, response_id: str, tenant: str | None = None) -> StoredResponse | None:
+        """A stored response owned by ``tenant``, or None."""
         ...
 
     async def chain(
-        self, response_id: str, max_links: int = 100_000
+        self, response_id: str, tenant: str | None = None, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
-        """The stored responses from the conversation's start to ``response_id``, oldest
-        first; None if a link is missing."""
+        """The stored responses of ``tenant`` from the conversation's start to
+        ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
         ...
 
-    async def delete(self, response_id: str) -> bool:
-        """Delete a stored response; False if there was none."""
+    async def delete(self, response_id: str, tenant: str | None = None) -> bool:
+        """Delete a stored response of ``tenant``; False if there was none."""
         ...
 
     async def ledger_rows(self) -> list[LedgerRow]:
