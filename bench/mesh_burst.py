@@ -55,7 +55,7 @@ async def burst(
         calls: list[Any] = []
 
         async def one(index: int) -> None:
-            stub = pb_grpc.ResponsesServiceStub(channels[index % connections])  # type: ignore[no-untyped-call]
+            stub = pb_grpc.ResponsesServiceStub(channels[index % connections])
             call = stub.Connect()
             calls.append(call)
             outcome = "ended_without_event"

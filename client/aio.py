@@ -292,7 +292,7 @@ class AsyncResponsesClient:
         """
         self._delivery = delivery_options(batch_events=batch_events, snapshots=snapshots)
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        self._stub = pb_grpc.ResponsesServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = pb_grpc.ResponsesServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
 
     async def __aenter__(self) -> AsyncResponsesClient:

@@ -14,6 +14,7 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.sim import SimConfig
+from openai.types.responses import FunctionToolParam
 
 # A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
 # use the headline operating point instead.
@@ -26,7 +27,8 @@ FAST_SIM = SimConfig(
     answer_tokens=30,
 )
 
-SHELL_TOOL: dict[str, Any] = {
+# Typed for the openai SDK's parameters; the plain-dict form below is for raw JSON.
+SHELL_TOOL_PARAM: FunctionToolParam = {
     "type": "function",
     "name": "exec_command",
     "description": "Run a shell command and return its output.",
@@ -42,6 +44,7 @@ SHELL_TOOL: dict[str, Any] = {
     },
     "strict": False,
 }
+SHELL_TOOL: dict[str, Any] = dict(SHELL_TOOL_PARAM)
 
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:

@@ -1,12 +1,22 @@
-"""Generate Python modules (messages, type stubs, gRPC stubs) from protos/.
+"""Generate Python modules (messages, gRPC stubs) and their typed stubs from protos/.
 
 Usage: python tools/gen_protos.py
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
+
+
+def _plugin(name: str) -> str:
+    """The protoc plugin ``name`` from this interpreter's environment (mypy-protobuf's)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: install mypy-protobuf (a build and test dependency)")
+    return found
 
 
 def generate(root: Path) -> None:
@@ -22,8 +32,12 @@ def generate(root: Path) -> None:
         f"-I{proto_root}",
         f"-I{include}",
         f"--python_out={proto_root}",
-        f"--pyi_out={proto_root}",
         f"--grpc_python_out={proto_root}",
+        # Typed stubs for the messages and the service (mypy-protobuf), for mypy and editors.
+        f"--plugin=protoc-gen-mypy={_plugin('protoc-gen-mypy')}",
+        f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
+        f"--mypy_out={proto_root}",
+        f"--mypy_grpc_out={proto_root}",
         *protos,
     ]
     if protoc.main(args) != 0:

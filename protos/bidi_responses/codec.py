@@ -12,7 +12,7 @@ repeats every turn, so decoder and encoder each keep a small memo of the last to
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal, get_args
 
 from google.protobuf import json_format, struct_pb2
 
@@ -197,7 +197,7 @@ def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
 
 
 # The optional scalar fields of ResponseCreateParams: present in JSON iff set in protobuf.
-OPTIONAL_PARAMS = (
+OptionalParam = Literal[
     "instructions",
     "previous_response_id",
     "store",
@@ -214,7 +214,8 @@ OPTIONAL_PARAMS = (
     "max_tool_calls",
     "background",
     "idempotency_key",
-)
+]
+OPTIONAL_PARAMS: tuple[OptionalParam, ...] = get_args(OptionalParam)
 
 
 class ProtoDecoder:

@@ -11,10 +11,11 @@ import openai
 import pytest
 from bidi_responses.cluster.postgres import PostgresUnavailable, find_bin_dir
 from bidi_responses.cluster.replicas import Cluster
+from openai.types.responses import FunctionToolParam
 
 pytestmark = pytest.mark.timeout(90)
 
-TOOL = {
+TOOL: FunctionToolParam = {
     "type": "function",
     "name": "exec_command",
     "description": "Run a command.",
@@ -55,8 +56,9 @@ async def test_sse_and_websocket_through_envoy(cluster: Cluster) -> None:
                 )
                 events = [event async for event in stream]
                 assert events[0].type == "response.created"
-                assert events[-1].type == "response.completed"
-                previous = events[-1].response
+                last = events[-1]
+                assert last.type == "response.completed"
+                previous = last.response
                 assert previous.previous_response_id is not None
             fetched = await sdk.responses.retrieve(previous.id)
             assert fetched.status == "completed"

@@ -127,10 +127,10 @@ async def test_40_never_reading_clients_are_cut_off_and_memory_stays_bounded(
             await client.create(model="sim-model", input="warm up", store=False)
             baseline, _ = rss_bytes(process.pid)
             per_wave: list[dict[str, Any]] = []
-            for wave in range(1, waves + 1):
+            for number in range(1, waves + 1):
                 per_wave.append(
                     await _never_reading_wave(
-                        client, process.pid, port, http_port, 40 * wave, lanes
+                        client, process.pid, port, http_port, 40 * number, lanes
                     )
                 )
             stats = await client.stats()
@@ -173,7 +173,8 @@ async def _never_reading_wave(
 
     sampler = asyncio.ensure_future(sample())
     started = time.perf_counter()
-    sent = max(await asyncio.gather(*(stalled(c) for c in [*grpc_clients, *ws_clients])))
+    stalled_clients: list[StalledGrpc | StalledWebSocket] = [*grpc_clients, *ws_clients]
+    sent = max(await asyncio.gather(*(stalled(c) for c in stalled_clients)))
     # Read nothing until the server has cut every client off (the fault itself).
     while True:
         if (await client.stats())["write_timeouts_total"] >= cut_total:

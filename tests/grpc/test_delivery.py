@@ -30,7 +30,7 @@ _BODY: dict[str, Any] = {
 
 
 async def _one_turn(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
     delivery: pb.DeliveryOptions | None,
     body: dict[str, Any] = _BODY,
 ) -> list[pb.ConnectResponse]:
@@ -54,18 +54,25 @@ async def _one_turn(
     return messages
 
 
+def _payload(event: pb.ConnectResponse) -> Any:
+    """The message inside the event's oneof (each has a sequence number; snapshots a response)."""
+    which = event.WhichOneof("event")
+    assert which is not None
+    return getattr(event, which)
+
+
 def _flat(messages: list[pb.ConnectResponse]) -> list[pb.ConnectResponse]:
     return [event for message in messages for event in unbatch(message)]
 
 
 @pytest.fixture
-async def stub(server: RunningServer) -> AsyncIterator[pb_grpc.ResponsesServiceStub]:
+async def stub(server: RunningServer) -> AsyncIterator[pb_grpc.ResponsesServiceAsyncStub]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        yield pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        yield pb_grpc.ResponsesServiceStub(channel)
 
 
 async def test_a_client_that_sets_no_options_gets_one_event_per_message(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
 ) -> None:
     async with asyncio.timeout(20):
         messages = await _one_turn(stub, None)
@@ -77,7 +84,7 @@ async def test_a_client_that_sets_no_options_gets_one_event_per_message(
 
 
 async def test_batches_carry_ready_events_in_order(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
 ) -> None:
     async with asyncio.timeout(20):
         single = _flat(await _one_turn(stub, None))
@@ -106,7 +113,7 @@ def _same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 async def test_max_batch_events_bounds_each_message(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
 ) -> None:
     async with asyncio.timeout(20):
         messages = await _one_turn(stub, pb.DeliveryOptions(batch_events=True, max_batch_events=2))
@@ -123,20 +130,20 @@ async def test_server_byte_bound_splits_batches(
         asyncio.timeout(20),
         grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel,
     ):
-        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = pb_grpc.ResponsesServiceStub(channel)
         messages = await _one_turn(stub, pb.DeliveryOptions(batch_events=True))
     assert all(m.WhichOneof("event") != "batch" for m in messages)
 
 
 async def test_slim_snapshots_leave_out_instructions_and_tools_only(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
 ) -> None:
     options = pb.DeliveryOptions(batch_events=True, snapshot_detail=pb.SNAPSHOT_DETAIL_SLIM)
     async with asyncio.timeout(20):
         slim = _flat(await _one_turn(stub, options))
         full = _flat(await _one_turn(stub, None))
     snapshots = [
-        getattr(e, e.WhichOneof("event")).response
+        _payload(e).response
         for e in slim
         if e.WhichOneof("event")
         in ("response_created", "response_in_progress", "response_completed")
@@ -154,7 +161,7 @@ async def test_slim_snapshots_leave_out_instructions_and_tools_only(
 
 
 async def test_a_bad_snapshot_detail_is_an_error_naming_the_field(
-    stub: pb_grpc.ResponsesServiceStub,
+    stub: pb_grpc.ResponsesServiceAsyncStub,
 ) -> None:
     async with asyncio.timeout(20):
         messages = await _one_turn(stub, pb.DeliveryOptions(snapshot_detail=7))  # type: ignore[arg-type]
@@ -172,7 +179,7 @@ async def test_a_bad_snapshot_detail_is_an_error_naming_the_field(
     assert "delivery.snapshot_detail" in (raised.value.details() or "")
 
 
-async def test_create_response_batches_too(stub: pb_grpc.ResponsesServiceStub) -> None:
+async def test_create_response_batches_too(stub: pb_grpc.ResponsesServiceAsyncStub) -> None:
     async with asyncio.timeout(20):
         call = stub.CreateResponse(
             pb.CreateResponseRequest(
@@ -184,7 +191,7 @@ async def test_create_response_batches_too(stub: pb_grpc.ResponsesServiceStub) -
     assert any(m.WhichOneof("event") == "batch" for m in messages)
     assert events[0].WhichOneof("event") == "response_created"
     assert events[-1].WhichOneof("event") == "response_completed"
-    numbers = [getattr(e, e.WhichOneof("event")).sequence_number for e in events]
+    numbers = [_payload(e).sequence_number for e in events]
     assert numbers == list(range(len(events)))
 
 

@@ -78,7 +78,7 @@ async def test_compact_errors_map_to_status_codes(server: RunningServer) -> None
         asyncio.timeout(20),
         grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
     ):
-        stub: Any = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub: Any = pb_grpc.ResponsesServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.CompactResponse(pb.CompactResponseRequest(model=""))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -147,7 +147,7 @@ async def test_background_on_the_unary_call_survives_a_dropped_call(
         AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
         grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
     ):
-        stub: Any = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub: Any = pb_grpc.ResponsesServiceStub(channel)
         params = pb.ResponseCreateParams(model="sim-model", background=True)
         params.input.append(
             pb.Item(

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import SHELL_TOOL
+from tests.conftest import SHELL_TOOL_PARAM
 
 
 async def test_create_retrieve_delete(sdk: openai.AsyncOpenAI) -> None:
@@ -45,8 +45,8 @@ async def test_strict_stream_helper_accepts_the_event_order(sdk: openai.AsyncOpe
     # output_index, no response.completed), so it checks the whole event sequence.
     async with asyncio.timeout(20):
         async with sdk.responses.stream(
-            model="sim-model", input="list files", tools=[SHELL_TOOL]
-        ) as stream:  # type: ignore[list-item]
+            model="sim-model", input="list files", tools=[SHELL_TOOL_PARAM]
+        ) as stream:
             async for _ in stream:
                 pass
             final = await stream.get_final_response()
@@ -56,7 +56,7 @@ async def test_strict_stream_helper_accepts_the_event_order(sdk: openai.AsyncOpe
 
 async def test_tool_loop_with_previous_response_id(sdk: openai.AsyncOpenAI) -> None:
     async with asyncio.timeout(30):
-        tools: Any = [SHELL_TOOL]
+        tools = [SHELL_TOOL_PARAM]
         response = await sdk.responses.create(model="sim-model", input="fix the bug", tools=tools)
         turns = 1
         while True:

@@ -32,11 +32,14 @@ async def test_openai_sdk_over_http_and_websocket(
                         previous_response_id=previous,
                         store=False,
                     )
+                    completed = None
                     async for event in conn:
                         if event.type == "response.completed":
+                            completed = event.response
                             break
                         assert event.type != "error", event
-                    assert event.response.output_text == "Hello world."
-                    previous = event.response.id
+                    assert completed is not None
+                    assert completed.output_text == "Hello world."
+                    previous = completed.id
     finally:
         await client.close()

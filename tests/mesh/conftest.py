@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 import grpc
 import pytest
@@ -12,9 +12,12 @@ from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from tests.conftest import ServerFactory, make_config
+
+M = TypeVar("M")
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 
@@ -33,7 +36,7 @@ def bearer(key: str) -> tuple[tuple[str, str], ...]:
 
 def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
     """The ErrorInfo detail of a failed call (asserting it has one)."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     assert status is not None, "no google.rpc.Status details"
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
@@ -58,6 +61,36 @@ async def channel(keyed_server: RunningServer) -> AsyncIterator[grpc.aio.Channel
 
 
 @pytest.fixture
-def stub(channel: grpc.aio.Channel) -> Any:
+def stub(channel: grpc.aio.Channel) -> pb_grpc.ResponsesServiceAsyncStub:
     """The generated ResponsesService stub."""
-    return pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+    return pb_grpc.ResponsesServiceStub(channel)
+
+
+async def read_message(
+    call: grpc.aio.StreamStreamCall[Any, M] | grpc.aio.UnaryStreamCall[Any, M], kind: type[M]
+) -> M:
+    """The next message of a streaming call (asserting the call has not ended)."""
+    message = await call.read()
+    assert isinstance(message, kind), f"the call ended: {message!r}"
+    return message
+
+
+HealthRequest = health_pb2.HealthCheckRequest
+HealthReply = health_pb2.HealthCheckResponse
+
+
+class AsyncHealth(Protocol):
+    """The grpc.health.v1 client calls on an aio channel (the published stubs omit them)."""
+
+    def Check(
+        self, request: HealthRequest, timeout: float | None = None
+    ) -> grpc.aio.UnaryUnaryCall[HealthRequest, HealthReply]: ...
+
+    def Watch(
+        self, request: HealthRequest, timeout: float | None = None
+    ) -> grpc.aio.UnaryStreamCall[HealthRequest, HealthReply]: ...
+
+
+def health_stub(channel: grpc.aio.Channel) -> AsyncHealth:
+    """A typed grpc.health.v1 stub on ``channel``."""
+    return cast(AsyncHealth, health_pb2_grpc.HealthStub(channel))

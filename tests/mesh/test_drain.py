@@ -21,9 +21,10 @@ from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.server.core.store import read_ledger
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from tests.conftest import ServerFactory, make_config
+from tests.mesh.conftest import health_stub, read_message
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
@@ -166,8 +167,8 @@ async def test_sigterm_under_load_loses_nothing(tmp_path: Path) -> None:
             grpc_port, http_port = int(found[1]), int(found[2])
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
             probe_channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
-            stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
-            health = health_pb2_grpc.HealthStub(probe_channel)
+            stub = pb_grpc.ResponsesServiceStub(channel)
+            health = health_stub(probe_channel)
             workers = [asyncio.ensure_future(_connect_worker(stub, tally)) for _ in range(4)]
             workers += [asyncio.ensure_future(_http_worker(http_port, tally)) for _ in range(3)]
             workers += [asyncio.ensure_future(_ws_worker(http_port, tally)) for _ in range(2)]
@@ -222,18 +223,25 @@ async def test_during_the_drain_new_work_is_refused_on_every_transport(
         grpc.aio.insecure_channel(target) as channel,
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}") as http,
     ):
-        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
-        health = health_pb2_grpc.HealthStub(channel)
+        stub = pb_grpc.ResponsesServiceStub(channel)
+        health = health_stub(channel)
         watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
-        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            await read_message(watch, health_pb2.HealthCheckResponse)
+        ).status == health_pb2.HealthCheckResponse.SERVING
         open_stream = stub.Connect()
         decoder = EventDecoder()
         await open_stream.write(pb.ConnectRequest(response_create=params_to_pb(
             {"model": "sim-model", "input": "hi"})))  # fmt: skip
-        while decoder.event(await open_stream.read())["type"] != "response.completed":
+        while (
+            decoder.event(await read_message(open_stream, pb.ConnectResponse))["type"]
+            != "response.completed"
+        ):
             pass
         stopping = asyncio.ensure_future(running.stop())
-        assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert (
+            await read_message(watch, health_pb2.HealthCheckResponse)
+        ).status == health_pb2.HealthCheckResponse.NOT_SERVING
         assert (await http.get("/readyz")).status_code == 503
         refused = stub.Connect()
         await refused.write(pb.ConnectRequest(response_create=params_to_pb(
@@ -257,7 +265,7 @@ async def test_during_the_drain_new_work_is_refused_on_every_transport(
                 pass
         assert denied.value.response.status_code == 503
         # The open stream: a warning, then UNAVAILABLE (never OK or INTERNAL).
-        warning = decoder.event(await open_stream.read())
+        warning = decoder.event(await read_message(open_stream, pb.ConnectResponse))
         assert warning["type"] == "warning" and warning["code"] == "server_draining"
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await open_stream.read()

@@ -8,10 +8,12 @@ import grpc
 import httpx
 from bidi_responses.server.app import RunningServer
 from google.protobuf.descriptor_pool import DescriptorPool
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+
+from tests.mesh.conftest import health_stub
 
 SERVICE = "bidi_responses.v1.ResponsesService"
 
@@ -20,7 +22,7 @@ async def test_health_serves_per_service_name(
     keyed_server: RunningServer, channel: grpc.aio.Channel
 ) -> None:
     async with asyncio.timeout(10):
-        health = health_pb2_grpc.HealthStub(channel)
+        health = health_stub(channel)
         for name in ("", SERVICE):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, name

@@ -31,7 +31,7 @@ async def _idle_tool_run(port: int, ping_ms: int, idle_s: float) -> str:
         ("grpc.http2.max_pings_without_data", 0),
     ]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
-        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = pb_grpc.ResponsesServiceStub(channel)
         call = stub.Connect()
         decoder = EventDecoder()
         body: dict[str, Any] = {

@@ -19,7 +19,7 @@ from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerFactory, make_config
-from tests.mesh.conftest import bearer, error_info, keyed_config
+from tests.mesh.conftest import bearer, error_info, keyed_config, read_message
 
 HA, HB = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
 
@@ -88,7 +88,7 @@ async def test_stream_limits_per_tenant_and_per_connection(
     running = await server_factory(config, http=True)
     async with asyncio.timeout(30):
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}")
-        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = pb_grpc.ResponsesServiceStub(channel)
         decoder = EventDecoder()
 
         async def refused(key: str) -> grpc.aio.AioRpcError:
@@ -105,7 +105,10 @@ async def test_stream_limits_per_tenant_and_per_connection(
             call = stub.Connect(metadata=bearer(key))
             await call.write(pb.ConnectRequest(response_create=params_to_pb(
                 {"model": "sim-model", "input": "hi"})))  # fmt: skip
-            while decoder.event(await call.read())["type"] != "response.completed":
+            while (
+                decoder.event(await read_message(call, pb.ConnectResponse))["type"]
+                != "response.completed"
+            ):
                 pass
             return call
 
@@ -129,11 +132,14 @@ async def test_stream_limits_per_tenant_and_per_connection(
         async with grpc.aio.insecure_channel(
             f"127.0.0.1:{running.grpc_port}", options=[("grpc.use_local_subchannel_pool", 1)]
         ) as other:
-            other_stub = pb_grpc.ResponsesServiceStub(other)  # type: ignore[no-untyped-call]
+            other_stub = pb_grpc.ResponsesServiceStub(other)
             call = other_stub.Connect(metadata=bearer("key-b"))
             await call.write(pb.ConnectRequest(response_create=params_to_pb(
                 {"model": "sim-model", "input": "hi"})))  # fmt: skip
-            assert decoder.event(await call.read())["type"] == "response.created"
+            assert (
+                decoder.event(await read_message(call, pb.ConnectResponse))["type"]
+                == "response.created"
+            )
             call.cancel()
         for call in held:
             call.cancel()
@@ -170,7 +176,7 @@ async def test_request_and_token_rates_per_tenant(
         assert int(limited.headers["retry-after"]) >= 1
         # gRPC, same tenant: RESOURCE_EXHAUSTED naming the limit; tenant B unaffected.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel:
-            stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = pb_grpc.ResponsesServiceStub(channel)
             request = pb.CreateResponseRequest(params=params_to_pb(body))
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 async for _ in stub.CreateResponse(request, metadata=bearer("key-a")):
@@ -212,7 +218,7 @@ async def test_a_burst_of_opens_gets_clear_statuses(
     calls: list[Any] = []
 
     async def one(index: int) -> None:
-        stub = pb_grpc.ResponsesServiceStub(channels[index % 2])  # type: ignore[no-untyped-call]
+        stub = pb_grpc.ResponsesServiceStub(channels[index % 2])
         call = stub.Connect()
         calls.append(call)
         outcome = "ended"

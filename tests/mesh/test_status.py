@@ -35,7 +35,7 @@ async def test_stateless_call_ends_with_the_fitting_status(stub: Any) -> None:
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         info = error_info(caught.value)
         assert info.reason == "missing_required_parameter" and info.metadata["param"] == "model"
-        status = rpc_status.from_call(caught.value)  # type: ignore[arg-type]
+        status = rpc_status.from_call(caught.value)
         assert status is not None
         bad_request = error_details_pb2.BadRequest()
         assert any(d.Unpack(bad_request) for d in status.details)
@@ -113,7 +113,7 @@ async def test_connect_ends_unavailable_at_the_age_limit(
     ):
         from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
-        stub = pb_grpc.ResponsesServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = pb_grpc.ResponsesServiceStub(channel)
         call = stub.Connect()
         decoder = EventDecoder()
         seen = []

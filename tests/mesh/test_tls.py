@@ -12,10 +12,11 @@ import orjson
 import pytest
 import websockets
 from bidi_responses.server.app import RunningServer
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from tests.conftest import ServerFactory, make_config
 from tests.mesh.certs import Pki, make_pki
+from tests.mesh.conftest import health_stub
 
 
 async def _tls_server(
@@ -40,9 +41,7 @@ async def _grpc_health(port: int, credentials: grpc.ChannelCredentials | None) -
         else grpc.aio.insecure_channel(target, options=options)
     )
     async with channel:
-        reply = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(), timeout=5
-        )
+        reply = await health_stub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         return int(reply.status)
 
 

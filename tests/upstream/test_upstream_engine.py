@@ -264,11 +264,14 @@ async def test_a_local_websocket_connection_chains_upstream_too(
                     previous_response_id=previous,
                     store=False,
                 )
+                completed = None
                 async for event in conn:
                     assert event.type != "error", event
                     if event.type == "response.completed":
+                        completed = event.response
                         break
-                previous = event.response.id
+                assert completed is not None
+                previous = completed.id
             after = await _stats(upstream)
     finally:
         await client.close()

@@ -138,17 +138,19 @@ async def test_lanes_with_the_sdk_session_helper(sdk: openai.AsyncOpenAI) -> Non
 
 
 async def test_append_mode_through_the_sdk_connection(sdk: openai.AsyncOpenAI) -> None:
-    # response.append is this server's prototype shape; the SDK's send() carries any JSON.
+    # response.append is this server's prototype shape, not an SDK event: sent as raw JSON.
     async with asyncio.timeout(20), sdk.responses.connect() as conn:
-        await conn.send(
-            {
-                "type": "response.create",
-                "model": "sim-model",
-                "input": "fix it",
-                "tools": TOOLS,
-                "append_mode": True,
-            }
-        )  # type: ignore[typeddict-unknown-key]
+        await conn.send_raw(
+            orjson.dumps(
+                {
+                    "type": "response.create",
+                    "model": "sim-model",
+                    "input": "fix it",
+                    "tools": TOOLS,
+                    "append_mode": True,
+                }
+            )
+        )
         pauses = 0
         while True:
             # response.done is not an SDK event type; read these frames as plain JSON.
@@ -158,15 +160,21 @@ async def test_append_mode_through_the_sdk_connection(sdk: openai.AsyncOpenAI) -
             if event["type"] != "response.done":
                 break
             pauses += 1
-            await conn.send(
-                {  # type: ignore[misc]
-                    "type": "response.append",
-                    "response_id": event["response"]["id"],
-                    "input": [
-                        {"type": "function_call_output", "call_id": c["call_id"], "output": "ok"}
-                        for c in event["pending_calls"]
-                    ],
-                }
+            await conn.send_raw(
+                orjson.dumps(
+                    {
+                        "type": "response.append",
+                        "response_id": event["response"]["id"],
+                        "input": [
+                            {
+                                "type": "function_call_output",
+                                "call_id": c["call_id"],
+                                "output": "ok",
+                            }
+                            for c in event["pending_calls"]
+                        ],
+                    }
+                )
             )
         assert event["type"] == "response.completed"
         assert pauses == 3
