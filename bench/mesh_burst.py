@@ -17,9 +17,9 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import grpc
+from bidi_responses.client.aio import ConnectCall
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -52,7 +52,7 @@ async def burst(
             for _ in range(connections)
         ]
         outcomes: Counter[str] = Counter()
-        calls: list[Any] = []
+        calls: list[ConnectCall] = []
 
         async def one(index: int) -> None:
             stub = pb_grpc.ResponsesServiceStub(channels[index % connections])

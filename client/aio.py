@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
@@ -62,6 +62,12 @@ def _status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
     )
 
 
+# One Connect call on the typed stub (mypy-protobuf).
+ConnectCall = grpc.aio.StreamStreamCall[pb.ConnectRequest, pb.ConnectResponse]
+Request = TypeVar("Request")
+Reply = TypeVar("Reply")
+
+
 class ConnectStream:
     """One Connect stream: a connection-scoped cache on the server, several lanes on it.
 
@@ -69,7 +75,7 @@ class ConnectStream:
     agents in parallel over one stream.
     """
 
-    def __init__(self, call: Any, delivery: pb.DeliveryOptions | None = None) -> None:
+    def __init__(self, call: ConnectCall, delivery: pb.DeliveryOptions | None = None) -> None:
         self._call = call
         # Sent with the first message: how the server should deliver this stream's events.
         self._delivery = delivery
@@ -351,7 +357,9 @@ class AsyncResponsesClient:
         """Stateless create; waits for the terminal event."""
         return await _collect(self.create_events(**params))
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    async def _unary(
+        self, method: grpc.aio.UnaryUnaryMultiCallable[Request, Reply], request: Request
+    ) -> Reply:
         try:
             return await method(request, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:

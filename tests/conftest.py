@@ -6,8 +6,9 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import grpc
 import openai
 import pytest
 from bidi_responses.client import AsyncResponsesClient
@@ -45,6 +46,18 @@ SHELL_TOOL_PARAM: FunctionToolParam = {
     "strict": False,
 }
 SHELL_TOOL: dict[str, Any] = dict(SHELL_TOOL_PARAM)
+
+
+M = TypeVar("M")
+
+
+async def read_message(
+    call: grpc.aio.StreamStreamCall[Any, M] | grpc.aio.UnaryStreamCall[Any, M], kind: type[M]
+) -> M:
+    """The next message of a streaming call (asserting the call has not ended)."""
+    message = await call.read()
+    assert isinstance(message, kind), f"the call ended: {message!r}"
+    return message
 
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:

@@ -52,7 +52,7 @@ class StalledGrpc:
             f"127.0.0.1:{port}",
             options=[("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", -1)],
         )
-        self.call: Any = pb_grpc.ResponsesServiceStub(self.channel).Connect()
+        self.call = pb_grpc.ResponsesServiceStub(self.channel).Connect()
 
     async def send(self, events: list[dict[str, Any]]) -> None:
         """Send the events; stops quietly if the server has already ended the call."""

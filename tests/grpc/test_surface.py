@@ -15,7 +15,7 @@ from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
-from tests.conftest import SHELL_TOOL, background_config
+from tests.conftest import SHELL_TOOL, ServerFactory, background_config, read_message
 
 TOOLS = [SHELL_TOOL]
 
@@ -78,7 +78,7 @@ async def test_compact_errors_map_to_status_codes(server: RunningServer) -> None
         asyncio.timeout(20),
         grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
     ):
-        stub: Any = pb_grpc.ResponsesServiceStub(channel)
+        stub = pb_grpc.ResponsesServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.CompactResponse(pb.CompactResponseRequest(model=""))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -139,7 +139,7 @@ async def test_structured_output_on_a_connect_stream(client: AsyncResponsesClien
 
 
 async def test_background_on_the_unary_call_survives_a_dropped_call(
-    server_factory: Any, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     server: RunningServer = await server_factory(background_config(tmp_path))
     async with (
@@ -147,7 +147,7 @@ async def test_background_on_the_unary_call_survives_a_dropped_call(
         AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
         grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
     ):
-        stub: Any = pb_grpc.ResponsesServiceStub(channel)
+        stub = pb_grpc.ResponsesServiceStub(channel)
         params = pb.ResponseCreateParams(model="sim-model", background=True)
         params.input.append(
             pb.Item(
@@ -157,7 +157,7 @@ async def test_background_on_the_unary_call_survives_a_dropped_call(
             )
         )
         call = stub.CreateResponse(pb.CreateResponseRequest(params=params))
-        first = await call.read()
+        first = await read_message(call, pb.CreateResponseResponse)
         created = first.event.response_created
         assert created.response.status == "queued" and created.response.background
         call.cancel()  # the client goes away; the response does not

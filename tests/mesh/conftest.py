@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
 import grpc
 import pytest
@@ -16,8 +16,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from tests.conftest import ServerFactory, make_config
-
-M = TypeVar("M")
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 
@@ -64,15 +62,6 @@ async def channel(keyed_server: RunningServer) -> AsyncIterator[grpc.aio.Channel
 def stub(channel: grpc.aio.Channel) -> pb_grpc.ResponsesServiceAsyncStub:
     """The generated ResponsesService stub."""
     return pb_grpc.ResponsesServiceStub(channel)
-
-
-async def read_message(
-    call: grpc.aio.StreamStreamCall[Any, M] | grpc.aio.UnaryStreamCall[Any, M], kind: type[M]
-) -> M:
-    """The next message of a streaming call (asserting the call has not ended)."""
-    message = await call.read()
-    assert isinstance(message, kind), f"the call ended: {message!r}"
-    return message
 
 
 HealthRequest = health_pb2.HealthCheckRequest

@@ -23,8 +23,8 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2
 
-from tests.conftest import ServerFactory, make_config
-from tests.mesh.conftest import health_stub, read_message
+from tests.conftest import ServerFactory, make_config, read_message
+from tests.mesh.conftest import health_stub
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 

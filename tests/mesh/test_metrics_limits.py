@@ -18,8 +18,8 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ServerFactory, make_config
-from tests.mesh.conftest import bearer, error_info, keyed_config, read_message
+from tests.conftest import ServerFactory, make_config, read_message
+from tests.mesh.conftest import bearer, error_info, keyed_config
 
 HA, HB = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
 
