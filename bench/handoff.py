@@ -180,23 +180,23 @@ async def run(history_tokens: int, repeats: int) -> dict[str, Any]:
     }
 
 
-def _median(runs: list[dict[str, Any]], *path: str) -> float:
+def _values(runs: list[dict[str, Any]], *path: str) -> list[float]:
+    """The figure at ``path`` (nested keys) in each run."""
     values = []
     for r in runs:
         value: Any = r
         for key in path:
             value = value[key]
         values.append(float(value))
-    return statistics.median(values)
+    return values
+
+
+def _median(runs: list[dict[str, Any]], *path: str) -> float:
+    return statistics.median(_values(runs, *path))
 
 
 def _spread(runs: list[dict[str, Any]], *path: str) -> str:
-    values = []
-    for r in runs:
-        value: Any = r
-        for key in path:
-            value = value[key]
-        values.append(float(value))
+    values = _values(runs, *path)
     return f"{min(values):.2f}-{max(values):.2f}"
 
 

@@ -15,7 +15,8 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.sim import SimConfig
-from openai.types.responses import FunctionToolParam
+from openai.resources.responses.responses import AsyncResponsesConnection
+from openai.types.responses import FunctionToolParam, Response
 
 # A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
 # use the headline operating point instead.
@@ -58,6 +59,21 @@ async def read_message(
     message = await call.read()
     assert isinstance(message, kind), f"the call ended: {message!r}"
     return message
+
+
+async def websocket_turn(
+    conn: AsyncResponsesConnection, *, model: str, input: str, previous_response_id: str | None
+) -> Response:
+    """One unstored ``response.create`` on an SDK WebSocket-mode connection: its completed
+    response (asserting no error event comes first)."""
+    await conn.response.create(
+        model=model, input=input, previous_response_id=previous_response_id, store=False
+    )
+    async for event in conn:
+        assert event.type != "error", event
+        if event.type == "response.completed":
+            return event.response
+    raise AssertionError("the connection closed before response.completed")
 
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:

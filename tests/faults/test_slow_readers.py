@@ -31,62 +31,56 @@ def _ledger(running: RunningServer) -> dict[str, str]:
         return dict(conn.execute("SELECT response_id, status FROM usage_ledger").fetchall())
 
 
+# A lane that generates for a long time, while the client stops reading.
+GENERATING = {
+    "type": "response.create",
+    "stream_id": "gen",
+    "model": "sim-model",
+    "input": "write a long essay",
+    "store": False,
+}
+
+
+async def _cut_off(
+    running: RunningServer, client: StalledGrpc | StalledWebSocket
+) -> tuple[grpc.StatusCode | int, str]:
+    """Flood a client that never reads until the server cuts it off; the stream and its engine
+    work must go with it. The client's outcome (status or close code, and its text)."""
+    core = running.core
+    try:
+        await client.send([GENERATING])
+        await until(lambda: len(core.inflight) == 1)
+        await client.send(big_creates(LANES))
+        await until(lambda: core.counters.write_timeouts == 1)
+        await until(lambda: not core.inflight and core.sessions_open == 0)
+        outcome = await client.outcome()
+    finally:
+        await client.close()
+    await core.post.join()
+    assert "cancelled" in _ledger(running).values()
+    return outcome
+
+
 async def test_a_grpc_client_that_stops_reading_is_cut_off(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(60):
         running: RunningServer = await server_factory(_slow_config(tmp_path))
-        core = running.core
-        client = StalledGrpc(running.grpc_port)
-        try:
-            generating = {"type": "response.create", "stream_id": "gen", "model": "sim-model"}
-            await client.send([{**generating, "input": "write a long essay", "store": False}])
-            await until(lambda: len(core.inflight) == 1)
-            await client.send(big_creates(LANES))
-            await until(lambda: core.counters.write_timeouts == 1)
-            # The stream is gone and the engine work with it.
-            await until(lambda: not core.inflight and core.sessions_open == 0)
-            code, details = await client.outcome()
-        finally:
-            await client.close()
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "write timeout" in details
-        await core.post.join()
-        assert "cancelled" in _ledger(running).values()
+        code, details = await _cut_off(running, StalledGrpc(running.grpc_port))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "write timeout" in details
 
 
 async def test_a_websocket_client_that_stops_reading_is_closed_1008(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(60):
-        config = _slow_config(tmp_path)
-        running: RunningServer = await server_factory(config, http=True)
+        running: RunningServer = await server_factory(_slow_config(tmp_path), http=True)
         assert running.http_port is not None
-        core = running.core
         client = await StalledWebSocket.open(running.http_port)
-        try:
-            await client.send(
-                [
-                    {
-                        "type": "response.create",
-                        "stream_id": "gen",
-                        "model": "sim-model",
-                        "input": "write a long essay",
-                        "store": False,
-                    }
-                ]
-            )
-            await until(lambda: len(core.inflight) == 1)
-            await client.send(big_creates(LANES))
-            await until(lambda: core.counters.write_timeouts == 1)
-            await until(lambda: not core.inflight and core.sessions_open == 0)
-            code, reason = await client.outcome()
-        finally:
-            await client.close()
-        assert code == 1008
-        assert "write timeout" in reason
-        await core.post.join()
-        assert "cancelled" in _ledger(running).values()
+        code, reason = await _cut_off(running, client)
+    assert code == 1008
+    assert "write timeout" in reason
 
 
 async def test_an_sse_client_that_stops_reading_loses_its_connection(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import openai
 
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, websocket_turn
 from tests.llama.conftest import LlamaBackend, llama_config
 
 
@@ -26,19 +26,9 @@ async def test_openai_sdk_over_http_and_websocket(
             async with client.responses.connect() as conn:
                 previous = None
                 for turn in range(3):
-                    await conn.response.create(
-                        model="tiny",
-                        input=f"Turn {turn}.",
-                        previous_response_id=previous,
-                        store=False,
+                    completed = await websocket_turn(
+                        conn, model="tiny", input=f"Turn {turn}.", previous_response_id=previous
                     )
-                    completed = None
-                    async for event in conn:
-                        if event.type == "response.completed":
-                            completed = event.response
-                            break
-                        assert event.type != "error", event
-                    assert completed is not None
                     assert completed.output_text == "Hello world."
                     previous = completed.id
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, Response
+from bidi_responses.client import AsyncResponsesClient, ConnectStream, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.core.handoff import decode_state, encode_state
@@ -63,9 +63,17 @@ async def test_deleting_a_response_drops_its_handed_off_state(
         await store.aclose()
 
 
-def _turn_input(response: Response, chars: int = 4000) -> list[dict[str, Any]]:
+def _next_turn(response: Response, chars: int = 4000) -> dict[str, Any]:
+    """The parameters of the turn after ``response``: its call's output, ``chars`` long."""
     call = response.function_calls[0]
-    return [{"type": "function_call_output", "call_id": call["call_id"], "output": "y" * chars}]
+    return {
+        "model": "sim-model",
+        "previous_response_id": response.id,
+        "input": [
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "y" * chars}
+        ],
+        "tools": [SHELL_TOOL],
+    }
 
 
 async def _replicas(
@@ -80,15 +88,10 @@ async def _replicas(
     return servers[0], servers[1]
 
 
-async def _history(stream: Any, turns: int) -> Response:
-    response: Response = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
+async def _history(stream: ConnectStream, turns: int) -> Response:
+    response = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
     for _ in range(turns):
-        response = await stream.create(
-            model="sim-model",
-            previous_response_id=response.id,
-            input=_turn_input(response),
-            tools=[SHELL_TOOL],
-        )
+        response = await stream.create(**_next_turn(response))
     return response
 
 
@@ -107,20 +110,10 @@ async def test_a_drained_stream_continues_cached_on_another_replica(
             AsyncResponsesClient(f"127.0.0.1:{b.grpc_port}") as on_b,
             on_b.connect() as stream,
         ):
-            resumed = await stream.create(
-                model="sim-model",
-                previous_response_id=last.id,
-                input=_turn_input(last),
-                tools=[SHELL_TOOL],
-            )
+            resumed = await stream.create(**_next_turn(last))
             # A second continuation of the same id finds no state (it was taken): the store's
             # chain is re-rendered, which is what every resumed turn costs without handoff.
-            rebuilt = await stream.create(
-                model="sim-model",
-                previous_response_id=last.id,
-                input=_turn_input(last),
-                tools=[SHELL_TOOL],
-            )
+            rebuilt = await stream.create(**_next_turn(last))
         assert resumed.stats["tokens_reused"] > 6 * 500
         assert resumed.stats["items_validated"] == 1
         assert a.core.failover["states_handed_off"] == 1
@@ -141,12 +134,7 @@ async def test_a_response_in_flight_at_the_drain_hands_off_its_state(
         async with AsyncResponsesClient(f"127.0.0.1:{a.grpc_port}") as on_a:
             stream = on_a.open_stream()
             first = await _history(stream, 2)
-            events = stream.create_events(
-                model="sim-model",
-                previous_response_id=first.id,
-                input=_turn_input(first),
-                tools=[SHELL_TOOL],
-            )
+            events = stream.create_events(**_next_turn(first))
             created = await anext(events)
             assert created["type"] == "response.created"
             stopping = asyncio.ensure_future(a.stop(grace=5))
@@ -159,11 +147,6 @@ async def test_a_response_in_flight_at_the_drain_hands_off_its_state(
             on_b.connect() as stream,
         ):
             last = Response.from_dict(terminal["response"])
-            resumed = await stream.create(
-                model="sim-model",
-                previous_response_id=last.id,
-                input=_turn_input(last),
-                tools=[SHELL_TOOL],
-            )
+            resumed = await stream.create(**_next_turn(last))
         assert resumed.stats["tokens_reused"] > 2 * 500
         assert resumed.stats["items_validated"] == 1

@@ -28,7 +28,7 @@ from bidi_responses.client import AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
 
-from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory
+from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory, websocket_turn
 from tests.pipeline.server_process import free_port
 
 UPSTREAM_TOML = """
@@ -258,19 +258,9 @@ async def test_a_local_websocket_connection_chains_upstream_too(
             before = await _stats(upstream)
             previous = None
             for turn in range(3):
-                await conn.response.create(
-                    model="relay",
-                    input=f"Question {turn}.",
-                    previous_response_id=previous,
-                    store=False,
+                completed = await websocket_turn(
+                    conn, model="relay", input=f"Question {turn}.", previous_response_id=previous
                 )
-                completed = None
-                async for event in conn:
-                    assert event.type != "error", event
-                    if event.type == "response.completed":
-                        completed = event.response
-                        break
-                assert completed is not None
                 previous = completed.id
             after = await _stats(upstream)
     finally:
