@@ -149,7 +149,7 @@ async def test_append_mode_through_the_sdk_connection(sdk: openai.AsyncOpenAI) -
                     "tools": TOOLS,
                     "append_mode": True,
                 }
-            )
+            ).decode()
         )
         pauses = 0
         while True:
@@ -174,7 +174,7 @@ async def test_append_mode_through_the_sdk_connection(sdk: openai.AsyncOpenAI) -
                             for c in event["pending_calls"]
                         ],
                     }
-                )
+                ).decode()
             )
         assert event["type"] == "response.completed"
         assert pauses == 3
