@@ -14,6 +14,7 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.store import LedgerRow, Store
 from bidi_responses.server.engines.sim import SimConfig
 from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import FunctionToolParam, Response
@@ -74,6 +75,15 @@ async def websocket_turn(
         if event.type == "response.completed":
             return event.response
     raise AssertionError("the connection closed before response.completed")
+
+
+async def ledger_by_id(running: RunningServer) -> dict[str, LedgerRow]:
+    """The usage ledger of a (stopped) server's store, by response id."""
+    store = Store(Path(running.core.config.store_path))
+    try:
+        return {row.response_id: row for row in await store.ledger_rows()}
+    finally:
+        store.close()
 
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:

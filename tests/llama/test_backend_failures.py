@@ -7,9 +7,8 @@ import asyncio
 from pathlib import Path
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.store import Store
 
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, ledger_by_id
 from tests.llama.bad_backends import bad_backends, closed_port
 from tests.llama.conftest import LlamaBackend, completions_route, llama_config
 
@@ -60,11 +59,7 @@ async def test_bad_backends_fail_cleanly_and_the_stream_goes_on(
             assert ok.output_text == "Hello world."
             ids.append(ok.id)
         await running.stop(grace=0)
-    store = Store(Path(running.core.config.store_path))
-    try:
-        rows = {row.response_id: row for row in await store.ledger_rows()}
-    finally:
-        store.close()
+    rows = await ledger_by_id(running)
     assert set(ids) <= set(rows)
     assert [rows[i].status for i in ids] == ["failed"] * len(CASES) + ["completed"]
     assert rows[ids[-1]].output_tokens > 0

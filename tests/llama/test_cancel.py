@@ -12,9 +12,8 @@ from pathlib import Path
 
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.client.aio import ConnectStream
-from bidi_responses.server.core.store import Store
 
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, ledger_by_id
 from tests.llama.conftest import RAMBLE_BIAS, LlamaBackend, completions_route, llama_config
 from tests.llama.tiny_gguf import N_CTX
 
@@ -77,10 +76,6 @@ async def test_cancel_and_client_gone_abort_the_backend_request(
         async with asyncio.timeout(10):
             await _wait_backend_idle(llama_backend)
     await running.stop(grace=0)
-    store = Store(Path(running.core.config.store_path))
-    try:
-        rows = {row.response_id: row for row in await store.ledger_rows()}
-    finally:
-        store.close()
+    rows = await ledger_by_id(running)
     assert rows[cancelled].status == "cancelled"
     assert rows[gone].status == "cancelled"
