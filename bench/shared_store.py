@@ -54,19 +54,12 @@ async def turn_times(config: ServerConfig, turns: int) -> list[float]:
         ):
             response = await stream.create(model="sim-model", input="go", tools=[TOOL])
             for i in range(turns):
-                call = response.function_calls[0]
                 started = time.perf_counter()
                 response = await stream.create(
                     model="sim-model",
                     previous_response_id=response.id,
                     tools=[TOOL],
-                    input=[
-                        {
-                            "type": "function_call_output",
-                            "call_id": call["call_id"],
-                            "output": f"line {i}\n" * 200,
-                        }
-                    ],
+                    input=[response.call_output(f"line {i}\n" * 200)],
                 )
                 times.append((time.perf_counter() - started) * 1000)
     finally:

@@ -94,6 +94,12 @@ class Response:
             return self.pending_calls
         return [item for item in self.output if item.get("type") == "function_call"]
 
+    def call_output(self, output: str, index: int = 0) -> dict[str, Any]:
+        """The input item answering function call ``index`` with ``output`` (the next turn's
+        input in a tool loop)."""
+        call_id = self.function_calls[index]["call_id"]
+        return {"type": "function_call_output", "call_id": call_id, "output": output}
+
     @property
     def output_text(self) -> str:
         """All output_text of the output's messages, concatenated."""

@@ -82,18 +82,11 @@ async def _agent(
     done[0] += 1
     on_turn()
     while len(responses) < turns:
-        call = response.function_calls[0]
         response = await conversation.create(
             model="sim-model",
             previous_response_id=response.id,
             tools=[TOOL],
-            input=[
-                {
-                    "type": "function_call_output",
-                    "call_id": call["call_id"],
-                    "output": _tool_output(n, len(responses), output_chars),
-                }
-            ],
+            input=[response.call_output(_tool_output(n, len(responses), output_chars))],
         )
         responses.append(response)
         done[0] += 1

@@ -49,20 +49,13 @@ async def _agent(port: int, n: int, seen: Seen, stop: asyncio.Event) -> None:
                 assert response.status == "completed", response
                 seen.completed[response.id] = store
                 seen.last[n] = response.id
-                call = response.function_calls[0]
                 turn += 1
                 response = await stream.create(
                     model="sim-model",
                     previous_response_id=response.id,
                     tools=[SHELL_TOOL],
                     store=store,
-                    input=[
-                        {
-                            "type": "function_call_output",
-                            "call_id": call["call_id"],
-                            "output": tool_output(60, seed=n * 1000 + turn),
-                        }
-                    ],
+                    input=[response.call_output(tool_output(60, seed=n * 1000 + turn))],
                 )
         except (ResponsesError, grpc.aio.AioRpcError):
             return  # the server died under us
@@ -90,14 +83,11 @@ async def _check(port: int, db: Path, seen: Seen, stored_agents: list[int]) -> N
         async with client.connect() as stream:
             for n in stored_agents:
                 last = await client.get(seen.last[n])
-                call = last.function_calls[0]
                 nxt = await stream.create(
                     model="sim-model",
                     previous_response_id=last.id,
                     tools=[SHELL_TOOL],
-                    input=[
-                        {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
-                    ],
+                    input=[last.call_output("ok")],
                     stream_id=f"check-{n}",
                 )
                 assert nxt.status == "completed"

@@ -256,13 +256,7 @@ async def test_lanes_run_in_parallel_and_echo_their_stream_id(client: AsyncRespo
             previous_response_id=results[2].id,
             store=False,
             tools=[SHELL_TOOL],
-            input=[
-                {
-                    "type": "function_call_output",
-                    "call_id": results[2].function_calls[0]["call_id"],
-                    "output": "ok",
-                }
-            ],
+            input=[results[2].call_output("ok")],
         )
         assert follow.usage is not None and follow.usage.cached_tokens > 0
 
@@ -299,13 +293,7 @@ async def test_store_lets_another_stream_and_a_restarted_server_continue(
                     model="sim-model",
                     previous_response_id=first.id,
                     tools=[SHELL_TOOL],
-                    input=[
-                        {
-                            "type": "function_call_output",
-                            "call_id": first.function_calls[0]["call_id"],
-                            "output": "42",
-                        }
-                    ],
+                    input=[first.call_output("42")],
                 )
             async with client.connect() as other:
                 third = await other.create(

@@ -14,18 +14,11 @@ async def test_tool_loop_over_connect(client: AsyncResponsesClient) -> None:
         first = await stream.create(model="sim-model", input="list the files", tools=[SHELL_TOOL])
         assert first.status == "completed"
         assert len(first.function_calls) == 1
-        call = first.function_calls[0]
         second = await stream.create(
             model="sim-model",
             previous_response_id=first.id,
             tools=[SHELL_TOOL],
-            input=[
-                {
-                    "type": "function_call_output",
-                    "call_id": call["call_id"],
-                    "output": "a.txt\nb.txt",
-                }
-            ],
+            input=[first.call_output("a.txt\nb.txt")],
         )
         assert second.status == "completed"
         assert second.usage is not None and second.usage.cached_tokens > 0

@@ -63,14 +63,11 @@ async def test_next_turn_starts_before_the_previous_write_lands(
             first = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
             # The terminal event arrived; its job is queued, its write not done.
             assert post.written == 0
-            call = first.function_calls[0]
             events = stream.create_events(
                 model="sim-model",
                 previous_response_id=first.id,
                 tools=[SHELL_TOOL],
-                input=[
-                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
-                ],
+                input=[first.call_output("ok")],
             )
             kinds = []
             async for event in events:
@@ -99,14 +96,11 @@ async def test_a_stateless_continuation_reads_a_write_still_queued(
         gate, _ = _gate_writes(running)
         async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
             first = await client.create(model="sim-model", input="go", tools=[SHELL_TOOL])
-            call = first.function_calls[0]
             second = await client.create(
                 model="sim-model",
                 previous_response_id=first.id,
                 tools=[SHELL_TOOL],
-                input=[
-                    {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
-                ],
+                input=[first.call_output("ok")],
             )
             assert running.core.post.written == 0
             gate.set()

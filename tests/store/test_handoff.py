@@ -65,13 +65,10 @@ async def test_deleting_a_response_drops_its_handed_off_state(
 
 def _next_turn(response: Response, chars: int = 4000) -> dict[str, Any]:
     """The parameters of the turn after ``response``: its call's output, ``chars`` long."""
-    call = response.function_calls[0]
     return {
         "model": "sim-model",
         "previous_response_id": response.id,
-        "input": [
-            {"type": "function_call_output", "call_id": call["call_id"], "output": "y" * chars}
-        ],
+        "input": [response.call_output("y" * chars)],
         "tools": [SHELL_TOOL],
     }
 
