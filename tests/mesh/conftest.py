@@ -8,14 +8,17 @@ from typing import Any, Protocol, cast
 
 import grpc
 import pytest
+from bidi_responses.client.aio import ConnectCall
+from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
+from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from tests.conftest import ServerFactory, make_config
+from tests.conftest import ServerFactory, make_config, read_message
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 
@@ -62,6 +65,22 @@ async def channel(keyed_server: RunningServer) -> AsyncIterator[grpc.aio.Channel
 def stub(channel: grpc.aio.Channel) -> pb_grpc.ResponsesServiceAsyncStub:
     """The generated ResponsesService stub."""
     return pb_grpc.ResponsesServiceStub(channel)
+
+
+async def after_one_turn(
+    stub: pb_grpc.ResponsesServiceAsyncStub,
+    decoder: EventDecoder,
+    metadata: tuple[tuple[str, str], ...] | None = None,
+) -> ConnectCall:
+    """A Connect call that has completed one turn, still open."""
+    call = stub.Connect(metadata=metadata)
+    create = params_to_pb({"model": "sim-model", "input": "hi"})
+    await call.write(pb.ConnectRequest(response_create=create))
+    while decoder.event(await read_message(call, pb.ConnectResponse))["type"] != (
+        "response.completed"
+    ):
+        pass
+    return call
 
 
 HealthRequest = health_pb2.HealthCheckRequest

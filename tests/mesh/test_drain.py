@@ -24,7 +24,7 @@ from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2
 
 from tests.conftest import ServerFactory, make_config, read_message
-from tests.mesh.conftest import health_stub
+from tests.mesh.conftest import after_one_turn, health_stub
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
@@ -229,15 +229,8 @@ async def test_during_the_drain_new_work_is_refused_on_every_transport(
         assert (
             await read_message(watch, health_pb2.HealthCheckResponse)
         ).status == health_pb2.HealthCheckResponse.SERVING
-        open_stream = stub.Connect()
         decoder = EventDecoder()
-        await open_stream.write(pb.ConnectRequest(response_create=params_to_pb(
-            {"model": "sim-model", "input": "hi"})))  # fmt: skip
-        while (
-            decoder.event(await read_message(open_stream, pb.ConnectResponse))["type"]
-            != "response.completed"
-        ):
-            pass
+        open_stream = await after_one_turn(stub, decoder)
         stopping = asyncio.ensure_future(running.stop())
         assert (
             await read_message(watch, health_pb2.HealthCheckResponse)

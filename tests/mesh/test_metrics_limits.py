@@ -12,6 +12,7 @@ import orjson
 import pytest
 import websockets
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.client.aio import ConnectCall
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
@@ -19,7 +20,7 @@ from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerFactory, make_config, read_message
-from tests.mesh.conftest import bearer, error_info, keyed_config
+from tests.mesh.conftest import after_one_turn, bearer, error_info, keyed_config
 
 HA, HB = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
 
@@ -101,16 +102,8 @@ async def test_stream_limits_per_tenant_and_per_connection(
                 await call.read()
             return caught.value
 
-        async def open_stream(key: str) -> Any:
-            call = stub.Connect(metadata=bearer(key))
-            await call.write(pb.ConnectRequest(response_create=params_to_pb(
-                {"model": "sim-model", "input": "hi"})))  # fmt: skip
-            while (
-                decoder.event(await read_message(call, pb.ConnectResponse))["type"]
-                != "response.completed"
-            ):
-                pass
-            return call
+        async def open_stream(key: str) -> ConnectCall:
+            return await after_one_turn(stub, decoder, bearer(key))
 
         held = [await open_stream("key-a"), await open_stream("key-a")]
         error = await refused("key-a")
