@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
+from bidi_responses.server.core.logsafe import EscapingFormatter
 from bidi_responses.server.engines.sim import SimConfig
 
 
@@ -127,9 +128,10 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    # Client strings can reach log lines; escaping them keeps every line the server's own.
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
     return 0

@@ -12,19 +12,161 @@ repeats every turn, so decoder and encoder each keep a small memo of the last to
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeVar
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import message, struct_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from bidi_responses.v1 import responses_pb2 as pb
+
+_M = TypeVar("_M", bound=message.Message)
+
+try:  # upb: lifts the parse depth limit process-wide; decode_message sets it around one parse
+    from google._upb._message import SetAllowOversizeProtos as _set_allow_oversize
+except ImportError:  # another protobuf implementation: deep messages are refused
+    _set_allow_oversize = None
+
 
 # -- decoding (client -> core) -------------------------------------------------------------
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats)."""
-    result: dict[str, Any] = json_format.MessageToDict(struct)
-    return result
+    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats).
+
+    Written out rather than ``json_format.MessageToDict``, which raises on NaN and infinite
+    numbers: those reach the core as floats, and the core refuses them with a 400 naming the
+    field, as it does for every transport.
+    """
+    return {key: _value_to_py(value) for key, value in struct.fields.items()}
+
+
+def _value_to_py(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        return value.number_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return struct_to_dict(value.struct_value)
+    if kind == "list_value":
+        return [_value_to_py(v) for v in value.list_value.values]
+    return None
+
+
+# -- decoding raw messages -------------------------------------------------------------------
+
+#: protobuf's default nesting limit for parsing (upb, C++, Java): messages within messages.
+PROTOBUF_DEFAULT_DEPTH = 100
+#: The nesting this API accepts: a Struct spends three message levels per JSON object (the
+#: Struct, its map entry, the Value), so JSON nested 64 levels (the core's limit) needs ~200.
+API_MAX_DEPTH = 3 * 64 + 16
+
+
+class MessageDecodeError(ValueError):
+    """A message that cannot be decoded; ``param`` names the field when it is known."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def decode_message(cls: type[_M], data: bytes, *, max_depth: int = API_MAX_DEPTH) -> _M:
+    """Parse ``data`` as ``cls``, accepting nesting up to ``max_depth`` message levels.
+
+    protobuf parses at most 100 levels, which a deep tool schema in a Struct exceeds. Only a
+    message that fails the ordinary parse is walked (iteratively, in Python) to find out why:
+    invalid UTF-8 in a string field or nesting beyond ``max_depth`` is reported with the field's
+    path; nesting within ``max_depth`` is parsed again with the depth limit lifted.
+    """
+    try:
+        return cls.FromString(data)
+    except message.DecodeError:
+        pass
+    problem = wire_problem(data, cls.DESCRIPTOR, max_depth)
+    if problem is not None:
+        raise MessageDecodeError(*problem)
+    if _set_allow_oversize is not None:
+        _set_allow_oversize(True)
+        try:
+            return cls.FromString(data)
+        except message.DecodeError:
+            pass
+        finally:
+            _set_allow_oversize(False)
+    raise MessageDecodeError(f"The message could not be decoded as {cls.DESCRIPTOR.full_name}.")
+
+
+def wire_problem(
+    data: bytes, descriptor: Descriptor, max_depth: int
+) -> tuple[str, str | None] | None:
+    """Why ``data`` is not a valid ``descriptor`` message within ``max_depth`` levels, if it can
+    tell: ``(message, field path)``; None when the structure looks valid.
+
+    Iterative: a hostile message cannot exhaust the stack while it is checked.
+    """
+    # (descriptor, end offset, depth, path) of each open message; pos is shared.
+    stack: list[tuple[Descriptor, int, int, str]] = [(descriptor, len(data), 1, "")]
+    pos = 0
+    while stack:
+        desc, end, depth, path = stack[-1]
+        if pos >= end:
+            stack.pop()
+            continue
+        try:
+            tag, pos = _varint(data, pos)
+            number, wire_type = tag >> 3, tag & 7
+            if wire_type == 0:
+                _, pos = _varint(data, pos)
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            elif wire_type == 2:
+                length, pos = _varint(data, pos)
+                start, pos = pos, pos + length
+                if pos > end:
+                    return "The message is truncated.", path or None
+                field = desc.fields_by_number.get(number)
+                if field is None:
+                    continue
+                where = f"{path}.{field.name}" if path else field.name
+                if field.message_type is not None:
+                    if depth + 1 > max_depth:
+                        return (
+                            f"Invalid '{where}': messages may nest at most {max_depth} levels "
+                            "(JSON values at most 64).",
+                            where,
+                        )
+                    stack.append((field.message_type, pos, depth + 1, where))
+                    pos = start
+                elif field.type == FieldDescriptor.TYPE_STRING:
+                    try:
+                        data[start:pos].decode("utf-8")
+                    except UnicodeDecodeError:
+                        return f"Invalid '{where}': the string is not valid UTF-8.", where
+            else:
+                return "The message is not valid protobuf (bad wire type).", path or None
+        except IndexError:
+            return "The message is truncated.", path or None
+        if pos > end:
+            return "The message is truncated.", path or None
+    return None
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
 
 
 def _part_to_dict(part: pb.ContentPart) -> dict[str, Any]:

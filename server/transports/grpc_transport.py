@@ -9,25 +9,34 @@ closed in ``finally``, which cancels in-flight engine work.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 from bidi_responses.codec import (
+    MessageDecodeError,
     ProtoDecoder,
     ProtoEncoder,
+    decode_message,
     item_to_pb,
 )
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, server_error
+from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
+log = logging.getLogger("bidi_responses.grpc")
+
 _STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     404: grpc.StatusCode.NOT_FOUND,
+    503: grpc.StatusCode.UNAVAILABLE,
     409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -46,6 +55,12 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -
     await context.abort(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message)
 
 
+def _undecodable(error: MessageDecodeError, method: str) -> ApiError:
+    """The 400 for a message that cannot be decoded, logged once as a WARNING."""
+    log.warning("%s: undecodable request refused: %s", method, error.message)
+    return ApiError(error.message, code="invalid_message", param=error.param)
+
+
 def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     """The tenant named by the call's ``authorization: Bearer ...`` metadata, if any."""
     for key, value in context.invocation_metadata() or ():
@@ -62,10 +77,12 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     async def Connect(
         self,
-        request_iterator: AsyncIterator[pb.ConnectRequest],
-        context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
+        request_iterator: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[bytes, pb.ConnectResponse],
     ) -> AsyncIterator[pb.ConnectResponse]:
-        """The stateful stream."""
+        """The stateful stream. Requests arrive as raw bytes and are decoded here, so one that
+        cannot be decoded becomes an ``error`` event and the stream goes on (grpc.aio would
+        otherwise leave the call hanging)."""
         core = self._core
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
@@ -73,12 +90,22 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         tenant = _tenant(context)
 
         async def read() -> None:
-            async for request in request_iterator:
-                received = time.perf_counter()
-                event = decoder.client_event(request)
-                if tenant is not None and event.get("type") == "response.create":
-                    event.setdefault("user", tenant)
-                await session.handle(event, received)
+            try:
+                async for raw in request_iterator:
+                    received = time.perf_counter()
+                    try:
+                        request = decode_message(pb.ConnectRequest, raw)
+                    except MessageDecodeError as problem:
+                        error = _undecodable(problem, "Connect")
+                        await session.emit("", error_event(400, error.to_error_object()))
+                        continue
+                    event = decoder.client_event(request)
+                    if tenant is not None and event.get("type") == "response.create":
+                        event.setdefault("user", tenant)
+                    await session.handle(event, received)
+            except Exception:
+                # Reading failed on the server's side: end the call rather than leave it open.
+                log.exception("Connect: reading the client's messages failed")
             await session.finish()
 
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
@@ -93,11 +120,16 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     async def CreateResponse(
         self,
-        request: pb.CreateResponseRequest,
-        context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
+        request: bytes,
+        context: grpc.aio.ServicerContext[bytes, pb.CreateResponseResponse],
     ) -> AsyncIterator[pb.CreateResponseResponse]:
         """The stateless baseline: one call per turn."""
-        body = ProtoDecoder().params_to_dict(request.params)
+        try:
+            message = decode_message(pb.CreateResponseRequest, request)
+        except MessageDecodeError as problem:
+            await _abort(context, _undecodable(problem, "CreateResponse"))
+            raise
+        body = ProtoDecoder().params_to_dict(message.params)
         tenant = _tenant(context)
         if tenant is not None:
             body.setdefault("user", tenant)
@@ -192,11 +224,109 @@ async def start_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    pb_grpc.add_ResponsesServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        ResponsesServicer(core), server
-    )
+    _add_servicer(ResponsesServicer(core), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {host}:{port}")
     await server.start()
     return server, bound
+
+
+# -- registration with raw-bytes requests ---------------------------------------------------
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["ResponsesService"]
+# Methods that decode their own requests (streams must survive an undecodable message).
+_DECODES_ITSELF = frozenset({"Connect", "CreateResponse"})
+
+
+def _unary(
+    method: Callable[..., Any], request_class: Any, name: str
+) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Any]:
+    """A unary handler that decodes its request itself: undecodable → INVALID_ARGUMENT."""
+
+    @functools.wraps(method)
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            request = decode_message(request_class, raw)
+        except MessageDecodeError as problem:
+            await _abort(context, _undecodable(problem, name))
+            raise
+        return await method(request, context)
+
+    return handler
+
+
+def _guarded_stream(
+    method: Callable[..., AsyncIterator[Any]], name: str
+) -> Callable[..., AsyncIterator[Any]]:
+    """A streaming handler whose server faults end the call with a logged, generic INTERNAL
+    (never Python exception text in the status details)."""
+
+    @functools.wraps(method)
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            async for out in method(request, context):
+                yield out
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed", name)
+            await _abort(context, server_error())
+
+    return handler
+
+
+def _guarded_unary(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """A unary handler whose server faults end with a logged, generic INTERNAL."""
+
+    @functools.wraps(method)
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await method(request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed", name)
+            await _abort(context, server_error())
+            raise
+
+    return handler
+
+
+def _add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
+    """Register every method with a raw-bytes request deserializer.
+
+    grpc.aio runs the request deserializer itself; when it fails on a stream-stream call the
+    call is left open with no status. Taking bytes and decoding in the handler turns every
+    undecodable message into a status (or an error event) this server chooses.
+    """
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in _SERVICE.methods:
+        name = method.name
+        request_class = getattr(pb, method.input_type.name)
+        response_class = getattr(pb, method.output_type.name)
+        impl = getattr(servicer, name)
+        serializer = response_class.SerializeToString
+        if method.client_streaming and method.server_streaming:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(
+                _guarded_stream(impl, name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+        elif method.server_streaming:
+            assert name in _DECODES_ITSELF
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                _guarded_stream(impl, name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+        else:
+            assert inspect.iscoroutinefunction(impl)
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _guarded_unary(_unary(impl, request_class, name), name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+    generic = grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers)
+    server.add_generic_rpc_handlers((generic,))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)
