@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -57,11 +58,41 @@ class RunningServer:
             await core.close()
 
 
+class StartupError(Exception):
+    """The server cannot start: bad configuration, an unusable data directory, a model route
+    whose engine cannot be built, a port in use. The message is one line for the operator."""
+
+
+def _open_core(config: ServerConfig) -> ResponsesCore:
+    try:
+        core = ResponsesCore(config)
+    except (OSError, sqlite3.Error) as error:
+        raise StartupError(
+            f"cannot use the data directory '{config.data_dir}' (the store at "
+            f"{config.store_path}): {error}"
+        ) from error
+    try:
+        core.router.build_all()
+    except (OSError, ValueError) as error:
+        core.store.close()
+        raise StartupError(f"cannot build the engine of {error}") from error
+    return core
+
+
 async def start_server(config: ServerConfig, *, http: bool = True) -> RunningServer:
-    """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket."""
-    core = ResponsesCore(config)
+    """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket.
+
+    Raises StartupError with a one-line reason when something the server needs is unusable.
+    """
+    core = _open_core(config)
     await core.start()
-    grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)
+    try:
+        grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)
+    except (OSError, RuntimeError) as error:
+        await core.close()
+        raise StartupError(
+            f"cannot serve gRPC on {config.host}:{config.grpc_port}: {error}"
+        ) from error
     running = RunningServer(core=core, grpc_port=grpc_port, http_port=None)
 
     async def stop_grpc(grace: float) -> None:
@@ -71,7 +102,13 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     if http:
         from bidi_responses.server.transports.http_transport import start_http_server
 
-        stop_http, http_port = await start_http_server(core, config.host, config.http_port)
+        try:
+            stop_http, http_port = await start_http_server(core, config.host, config.http_port)
+        except OSError as error:
+            await running.stop(grace=0)
+            raise StartupError(
+                f"cannot serve HTTP on {config.host}:{config.http_port}: {error}"
+            ) from error
         running.http_port = http_port
         running._stops.insert(0, stop_http)
     return running

@@ -121,19 +121,24 @@ def _config(args: argparse.Namespace) -> ServerConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bidi_responses.server.app import serve
+    from bidi_responses.server.app import StartupError, serve
 
     try:
         config = _config(args)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     handler = logging.StreamHandler()
     # Client strings can reach log lines; escaping them keeps every line the server's own.
     handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
+    except StartupError as error:
+        # One line, no traceback: what is wrong and where is all the operator needs.
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -120,6 +120,9 @@ def load_config(path: str | Path | None, **overrides: Any) -> ServerConfig:
             for alias, route_values in models.items():
                 route = RouteConfig()
                 _apply(route, route_values, f"{path}: models.{alias}")
+                if route.script_path is not None:
+                    # A path in the file means the same wherever the server is started from.
+                    route.script_path = str(Path(path).parent / Path(route.script_path))
                 config.models[alias] = route
     _apply(config, {k: v for k, v in overrides.items() if v is not None}, "overrides")
     return config

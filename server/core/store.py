@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +49,19 @@ CREATE TABLE IF NOT EXISTS usage_ledger (
     created_at INTEGER NOT NULL,
     completed_at INTEGER
 );
+"""
+
+
+# A deleted response disappears for clients at once (GET, input items and continuing from it
+# give not found, as in the hosted API) but its row stays, hidden, while a later stored
+# response still resolves its history through it; the last such response's deletion removes
+# the rows for good.
+_TOMBSTONES = """
+CREATE TABLE IF NOT EXISTS deleted_responses (
+    id TEXT PRIMARY KEY,
+    deleted_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_previous ON responses (previous_response_id);
 """
 
 
@@ -105,6 +119,7 @@ class Store:
 
     def _init(self) -> None:
         self._conn().executescript(_SCHEMA)
+        self._conn().executescript(_TOMBSTONES)
 
     def _run_sync(self, fn: Callable[[], T]) -> T:
         return self._executor.submit(fn).result()
@@ -175,25 +190,29 @@ class Store:
             if self._pending.get(response_id) is record:
                 del self._pending[response_id]
             if response_id in self._deleted_pending:
-                self._deleted_pending.discard(response_id)
                 await self.delete(response_id)
+                self._deleted_pending.discard(response_id)
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        """A stored response, or None."""
-        if response_id in self._deleted_pending:
+    async def get(
+        self, response_id: str, *, include_deleted: bool = False
+    ) -> StoredResponse | None:
+        """A stored response, or None. ``include_deleted`` also finds a deleted response whose
+        row a later response's history still needs (for ``chain``)."""
+        if response_id in self._deleted_pending and not include_deleted:
             return None
         pending = self._pending.get(response_id)
         if pending is not None:
             return pending
+        hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
 
         def work() -> StoredResponse | None:
             row = (
                 self._conn()
                 .execute(
                     "SELECT response_json, input_json, previous_response_id, self_contained "
-                    "FROM responses WHERE id = ?",
+                    "FROM responses WHERE id = ?" + hidden,
                     (response_id,),
                 )
                 .fetchone()
@@ -214,7 +233,9 @@ class Store:
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
-            record = await self.get(current)
+            # Deleted ancestors still lend their items: deleting one response never breaks
+            # continuing from a later one.
+            record = await self.get(current, include_deleted=bool(links))
             if record is None:
                 return None
             links.append(record)
@@ -227,15 +248,30 @@ class Store:
     async def delete(self, response_id: str) -> bool:
         """Delete a stored response; False if there was none."""
         if response_id in self._pending:
+            if response_id in self._deleted_pending:
+                return False
             # The write is still queued: hide it now and delete once it lands.
             self._deleted_pending.add(response_id)
             return True
+        # Queued continuations that will need this response's row once they are written.
+        needed = {r.previous_response_id for r in self._pending.values() if not r.self_contained}
 
         def work() -> bool:
             conn = self._conn()
             with conn:
-                cur = conn.execute("DELETE FROM responses WHERE id = ?", (response_id,))
-            return cur.rowcount > 0
+                found = conn.execute(
+                    "SELECT 1 FROM responses WHERE id = ? "
+                    "AND id NOT IN (SELECT id FROM deleted_responses)",
+                    (response_id,),
+                ).fetchone()
+                if found is None:
+                    return False
+                conn.execute(
+                    "INSERT OR IGNORE INTO deleted_responses VALUES (?, ?)",
+                    (response_id, int(time.time())),
+                )
+                _purge(conn, response_id, needed)
+            return True
 
         return await self._run(work)
 
@@ -263,6 +299,28 @@ class Store:
 
         self._run_sync(work)
         self._executor.shutdown(wait=True)
+
+
+def _purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) -> None:
+    """Remove deleted rows that no stored response needs any more, from ``response_id`` up
+    its chain."""
+    current: str | None = response_id
+    while current is not None and current not in needed:
+        child = conn.execute(
+            "SELECT 1 FROM responses WHERE previous_response_id = ? AND self_contained = 0 LIMIT 1",
+            (current,),
+        ).fetchone()
+        deleted = conn.execute(
+            "SELECT 1 FROM deleted_responses WHERE id = ?", (current,)
+        ).fetchone()
+        if child is not None or deleted is None:
+            return
+        row = conn.execute(
+            "SELECT previous_response_id, self_contained FROM responses WHERE id = ?", (current,)
+        ).fetchone()
+        conn.execute("DELETE FROM responses WHERE id = ?", (current,))
+        conn.execute("DELETE FROM deleted_responses WHERE id = ?", (current,))
+        current = row[0] if row is not None and not row[1] else None
 
 
 def read_ledger(path: Path) -> list[LedgerRow]:
