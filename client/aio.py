@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any
@@ -22,6 +23,8 @@ import grpc
 from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
 from bidi_responses.codec import (
     EventDecoder,
+    decode_message,
+    deep_messages,
     flat_message_to_dict,
     item_to_dict,
     item_to_pb,
@@ -137,9 +140,9 @@ class ConnectStream:
     async def _create_messages(
         self, stream_id: str, params: dict[str, Any]
     ) -> AsyncIterator[pb.ConnectResponse]:
-        await self.send(
-            pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
-        )
+        with deep_messages():  # tool schemas may nest past protobuf's default depth
+            request = pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+        await self.send(request)
         async for message in self._until_turn_ends(stream_id):
             yield message
 
@@ -167,12 +170,13 @@ class ConnectStream:
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
-        request = pb.ConnectRequest(
-            stream_id=stream_id,
-            response_append=pb.ResponseAppend(
-                response_id=response_id, input=[item_to_pb(i) for i in input]
-            ),
-        )
+        with deep_messages():
+            request = pb.ConnectRequest(
+                stream_id=stream_id,
+                response_append=pb.ResponseAppend(
+                    response_id=response_id, input=[item_to_pb(i) for i in input]
+                ),
+            )
         await self.send(request)
         async for message in self._until_turn_ends(stream_id):
             yield self._decoder.event(message)
@@ -181,12 +185,13 @@ class ConnectStream:
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
     ) -> Response:
         """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
-        request = pb.ConnectRequest(
-            stream_id=stream_id,
-            response_append=pb.ResponseAppend(
-                response_id=response_id, input=[item_to_pb(i) for i in input]
-            ),
-        )
+        with deep_messages():
+            request = pb.ConnectRequest(
+                stream_id=stream_id,
+                response_append=pb.ResponseAppend(
+                    response_id=response_id, input=[item_to_pb(i) for i in input]
+                ),
+            )
         await self.send(request)
         return await self._collect(self._until_turn_ends(stream_id))
 
@@ -256,6 +261,7 @@ class AsyncResponsesClient:
         a tenant derived from it (as over HTTP)."""
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        _accept_deep_replies(self._stub, self._channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
 
     async def __aenter__(self) -> AsyncResponsesClient:
@@ -296,9 +302,9 @@ class AsyncResponsesClient:
     async def create_events(self, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
-        call = self._stub.CreateResponse(
-            pb.CreateResponseRequest(params=params_to_pb(params)), metadata=self._metadata
-        )
+        with deep_messages():
+            request = pb.CreateResponseRequest(params=params_to_pb(params))
+        call = self._stub.CreateResponse(request, metadata=self._metadata)
         try:
             async for message in call:
                 yield decoder.event(message.event)
@@ -358,3 +364,29 @@ class AsyncResponsesClient:
         """The server's cumulative counters."""
         reply = await self._unary(self._stub.GetStats, pb.GetStatsRequest())
         return flat_message_to_dict(reply)
+
+
+def _accept_deep_replies(stub: Any, channel: grpc.aio.Channel) -> None:
+    """Replace the stub's calls with ones whose replies may nest past protobuf's default of
+    100 levels: the server echoes tool schemas (Structs) as deep as it accepts them."""
+    service = pb.DESCRIPTOR.services_by_name["ResponsesService"]
+    for method in service.methods:
+        request_class = getattr(pb, method.input_type.name)
+        reply_class = getattr(pb, method.output_type.name)
+        path = f"/{service.full_name}/{method.name}"
+        kind = (
+            channel.stream_stream
+            if method.client_streaming
+            else channel.unary_stream
+            if method.server_streaming
+            else channel.unary_unary
+        )
+        setattr(
+            stub,
+            method.name,
+            kind(
+                path,
+                request_serializer=request_class.SerializeToString,
+                response_deserializer=functools.partial(decode_message, reply_class),
+            ),
+        )

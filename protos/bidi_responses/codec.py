@@ -11,8 +11,11 @@ repeats every turn, so decoder and encoder each keep a small memo of the last to
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any, TypeVar
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 from google.protobuf import message, struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -20,6 +23,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from bidi_responses.v1 import responses_pb2 as pb
 
 _M = TypeVar("_M", bound=message.Message)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 try:  # upb: lifts the parse depth limit process-wide; decode_message sets it around one parse
     from google._upb._message import SetAllowOversizeProtos as _set_allow_oversize
@@ -64,6 +69,42 @@ PROTOBUF_DEFAULT_DEPTH = 100
 API_MAX_DEPTH = 3 * 64 + 16
 
 
+_deep_active = False
+
+
+@contextlib.contextmanager
+def deep_messages() -> Iterator[None]:
+    """Lift protobuf's depth limit while building messages from checked data.
+
+    upb copies a sub-message (``Outer(inner=msg)``, ``CopyFrom``) by serializing and parsing
+    it, and that parse stops at 100 levels, so composing messages that hold deep tool schemas
+    fails without this. Synchronous and re-entrant; decoding untrusted bytes never runs inside
+    it (``decode_message`` applies its own bound first).
+    """
+    global _deep_active
+    if _deep_active or _set_allow_oversize is None:
+        yield
+        return
+    _deep_active = True
+    _set_allow_oversize(True)
+    try:
+        yield
+    finally:
+        _set_allow_oversize(False)
+        _deep_active = False
+
+
+def _deep(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``fn`` inside ``deep_messages``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with deep_messages():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 class MessageDecodeError(ValueError):
     """A message that cannot be decoded; ``param`` names the field when it is known."""
 
@@ -89,13 +130,11 @@ def decode_message(cls: type[_M], data: bytes, *, max_depth: int = API_MAX_DEPTH
     if problem is not None:
         raise MessageDecodeError(*problem)
     if _set_allow_oversize is not None:
-        _set_allow_oversize(True)
         try:
-            return cls.FromString(data)
+            with deep_messages():
+                return cls.FromString(data)
         except message.DecodeError:
             pass
-        finally:
-            _set_allow_oversize(False)
     raise MessageDecodeError(f"The message could not be decoded as {cls.DESCRIPTOR.full_name}.")
 
 
@@ -133,6 +172,8 @@ def wire_problem(
                 if field is None:
                     continue
                 where = f"{path}.{field.name}" if path else field.name
+                if len(where) > 256:  # deep paths repeat themselves: keep both ends
+                    where = where[:120] + "..." + where[-120:]
                 if field.message_type is not None:
                     if depth + 1 > max_depth:
                         return (
@@ -341,13 +382,46 @@ class ProtoDecoder:
 # -- encoding (core -> client) -------------------------------------------------------------
 
 
+@_deep
 def dict_to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    """A plain dict as a Struct."""
+    """A plain dict as a Struct.
+
+    Filled in place, level by level: ``Struct.update`` copies nested values through a parse
+    that stops at protobuf's default depth, and tool schemas nest deeper than that.
+    """
     struct = struct_pb2.Struct()
-    struct.update(value)
+    _fill_struct(struct, value)
     return struct
 
 
+def _fill_struct(struct: struct_pb2.Struct, value: dict[str, Any]) -> None:
+    fields = struct.fields
+    for key, item in value.items():
+        _fill_value(fields[key], item)
+
+
+def _fill_value(target: struct_pb2.Value, value: Any) -> None:
+    if value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        target.number_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, dict):
+        target.struct_value.SetInParent()
+        _fill_struct(target.struct_value, value)
+    elif isinstance(value, list | tuple):
+        values = target.list_value
+        values.SetInParent()
+        for item in value:
+            _fill_value(values.values.add(), item)
+    else:
+        raise TypeError(f"cannot put a {type(value).__name__} in a protobuf Struct")
+
+
+@_deep
 def part_to_pb(part: dict[str, Any]) -> pb.ContentPart:
     """A JSON content part as a ContentPart."""
     kind = part.get("type")
@@ -382,6 +456,7 @@ def function_call_to_pb(item: dict[str, Any]) -> pb.FunctionCallItem:
     )
 
 
+@_deep
 def item_to_pb(item: dict[str, Any]) -> pb.Item:
     """A JSON item as an Item (kinds without a typed case travel as ``other``)."""
     kind = item.get("type")
@@ -421,6 +496,7 @@ def item_to_pb(item: dict[str, Any]) -> pb.Item:
     return pb.Item(other=dict_to_struct(item))
 
 
+@_deep
 def tool_to_pb(tool: dict[str, Any]) -> pb.Tool:
     """A JSON tool as a Tool."""
     if tool.get("type") == "function":
@@ -474,6 +550,7 @@ class ProtoEncoder:
             self._tools_ref = tools
         return self._tools_pb
 
+    @_deep
     def response_to_pb(self, r: dict[str, Any]) -> pb.Response:
         """A Response object."""
         response = pb.Response(
@@ -520,6 +597,7 @@ class ProtoEncoder:
             response.stats.CopyFrom(stats_to_pb(r["stats"]))
         return response
 
+    @_deep
     def connect_response(self, lane: str, e: dict[str, Any]) -> pb.ConnectResponse:
         """A core event as a ConnectResponse."""
         kind = e["type"]
@@ -843,6 +921,7 @@ _EVENT_TYPES = {
 }
 
 
+@_deep
 def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
     """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``)."""
     params = pb.ResponseCreateParams(model=body.get("model", ""))

@@ -22,6 +22,7 @@ from bidi_responses.codec import (
     ProtoDecoder,
     ProtoEncoder,
     decode_message,
+    deep_messages,
     item_to_pb,
 )
 from bidi_responses.server.core.errors import ApiError, server_error
@@ -135,8 +136,9 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             body.setdefault("user", tenant)
         encoder = ProtoEncoder()
         async for data in self._core.stateless(body, "grpc-unary"):
-            event = encoder.connect_response("", data)
-            yield pb.CreateResponseResponse(event=event)
+            with deep_messages():
+                reply = pb.CreateResponseResponse(event=encoder.connect_response("", data))
+            yield reply
 
     async def GetResponse(
         self,
@@ -149,7 +151,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         except ApiError as error:
             await _abort(context, error)
             raise
-        return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
+        with deep_messages():
+            return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def DeleteResponse(
         self,
@@ -182,13 +185,14 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         except ApiError as error:
             await _abort(context, error)
             raise
-        return pb.ListInputItemsResponse(
-            object="list",
-            data=[item_to_pb(i) for i in page["data"]],
-            first_id=page["first_id"] or "",
-            last_id=page["last_id"] or "",
-            has_more=page["has_more"],
-        )
+        with deep_messages():
+            return pb.ListInputItemsResponse(
+                object="list",
+                data=[item_to_pb(i) for i in page["data"]],
+                first_id=page["first_id"] or "",
+                last_id=page["last_id"] or "",
+                has_more=page["has_more"],
+            )
 
     async def CancelResponse(
         self,
@@ -201,7 +205,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         except ApiError as error:
             await _abort(context, error)
             raise
-        return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
+        with deep_messages():
+            return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def GetStats(
         self,
