@@ -50,8 +50,18 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "invalid_value",
         "input[0].arguments",
     ),
-    ("empty call name", body([{**CALL, "name": ""}]), "missing_required_parameter", "input[0].name"),
-    ("type as list", body([{"type": ["message"], "role": "user"}]), "invalid_type", "input[0].type"),
+    (
+        "empty call name",
+        body([{**CALL, "name": ""}]),
+        "missing_required_parameter",
+        "input[0].name",
+    ),
+    (
+        "type as list",
+        body([{"type": ["message"], "role": "user"}]),
+        "invalid_type",
+        "input[0].type",
+    ),
     ("role as object", body([msg(role={"a": 1})]), "invalid_value", "input[0].role"),
     (
         "part type as list",
