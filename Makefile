@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench clean
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench fuzz soak clean
 
 all: test
 
@@ -59,6 +59,16 @@ serve: proto
 
 compare: proto
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
+FUZZ_INPUTS ?= 10000
+fuzz: proto
+	$(PY) -m tests.fuzz.run --inputs $(FUZZ_INPUTS)
+
+# N agents x T turns per transport on one server; SOAK_ARGS=--full runs 200 x 25.
+SOAK_ARGS ?=
+soak: proto
+	$(PY) -m bidi_responses.bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules build bench-out .bidi-responses

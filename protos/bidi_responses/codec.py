@@ -26,7 +26,8 @@ _M = TypeVar("_M", bound=message.Message)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-try:  # upb: lifts the parse depth limit process-wide; decode_message sets it around one parse
+_set_allow_oversize: Callable[[bool], None] | None
+try:  # upb: lifts the parse depth limit process-wide; deep_messages sets it around one use
     from google._upb._message import SetAllowOversizeProtos as _set_allow_oversize
 except ImportError:  # another protobuf implementation: deep messages are refused
     _set_allow_oversize = None
@@ -138,9 +139,7 @@ def decode_message(cls: type[_M], data: bytes, *, max_depth: int = API_MAX_DEPTH
     raise MessageDecodeError(f"The message could not be decoded as {cls.DESCRIPTOR.full_name}.")
 
 
-def wire_problem(
-    data: bytes, descriptor: Descriptor, max_depth: int
-) -> tuple[str, str | None] | None:
+def wire_problem(data: bytes, descriptor: Any, max_depth: int) -> tuple[str, str | None] | None:
     """Why ``data`` is not a valid ``descriptor`` message within ``max_depth`` levels, if it can
     tell: ``(message, field path)``; None when the structure looks valid.
 

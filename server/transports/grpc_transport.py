@@ -305,7 +305,7 @@ def _add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     call is left open with no status. Taking bytes and decoding in the handler turns every
     undecodable message into a status (or an error event) this server chooses.
     """
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in _SERVICE.methods:
         name = method.name
         request_class = getattr(pb, method.input_type.name)

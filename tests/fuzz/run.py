@@ -220,11 +220,13 @@ class GrpcFuzzer:
             while (message := await outbox.get()) is not None:
                 yield message
 
-        self.call = self.channel.stream_stream(
+        connect: grpc.aio.StreamStreamMultiCallable[bytes, pb.ConnectResponse]
+        connect = self.channel.stream_stream(
             f"{SERVICE}/Connect",
             request_serializer=None,
             response_deserializer=pb.ConnectResponse.FromString,
-        )(requests())
+        )
+        self.call = connect(requests())
         decoder = EventDecoder()
         call = self.call
 
@@ -288,6 +290,7 @@ class GrpcFuzzer:
         return outcome
 
     async def stateless_one(self, message: bytes) -> str:
+        create: grpc.aio.UnaryStreamMultiCallable[bytes, pb.CreateResponseResponse]
         create = self.channel.unary_stream(
             f"{SERVICE}/CreateResponse",
             request_serializer=None,
@@ -369,7 +372,17 @@ def run_fuzz(
     inputs: int, workdir: Path
 ) -> tuple[dict[str, collections.Counter[str]], dict[str, Any]]:
     """Fuzz a fresh server with about ``inputs`` inputs; returns counts and the server's state."""
+    recursion_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20_000)  # json.dumps of the deepest generated values
+    try:
+        return _run_fuzz(inputs, workdir)
+    finally:
+        sys.setrecursionlimit(recursion_limit)
+
+
+def _run_fuzz(
+    inputs: int, workdir: Path
+) -> tuple[dict[str, collections.Counter[str]], dict[str, Any]]:
     server = FuzzServer(workdir)
     server.start()
     loop = Loop()

@@ -92,16 +92,18 @@ async def test_cached_tokens_is_the_true_shared_prefix_on_every_transport(
     cached: dict[str, list[int]] = {"grpc": [], "websocket": [], "http": []}
     outputs: list[Any] = []
     async with asyncio.timeout(60):
-        async with AsyncResponsesClient(f"127.0.0.1:{http_server.grpc_port}") as client:
-            async with client.connect() as stream:
-                previous = None
-                for turn in turns:
-                    response = await stream.create(**_body(turn, previous), store=False)
-                    assert response.usage is not None
-                    cached["grpc"].append(response.usage.cached_tokens)
-                    assert response.usage.cached_tokens <= response.usage.input_tokens
-                    outputs.append(response.raw["output"])
-                    previous = response.id
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{http_server.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            previous = None
+            for turn in turns:
+                response = await stream.create(**_body(turn, previous), store=False)
+                assert response.usage is not None
+                cached["grpc"].append(response.usage.cached_tokens)
+                assert response.usage.cached_tokens <= response.usage.input_tokens
+                outputs.append(response.raw["output"])
+                previous = response.id
         async with connector(http_server.http_port)() as sock:
             previous = None
             for turn in turns:

@@ -44,9 +44,14 @@ async def _raw_connect(server: RunningServer, messages: list[bytes]) -> list[dic
     """Send raw-framed messages on one Connect call, half-close, collect every event."""
     decoder = EventDecoder()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        call = channel.stream_stream(
-            CONNECT, request_serializer=None, response_deserializer=pb.ConnectResponse.FromString
-        )(iter(messages))
+        connect: grpc.aio.StreamStreamMultiCallable[bytes, pb.ConnectResponse] = (
+            channel.stream_stream(
+                CONNECT,
+                request_serializer=None,
+                response_deserializer=pb.ConnectResponse.FromString,
+            )
+        )
+        call = connect(iter(messages))
         return [decoder.event(reply) async for reply in call]
 
 
@@ -78,6 +83,7 @@ async def test_stateless_and_unary_calls_answer_invalid_argument(server: Running
         asyncio.timeout(20),
         grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
     ):
+        create: grpc.aio.UnaryStreamMultiCallable[bytes, pb.CreateResponseResponse]
         create = channel.unary_stream(
             "/bidi_responses.v1.ResponsesService/CreateResponse",
             request_serializer=None,
@@ -91,6 +97,7 @@ async def test_stateless_and_unary_calls_answer_invalid_argument(server: Running
                 pass
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "UTF-8" in (caught.value.details() or "")
+        get: grpc.aio.UnaryUnaryMultiCallable[bytes, pb.GetResponseResponse]
         get = channel.unary_unary(
             "/bidi_responses.v1.ResponsesService/GetResponse",
             request_serializer=None,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from bidi_responses.server.app import RunningServer
 
-from tests.http.conftest import http  # noqa: F401 (fixture)
+from tests.http.conftest import http as http  # the fixture
 
 
 async def _create(http: httpx.AsyncClient, text: str, previous: str | None, **extra: Any) -> Any:
@@ -28,7 +28,7 @@ def _rows(server: RunningServer) -> set[str]:
 
 async def test_continuing_from_r3_after_deleting_r1_and_r2(
     http_server: RunningServer,
-    http: httpx.AsyncClient,  # noqa: F811
+    http: httpx.AsyncClient,
 ) -> None:
     async with asyncio.timeout(30):
         r1 = await _create(http, "one", None)
