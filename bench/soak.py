@@ -53,6 +53,7 @@ class AgentResult:
     ids: list[str] = field(default_factory=list)
     failed: int = 0
     lost: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -93,6 +94,7 @@ class TransportResult:
             "rss_before_mb": self.rss_before / 2**20,
             "rss_peak_mb": self.rss_peak / 2**20,
             "rss_after_mb": self.rss_after / 2**20,
+            "errors": sorted({e for r in self.results for e in r.errors})[:5],
         }
 
 
@@ -123,8 +125,9 @@ async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bo
         except TimeoutError:
             result.lost += 1
             return result
-        except (OSError, RuntimeError):  # a refused or broken turn (BenchError, socket errors)
+        except Exception as error:  # a refused or broken turn (BenchError, socket errors)
             result.failed += 1
+            result.errors.append(f"{type(error).__name__}: {error}"[:300])
             return result
         event = exchange.final
         response = event.get("response") or {}
@@ -208,7 +211,12 @@ async def soak_transport(
 
 
 def run_soak(
-    agents: int, turns: int, transports: Sequence[str], workdir: Path, timeout_s: float = 120.0
+    agents: int,
+    turns: int,
+    transports: Sequence[str],
+    workdir: Path,
+    timeout_s: float = 120.0,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Soak every transport in turn on one server; returns one summary per transport."""
     settings = ServerSettings(tool_rounds=turns + 1, function_call_tokens=40)
@@ -219,6 +227,8 @@ def run_soak(
             for transport in transports:
                 result = await soak_transport(server, transport, agents, turns, timeout_s)
                 summaries.append(result.summary())
+                if progress:
+                    print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
             return summaries
 
         summaries = asyncio.run(run_all())
@@ -256,15 +266,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--transports", default="grpc,websocket,http", help="comma-separated (all three)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--workdir", default=None, help="keep the server's data and log here")
     args = parser.parse_args(argv)
     agents, turns = (200, 25) if args.full else (args.agents, args.turns)
-    with tempfile.TemporaryDirectory(prefix="soak-") as workdir:
-        summaries = run_soak(agents, turns, args.transports.split(","), Path(workdir))
+    with (
+        contextlib.nullcontext(args.workdir)
+        if args.workdir
+        else tempfile.TemporaryDirectory(prefix="soak-")
+    ) as workdir:
+        if not args.json:
+            print(f"soak: {agents} agents x {turns} turns per transport, one server")
+            print(format_table([]), flush=True)
+        summaries = run_soak(
+            agents, turns, args.transports.split(","), Path(workdir), progress=not args.json
+        )
     if args.json:
         print(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode())
-    else:
-        print(f"soak: {agents} agents x {turns} turns per transport, one server")
-        print(format_table(summaries))
+    for summary in summaries:
+        for error in summary["errors"]:
+            print(f"{summary['transport']}: {error}")
     bad = any(
         s["lost"] or s["duplicated"] or s["failed"] or s["responses"] != s["expected"]
         for s in summaries
