@@ -7,7 +7,8 @@ mode (one connection per agent) and HTTP+SSE with ``previous_response_id`` (stor
 per transport the responses lost (a turn that never got its terminal event), duplicated (a
 response id seen twice, or ledger rows beyond the turns), failed (error events or failed
 responses), the turn time p50/p99 (first turns and later turns apart, since all streams open
-at once), and the server's RSS before the load, at its peak, and after the streams close.
+at once), and the server's RSS before the load (after a small warm-up on every transport), at
+its peak, and after the streams close.
 
 Defaults fit a 2-core machine (50 x 10); ``--full`` runs 200 x 25.
 """
@@ -50,6 +51,11 @@ class AgentResult:
     """What one agent saw."""
 
     turn_ms: list[float] = field(default_factory=list)
+    # Of each turn: the server's own pre-inference time (from reading the request to the
+    # engine's start) and the time the server did not account for (the transport both ways,
+    # and waiting to be read at all).
+    pre_ms: list[float] = field(default_factory=list)
+    outside_ms: list[float] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     failed: int = 0
     lost: int = 0
@@ -90,6 +96,12 @@ class TransportResult:
             "p99_ms": _pct(every, 99),
             "first_p99_ms": _pct(first, 99),
             "later_p99_ms": _pct(later, 99),
+            "first_pre_p99_ms": _pct([r.pre_ms[0] for r in self.results if r.pre_ms], 99),
+            "first_outside_p99_ms": _pct(
+                [r.outside_ms[0] for r in self.results if r.outside_ms], 99
+            ),
+            "later_pre_p99_ms": _pct([t for r in self.results for t in r.pre_ms[1:]], 99),
+            "later_outside_p99_ms": _pct([t for r in self.results for t in r.outside_ms[1:]], 99),
             "seconds": self.seconds,
             "rss_before_mb": self.rss_before / 2**20,
             "rss_peak_mb": self.rss_peak / 2**20,
@@ -134,7 +146,14 @@ async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bo
         if event.get("type") == "error" or response.get("status") == "failed":
             result.failed += 1
             return result
-        result.turn_ms.append((time.perf_counter() - started) * 1000)
+        turn_ms = (time.perf_counter() - started) * 1000
+        stats = response.get("stats") or {}
+        server_ms = sum(
+            float(stats.get(k, 0.0)) for k in ("api_pre_ms", "engine_ms", "api_post_ms")
+        )
+        result.turn_ms.append(turn_ms)
+        result.pre_ms.append(float(stats.get("api_pre_ms", 0.0)))
+        result.outside_ms.append(max(turn_ms - server_ms, 0.0))
         result.ids.append(response["id"])
         previous = response["id"]
         calls = [item for item in response.get("output", ()) if item["type"] == "function_call"]
@@ -171,8 +190,17 @@ async def _settled_rss(server: ServerProcess, base: str, deadline_s: float = 30.
         if int(stats.get("streams_open", 0)) == 0 and int(stats.get("post_queue_depth", 0)) == 0:
             break
         await asyncio.sleep(0.1)  # polling the server's own counters, with a deadline
-    rss: int = psutil.Process(server.proc.pid).memory_info().rss
-    return rss
+    # The server hands freed memory back a moment after it goes idle: wait for the RSS to
+    # stop falling (sampled every 0.1 s; settled when flat for 1.5 s), within the deadline.
+    process = psutil.Process(server.proc.pid)
+    samples: list[int] = [process.memory_info().rss]
+    while time.monotonic() < limit + 10:
+        await asyncio.sleep(0.1)  # sampling the RSS, not waiting for an event
+        samples.append(process.memory_info().rss)
+        window = samples[-16:]
+        if len(window) == 16 and max(window) - min(window) <= window[-1] // 100:
+            break
+    return samples[-1]
 
 
 async def soak_transport(
@@ -223,6 +251,10 @@ def run_soak(
     with ServerProcess(settings, workdir, "soak") as server:
 
         async def run_all() -> list[dict[str, Any]]:
+            # A small warm-up on every transport first, so the RSS baseline includes what a
+            # server allocates once (imports, caches, thread pools), not just an idle start.
+            for transport in transports:
+                await soak_transport(server, transport, min(agents, 8), min(turns, 3), timeout_s)
             summaries = []
             for transport in transports:
                 result = await soak_transport(server, transport, agents, turns, timeout_s)
@@ -244,6 +276,7 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
         f"{'transport':<10}{'responses':>10}{'lost':>6}{'dup':>5}{'failed':>7}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'1st p99':>9}{'rest p99':>9}{'secs':>7}"
         f"{'RSS MB before':>15}{'peak':>8}{'after':>8}"
+        f"{'1st pre p99':>13}{'1st outside p99':>17}{'rest pre p99':>14}{'rest outside':>14}"
     )
     lines = [header]
     for s in summaries:
@@ -252,6 +285,8 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
             f"{s['failed']:>7}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}{s['first_p99_ms']:>9.1f}"
             f"{s['later_p99_ms']:>9.1f}{s['seconds']:>7.1f}{s['rss_before_mb']:>15.1f}"
             f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}"
+            f"{s['first_pre_p99_ms']:>13.1f}{s['first_outside_p99_ms']:>17.1f}"
+            f"{s['later_pre_p99_ms']:>14.1f}{s['later_outside_p99_ms']:>14.1f}"
         )
     return "\n".join(lines)
 

@@ -88,6 +88,8 @@ class ServerConfig:
     stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     post_queue_size: int = 1024
     grace_period_s: float = 10.0
+    # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
+    trim_memory_idle_s: float = 1.0
 
     @property
     def store_path(self) -> Path:

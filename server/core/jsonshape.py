@@ -27,24 +27,25 @@ MAX_JSON_DEPTH = 64
 def check_json_shape(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Raise ApiError (400) naming the field if ``value`` nests too deep or holds a non-finite
     number. Iterative, so a hostile value cannot exhaust the stack while it is checked."""
-    # The fast pass keeps no paths; only a value that fails is walked again to name the field.
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        current, depth = pop()
-        if isinstance(current, dict):
-            children: Any = current.values()
-        elif isinstance(current, list):
-            children = current
-        elif isinstance(current, float) and not math.isfinite(current):
-            raise _locate(value, max_depth)
-        else:
-            continue
+    # The fast pass goes level by level and keeps no paths (it runs on every request, ~1 µs
+    # per object or array); only a value that fails is walked again to name the field.
+    level = [value] if type(value) in (dict, list) else []
+    depth = 0
+    while level:
         if depth >= max_depth:
             raise _locate(value, max_depth)
-        for child in children:
-            if isinstance(child, dict | list | float):
-                push((child, depth + 1))
+        deeper = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    deeper.append(child)
+                elif kind is float and child - child != 0.0:  # NaN or an infinity
+                    raise _locate(value, max_depth)
+        level = deeper
+        depth += 1
+    if type(value) is float and value - value != 0.0:
+        raise _locate(value, max_depth)
 
 
 def _locate(value: Any, max_depth: int) -> ApiError:

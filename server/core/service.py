@@ -17,6 +17,7 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.memory import IdleTrimmer
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
@@ -52,6 +53,7 @@ class ResponsesCore:
         self.sessions_open = 0
         self._sessions: set[Session] = set()
         self._idle = asyncio.Condition()
+        self.trimmer = IdleTrimmer(config.trim_memory_idle_s, config.trim_memory_idle_s > 0)
 
     def _build_engine(self, route: RouteConfig) -> Engine:
         # A copy, checked again (settings files and flags fill the config in field by field),
@@ -92,6 +94,7 @@ class ResponsesCore:
         """A new stream session; the transport must ``close_session`` it in a finally block."""
         session = Session(self, transport, stateful=stateful)
         self._sessions.add(session)
+        self.trimmer.busy()
         if stateful:
             self.sessions_open += 1
         return session
@@ -103,6 +106,8 @@ class ResponsesCore:
             if session.stateful:
                 self.sessions_open -= 1
         await session.close()
+        if not self._sessions:
+            self.trimmer.idle(lambda: not self._sessions and not self.inflight)
         async with self._idle:
             self._idle.notify_all()
 
