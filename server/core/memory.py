@@ -44,6 +44,7 @@ class IdleTrimmer:
         self._enabled = enabled and _MALLOC_TRIM is not None
         self._pending: asyncio.TimerHandle | None = None
         self.trims = 0
+        self.trimmed = asyncio.Event()  # set at every trim (for whoever waits for one)
 
     def busy(self) -> None:
         """Work arrived: a scheduled trim is no longer wanted."""
@@ -70,3 +71,4 @@ class IdleTrimmer:
         if _MALLOC_TRIM is not None:
             _MALLOC_TRIM(0)
             self.trims += 1
+            self.trimmed.set()

@@ -225,3 +225,18 @@ async def test_max_output_tokens_marks_the_message_incomplete(client: AsyncRespo
     assert response.raw["incomplete_details"] == {"reason": "max_output_tokens"}
     assert response.raw["output"][-1]["status"] == "incomplete"
     assert response.usage is not None and response.usage.output_tokens <= 16
+
+
+async def test_an_idle_server_trims_its_heap(server_factory: ServerFactory, tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    config.trim_memory_idle_s = 0.01
+    server: RunningServer = await server_factory(config)
+    async with asyncio.timeout(20):
+        async with (
+            AsyncResponsesClient(f"127.0.0.1:{server.grpc_port}") as client,
+            client.connect() as stream,
+        ):
+            await stream.create(model="sim-model", input="hi", store=False)
+            assert server.core.trimmer.trims == 0  # never while a stream is open
+        await server.core.trimmer.trimmed.wait()
+    assert server.core.trimmer.trims == 1
