@@ -261,6 +261,24 @@ def _unary(
     return handler
 
 
+def _decoding_stream(
+    method: Callable[..., AsyncIterator[Any]], request_class: Any, name: str
+) -> Callable[..., AsyncIterator[Any]]:
+    """A server-streaming handler that decodes its request itself (→ INVALID_ARGUMENT)."""
+
+    @functools.wraps(method)
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            request = decode_message(request_class, raw)
+        except MessageDecodeError as problem:
+            await _abort(context, _undecodable(problem, name))
+            raise
+        async for out in method(request, context):
+            yield out
+
+    return handler
+
+
 def _guarded_stream(
     method: Callable[..., AsyncIterator[Any]], name: str
 ) -> Callable[..., AsyncIterator[Any]]:
@@ -319,9 +337,11 @@ def _add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
                 response_serializer=serializer,
             )
         elif method.server_streaming:
-            assert name in _DECODES_ITSELF
+            stream_impl = (
+                impl if name in _DECODES_ITSELF else _decoding_stream(impl, request_class, name)
+            )
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _guarded_stream(impl, name),
+                _guarded_stream(stream_impl, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
