@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench fuzz soak clean
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench bench-compaction fuzz soak clean
 
 all: test
 
@@ -53,6 +53,10 @@ test-all: proto
 bench: proto
 	$(PY) -m pytest -q tests/bench/test_micro.py --benchmark-enable
 	$(PY) -m bidi_responses.bench.post_inference --turns 25 --repeats 3
+
+# What compaction saves on the headline rollout (docs/results.md, "Compaction").
+bench-compaction: proto
+	$(PY) -m bidi_responses.bench.compaction --repeats 5
 
 serve: proto
 	$(VENV)/bin/bidi-responses serve

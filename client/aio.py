@@ -23,12 +23,14 @@ import grpc
 from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesError
 from bidi_responses.codec import (
     EventDecoder,
+    canonical_item,
     decode_message,
     deep_messages,
     flat_message_to_dict,
     item_to_dict,
     item_to_pb,
     params_to_pb,
+    usage_to_dict,
 )
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -310,6 +312,9 @@ class AsyncResponsesClient:
                 yield decoder.event(message.event)
         except grpc.aio.AioRpcError as error:
             raise _status_error(error) from None
+        finally:
+            # Stopping early ends the call (a background response runs on regardless).
+            call.cancel()
 
     async def create(self, **params: Any) -> Response:
         """Stateless create; waits for the terminal event."""
@@ -359,6 +364,63 @@ class AsyncResponsesClient:
             self._stub.CancelResponse, pb.CancelResponseRequest(response_id=response_id)
         )
         return Response.from_dict(EventDecoder().response(reply.response))
+
+    async def stream_response(
+        self, response_id: str, *, starting_after: int | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The events of a background response after ``starting_after`` (all if None),
+        then live to its end: how a dropped ``create_events(background=True)`` resumes."""
+        request = pb.StreamResponseRequest(response_id=response_id)
+        if starting_after is not None:
+            request.starting_after = starting_after
+        decoder = EventDecoder()
+        call = self._stub.StreamResponse(request, metadata=self._metadata)
+        try:
+            async for message in call:
+                yield decoder.event(message.event)
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
+        finally:
+            call.cancel()
+
+    async def compact(self, **params: Any) -> dict[str, Any]:
+        """Compact a conversation (``model``, ``input``, ``instructions``,
+        ``previous_response_id``); returns the JSON ``response.compaction`` object."""
+        raw_input = params.get("input")
+        if isinstance(raw_input, str):
+            raw_input = [{"type": "message", "role": "user", "content": raw_input}]
+        request = pb.CompactResponseRequest(
+            model=params.get("model") or "",
+            input=[item_to_pb(canonical_item(i)) for i in raw_input or ()],
+        )
+        for name in ("instructions", "previous_response_id"):
+            if params.get(name) is not None:
+                setattr(request, name, params[name])
+        reply = await self._unary(self._stub.CompactResponse, request)
+        return {
+            "id": reply.id,
+            "object": reply.object,
+            "created_at": reply.created_at,
+            "output": [item_to_dict(i) for i in reply.output],
+            "usage": usage_to_dict(reply.usage),
+        }
+
+    async def count_input_tokens(self, **params: Any) -> int:
+        """The prompt tokens a create with ``params`` would use."""
+        reply = await self._unary(
+            self._stub.CountInputTokens, pb.CountInputTokensRequest(params=params_to_pb(params))
+        )
+        return int(reply.input_tokens)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """The configured models (``id``, ``object``, ``created``, ``owned_by``)."""
+        reply = await self._unary(self._stub.ListModels, pb.ListModelsRequest())
+        return [flat_message_to_dict(m) for m in reply.data]
+
+    async def get_model(self, model: str) -> dict[str, Any]:
+        """One configured model; ResponsesError ``model_not_found`` if unknown."""
+        reply = await self._unary(self._stub.GetModel, pb.GetModelRequest(model=model))
+        return flat_message_to_dict(reply.model)
 
     async def stats(self) -> dict[str, Any]:
         """The server's cumulative counters."""

@@ -127,6 +127,18 @@ class ResponsesClient:
         """A page of input items."""
         return self._loop.run(self._client.list_input_items(response_id, **kwargs))
 
+    def compact(self, **params: Any) -> dict[str, Any]:
+        """Compact a conversation (the ``response.compaction`` object)."""
+        return self._loop.run(self._client.compact(**params))
+
+    def count_input_tokens(self, **params: Any) -> int:
+        """The prompt tokens a create with ``params`` would use."""
+        return self._loop.run(self._client.count_input_tokens(**params))
+
+    def list_models(self) -> list[dict[str, Any]]:
+        """The configured models."""
+        return self._loop.run(self._client.list_models())
+
     def stats(self) -> dict[str, Any]:
         """Server counters."""
         return self._loop.run(self._client.stats())

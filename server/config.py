@@ -59,6 +59,31 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
+class CompactionConfig:
+    """``/v1/responses/compact``: the key that seals compaction tokens, and summary size.
+
+    ``key_file`` empty means ``<data_dir>/compaction.key``, created with a random key on first
+    use. Servers that must accept each other's compaction items share one key file.
+    """
+
+    key_file: str = ""
+    summary_item_chars: int = 400
+
+
+@dataclass(slots=True)
+class BackgroundConfig:
+    """Background mode (``background: true`` over HTTP): bounds on what is kept per response.
+
+    Each response keeps its last ``max_events`` events for resumption (``starting_after``);
+    the logs of the ``max_finished`` most recently finished responses are kept after they end.
+    """
+
+    max_running: int = 256
+    max_events: int = 20_000
+    max_finished: int = 128
+
+
+@dataclass(slots=True)
 class RouteConfig:
     """One model alias: which engine serves it, with which settings."""
 
@@ -90,11 +115,18 @@ class ServerConfig:
     grace_period_s: float = 10.0
     # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
     trim_memory_idle_s: float = 1.0
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    background: BackgroundConfig = field(default_factory=BackgroundConfig)
 
     @property
     def store_path(self) -> Path:
         """The SQLite file holding stored responses and the usage ledger."""
         return Path(self.data_dir) / "responses.db"
+
+    @property
+    def compaction_key_path(self) -> Path:
+        """The file holding the key that seals compaction tokens."""
+        return Path(self.compaction.key_file or Path(self.data_dir) / "compaction.key")
 
 
 def _apply(target: Any, values: dict[str, Any], where: str) -> None:

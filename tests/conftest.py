@@ -57,6 +57,15 @@ def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:
 ServerFactory = Callable[..., Any]
 
 
+def background_config(tmp_path: Path) -> ServerConfig:
+    """Routes for background-mode tests: "sim-model" answers in about 1 s (200 tokens at 200
+    tokens/s), "sim-other" takes minutes, so it is still running whenever a test cancels it."""
+    config = make_config(tmp_path, tokens_per_second=200, answer_tokens=200)
+    endless = dataclasses.replace(config.models["sim-other"].sim, answer_tokens=50_000)
+    config.models["sim-other"] = RouteConfig(engine="sim", sim=endless)
+    return config
+
+
 @pytest.fixture
 async def server_factory(tmp_path: Path) -> AsyncIterator[ServerFactory]:
     """Start servers with custom settings; all are stopped at the end of the test."""

@@ -29,12 +29,14 @@ from tests.http.conftest import parse_sse
 from tests.ws.conftest import connector
 
 Body = dict[str, Any]
-Run = Callable[[Body], Awaitable["Outcome"]]
+# (operation, body) -> outcome; operations: "create", "compact", "input_tokens", "models".
+Run = Callable[[str, Body], Awaitable["Outcome"]]
 
 
 @dataclass(slots=True)
 class Outcome:
-    """What one create came to: a response object or an error (code, param)."""
+    """What one step came to: a response object (or the compaction, token count or model
+    list of the other operations) or an error (code, param)."""
 
     response: dict[str, Any] | None = None
     error: tuple[str | None, str | None] | None = None
@@ -47,6 +49,7 @@ class Step:
     body: Callable[[list[Outcome]], Body]
     expect: str
     param: str | None = None
+    op: str = "create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,37 @@ def after(index: int, **body: Any) -> Callable[[list[Outcome]], Body]:
         **body,
     }
 
+
+def compacted(index: int, **body: Any) -> Callable[[list[Outcome]], Body]:
+    """A create whose input is step ``index``'s compacted output plus ``input`` items."""
+
+    extra = body.pop("input", [])
+
+    def make(outcomes: list[Outcome]) -> Body:
+        output = list(_response(outcomes, index)["output"])
+        return {"model": "sim-model", **body, "input": output + extra}
+
+    return make
+
+
+POINT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "x": {"type": "integer", "minimum": 0, "maximum": 100},
+        "label": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+    },
+    "required": ["x", "label", "tags"],
+}
+POINT_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "name": "point",
+    "strict": True,
+    "schema": {**POINT_SCHEMA, "additionalProperties": False},
+}
+# The same without additionalProperties: fine when not strict, refused when strict.
+LOOSE_FORMAT: dict[str, Any] = {**POINT_FORMAT, "strict": False, "schema": POINT_SCHEMA}
+FORGED = {"type": "compaction", "encrypted_content": "c2VydmVyIGRpZCBub3QgbWFrZSB0aGlz"}
 
 TOOLS = [SHELL_TOOL]
 BAD_SCHEMA_TOOL = {"type": "function", "name": "broken", "parameters": {"type": "string"}}
@@ -216,6 +250,150 @@ SCENARIOS = [
         ],
     ),
     Scenario(
+        "compact_then_continue",
+        [
+            Step(fixed(input="fix the failing test", tools=TOOLS), "completed"),
+            Step(answer_calls(0), "completed"),
+            Step(after(1), "response.compaction", op="compact"),
+            Step(
+                compacted(2, tools=TOOLS, input=[{"role": "user", "content": "go on"}]),
+                "completed",
+            ),
+            Step(answer_calls(3), "completed"),
+            Step(after(4, tools=TOOLS, input="and now?"), "completed"),
+        ],
+    ),
+    Scenario(
+        "compact_given_input",
+        [
+            Step(
+                fixed(
+                    input=[
+                        {"role": "user", "content": "summarize the log"},
+                        {"role": "assistant", "content": "The build failed at step 3."},
+                    ]
+                ),
+                "response.compaction",
+                op="compact",
+            ),
+            Step(compacted(0, input=[{"role": "user", "content": "why?"}]), "completed"),
+            Step(compacted(0), "response.compaction", op="compact"),
+        ],
+    ),
+    Scenario(
+        "compact_errors",
+        [
+            Step(lambda _: {"input": "hi"}, "missing_required_parameter", "model", op="compact"),
+            Step(fixed(input="hi", model="nope"), "model_not_found", "model", op="compact"),
+            Step(
+                fixed(previous_response_id="resp_missing"),
+                "previous_response_not_found",
+                "previous_response_id",
+                op="compact",
+            ),
+            Step(
+                fixed(input=[FORGED]),
+                "invalid_encrypted_content",
+                "input[0].encrypted_content",
+                op="compact",
+            ),
+        ],
+    ),
+    Scenario(
+        "forged_compaction_item",
+        [Step(fixed(input=[FORGED]), "invalid_encrypted_content", "input[0].encrypted_content")],
+    ),
+    Scenario(
+        "input_tokens_equal_usage",
+        [
+            Step(
+                fixed(input="list the files", tools=TOOLS, instructions="Be brief."),
+                "response.input_tokens",
+                op="input_tokens",
+            ),
+            Step(fixed(input="list the files", tools=TOOLS, instructions="Be brief."), "completed"),
+            Step(answer_calls(1), "response.input_tokens", op="input_tokens"),
+            Step(answer_calls(1), "completed"),
+            Step(
+                fixed(input="a point", text={"format": POINT_FORMAT}),
+                "response.input_tokens",
+                op="input_tokens",
+            ),
+            Step(fixed(input="a point", text={"format": POINT_FORMAT}), "completed"),
+        ],
+    ),
+    Scenario("models", [Step(fixed(), "list", op="models")]),
+    Scenario(
+        "structured_outputs",
+        [
+            Step(
+                fixed(
+                    input="a point",
+                    text={"format": POINT_FORMAT, "verbosity": "low"},
+                    reasoning={"effort": "low", "summary": "auto"},
+                    truncation="auto",
+                    include=["reasoning.encrypted_content"],
+                    max_tool_calls=4,
+                ),
+                "completed",
+            ),
+            Step(after(0, input="another", text={"format": LOOSE_FORMAT}), "completed"),
+            Step(after(1, input="as JSON", text={"format": {"type": "json_object"}}), "completed"),
+        ],
+    ),
+    Scenario(
+        "structured_output_errors",
+        [
+            Step(
+                fixed(
+                    input="x", text={"format": {**POINT_FORMAT, "schema": LOOSE_FORMAT["schema"]}}
+                ),
+                "invalid_json_schema",
+                "text.format.schema.additionalProperties",
+            ),
+            Step(
+                fixed(input="x", text={"format": {"type": "json_schema", "name": "n"}}),
+                "missing_required_parameter",
+                "text.format.schema",
+            ),
+            Step(
+                fixed(input="x", text={"format": {"type": "json_schema", "schema": {}}}),
+                "missing_required_parameter",
+                "text.format.name",
+            ),
+            Step(fixed(input="x", truncation="sometimes"), "invalid_value", "truncation"),
+            Step(fixed(input="x", include=["everything"]), "invalid_value", "include[0]"),
+        ],
+    ),
+    # Fields the protobuf does not have cannot be sent over gRPC.
+    Scenario(
+        "unsupported_parameters",
+        [
+            Step(fixed(input="x", conversation="conv_1"), "unsupported_parameter", "conversation"),
+            Step(fixed(input="x", top_logprobs=3), "unsupported_parameter", "top_logprobs"),
+        ],
+        skip=frozenset({"grpc"}),
+    ),
+    # Background mode: HTTP, and gRPC's unary CreateResponse (tests/grpc/test_surface.py);
+    # a Connect stream refuses it as a WebSocket does.
+    Scenario(
+        "background",
+        [
+            Step(fixed(input="list the files", tools=TOOLS, background=True), "completed"),
+            Step(answer_calls(0), "completed"),
+            Step(lambda outcomes: {**answer_calls(1)(outcomes), "background": True}, "completed"),
+        ],
+        skip=frozenset({"grpc", "websocket"}),
+    ),
+    Scenario(
+        "background_refused_on_streams",
+        [
+            Step(fixed(input="hi", background=True), "unsupported_parameter", "background"),
+            Step(fixed(input="hi"), "completed"),
+        ],
+        skip=frozenset({"http", "http-sse"}),
+    ),
+    Scenario(
         "error_then_recovery",
         [
             Step(fixed(input="list the files", tools=TOOLS), "completed"),
@@ -245,8 +423,15 @@ async def grpc_connect(server: RunningServer) -> AsyncIterator[Run]:
         client.connect() as stream,
     ):
 
-        async def run(body: Body) -> Outcome:
+        async def run(op: str, body: Body) -> Outcome:
             try:
+                if op == "compact":
+                    return Outcome(response=await client.compact(**body))
+                if op == "input_tokens":
+                    count = await client.count_input_tokens(**body)
+                    return Outcome(response={"object": "response.input_tokens", "count": count})
+                if op == "models":
+                    return Outcome(response={"object": "list", "data": await client.list_models()})
                 return Outcome(response=(await stream.create(**body)).raw)
             except ResponsesError as error:
                 return _from_error(error.code, error.param)
@@ -258,9 +443,14 @@ async def grpc_connect(server: RunningServer) -> AsyncIterator[Run]:
 async def websocket(server: RunningServer) -> AsyncIterator[Run]:
     """A WebSocket-mode connection (the connection cache)."""
     assert server.http_port is not None
-    async with connector(server.http_port)() as sock:
+    async with (
+        connector(server.http_port)() as sock,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http,
+    ):
 
-        async def run(body: Body) -> Outcome:
+        async def run(op: str, body: Body) -> Outcome:
+            if op != "create":  # WebSocket mode carries creates only: the rest is HTTP
+                return await _http_op(http, op, body)
             last = (await sock.create(**body))[-1]
             if last["type"] == "error":
                 return _from_error(last["error"]["code"], last["error"]["param"])
@@ -274,14 +464,29 @@ async def http_json(server: RunningServer) -> AsyncIterator[Run]:
     """Plain HTTP: each create stands alone; continuations resolve from the store."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http:
 
-        async def run(body: Body) -> Outcome:
-            reply = await http.post("/v1/responses", json=body)
-            if reply.status_code != 200:
-                error = reply.json()["error"]
-                return _from_error(error["code"], error["param"])
-            return Outcome(response=reply.json())
+        async def run(op: str, body: Body) -> Outcome:
+            return await _http_op(http, op, body)
 
         yield run
+
+
+async def _http_op(http: httpx.AsyncClient, op: str, body: Body) -> Outcome:
+    if op == "models":
+        reply = await http.get("/v1/models")
+    else:
+        path = {"create": "/v1/responses", "compact": "/v1/responses/compact"}
+        reply = await http.post(path.get(op, "/v1/responses/input_tokens"), json=body)
+    if reply.status_code != 200:
+        error = reply.json()["error"]
+        return _from_error(error["code"], error["param"])
+    result = reply.json()
+    if op == "input_tokens":
+        result = {"object": result["object"], "count": result["input_tokens"]}
+    while result.get("background") and result["status"] in ("queued", "in_progress"):
+        # A background response answers at once; poll it to its end.
+        await asyncio.sleep(0.01)
+        result = (await http.get(f"/v1/responses/{result['id']}")).json()
+    return Outcome(response=result)
 
 
 @contextlib.asynccontextmanager
@@ -289,7 +494,9 @@ async def http_sse(server: RunningServer) -> AsyncIterator[Run]:
     """HTTP with ``stream: true``: the terminal SSE event carries the response."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http:
 
-        async def run(body: Body) -> Outcome:
+        async def run(op: str, body: Body) -> Outcome:
+            if op != "create":
+                return await _http_op(http, op, body)
             reply = await http.post("/v1/responses", json={**body, "stream": True})
             if reply.status_code != 200:
                 error = reply.json()["error"]
@@ -326,18 +533,29 @@ def _item(item: dict[str, Any]) -> dict[str, Any]:
             "arguments": item["arguments"],
             "status": item.get("status"),
         }
+    if kind == "compaction":
+        # Tokens differ by nature (each is sealed afresh); their content shows in the
+        # next step's usage, which renders the summary they carry.
+        return {"type": kind, "sealed": bool(item["encrypted_content"])}
     return {"type": kind}
 
 
 def normalize(outcomes: list[Outcome]) -> list[Any]:
     """Outcomes without ids and times; chains as step indexes."""
-    ids = {o.response["id"]: i for i, o in enumerate(outcomes) if o.response is not None}
+    ids = {
+        o.response["id"]: i
+        for i, o in enumerate(outcomes)
+        if o.response is not None and "id" in o.response
+    }
     result: list[Any] = []
     for outcome in outcomes:
         if outcome.response is None:
             result.append({"error": outcome.error})
             continue
         r = outcome.response
+        if r.get("object") != "response":
+            result.append(_other(r))
+            continue
         usage = r["usage"]
         result.append(
             {
@@ -351,6 +569,10 @@ def normalize(outcomes: list[Outcome]) -> list[Any]:
                 "tools": [t["name"] for t in r.get("tools") or []],
                 "max_output_tokens": r.get("max_output_tokens"),
                 "temperature": r.get("temperature"),
+                "text": r["text"],
+                "reasoning": r["reasoning"],
+                "truncation": r["truncation"],
+                "max_tool_calls": r["max_tool_calls"],
                 "output": [_item(item) for item in r["output"]],
                 "usage": {
                     key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")
@@ -361,15 +583,32 @@ def normalize(outcomes: list[Outcome]) -> list[Any]:
     return result
 
 
+def _other(r: dict[str, Any]) -> dict[str, Any]:
+    """A compaction, token count or model list without ids and times."""
+    if r["object"] == "response.compaction":
+        return {
+            "object": r["object"],
+            "output": [
+                _item(item) if item["type"] != "message" else {**_item(item), "role": item["role"]}
+                for item in r["output"]
+            ],
+            "usage": r["usage"],
+        }
+    if r["object"] == "list":
+        return {"object": "list", "models": [(m["id"], m["owned_by"]) for m in r["data"]]}
+    return dict(r)
+
+
 async def run_scenario(server: RunningServer, transport: str, scenario: Scenario) -> list[Outcome]:
     """Run every step on one fresh connection of ``transport``; check each expectation."""
     outcomes: list[Outcome] = []
     async with TRANSPORTS[transport](server) as run:
         for index, step in enumerate(scenario.steps):
-            outcome = await run(step.body(outcomes))
+            outcome = await run(step.op, step.body(outcomes))
             where = f"{transport} step {index}"
             if outcome.response is not None:
-                assert outcome.response["status"] == step.expect, where
+                response = outcome.response
+                assert response.get("status", response["object"]) == step.expect, where
             else:
                 assert outcome.error == (step.expect, step.param), where
             outcomes.append(outcome)

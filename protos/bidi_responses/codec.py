@@ -280,9 +280,84 @@ def item_to_dict(item: pb.Item) -> dict[str, Any]:
         if r.encrypted_content:
             result["encrypted_content"] = r.encrypted_content
         return result
+    if kind == "compaction":
+        c = item.compaction
+        result = {"type": "compaction", "encrypted_content": c.encrypted_content}
+        if c.id:
+            result["id"] = c.id
+        if c.created_by:
+            result["created_by"] = c.created_by
+        return result
     if kind == "other":
         return struct_to_dict(item.other)
     return {}
+
+
+def canonical(value: Any) -> Any:
+    """JSON from a Struct with its integers back (Struct keeps every number as a double)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: canonical(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
+def text_to_dict(text: pb.TextConfig) -> dict[str, Any]:
+    """A TextConfig as the JSON ``text`` object (as the server echoes it)."""
+    result: dict[str, Any] = {"format": {"type": "text"}}
+    if text.HasField("format"):
+        f = text.format
+        fmt: dict[str, Any] = {"type": f.type or "text"}
+        if f.type == "json_schema":
+            if f.name:
+                fmt["name"] = f.name
+            if f.HasField("schema"):
+                fmt["schema"] = canonical(struct_to_dict(f.schema))
+            if f.HasField("description"):
+                fmt["description"] = f.description
+            fmt["strict"] = f.strict if f.HasField("strict") else None
+        result["format"] = fmt
+    if text.HasField("verbosity"):
+        result["verbosity"] = text.verbosity
+    return result
+
+
+def reasoning_to_dict(reasoning: pb.ReasoningConfig) -> dict[str, Any]:
+    """A ReasoningConfig as the JSON ``reasoning`` object."""
+    return {
+        "effort": reasoning.effort if reasoning.HasField("effort") else None,
+        "summary": reasoning.summary if reasoning.HasField("summary") else None,
+    }
+
+
+def text_to_pb(text: dict[str, Any]) -> pb.TextConfig:
+    """The JSON ``text`` object as a TextConfig."""
+    config = pb.TextConfig()
+    fmt = text.get("format")
+    if isinstance(fmt, dict):
+        config.format.type = str(fmt.get("type") or "")
+        if fmt.get("name") is not None:
+            config.format.name = str(fmt["name"])
+        if fmt.get("description") is not None:
+            config.format.description = str(fmt["description"])
+        if isinstance(fmt.get("schema"), dict):
+            config.format.schema.update(fmt["schema"])
+        if fmt.get("strict") is not None:
+            config.format.strict = bool(fmt["strict"])
+    if text.get("verbosity") is not None:
+        config.verbosity = str(text["verbosity"])
+    return config
+
+
+def reasoning_to_pb(reasoning: dict[str, Any]) -> pb.ReasoningConfig:
+    """The JSON ``reasoning`` object as a ReasoningConfig."""
+    config = pb.ReasoningConfig()
+    for key in ("effort", "summary"):
+        if reasoning.get(key) is not None:
+            setattr(config, key, str(reasoning[key]))
+    return config
 
 
 def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
@@ -317,6 +392,9 @@ OPTIONAL_PARAMS = (
     "safety_identifier",
     "prompt_cache_key",
     "user",
+    "truncation",
+    "max_tool_calls",
+    "background",
 )
 
 
@@ -354,6 +432,12 @@ class ProtoDecoder:
                 body[name] = getattr(params, name)
         if params.metadata:
             body["metadata"] = dict(params.metadata)
+        if params.HasField("text"):
+            body["text"] = text_to_dict(params.text)
+        if params.HasField("reasoning"):
+            body["reasoning"] = reasoning_to_dict(params.reasoning)
+        if params.include:
+            body["include"] = list(params.include)
         return body
 
     def client_event(self, request: pb.ConnectRequest) -> dict[str, Any]:
@@ -480,6 +564,14 @@ def item_to_pb(item: dict[str, Any]) -> pb.Item:
                 status=item.get("status", ""),
             )
         )
+    if kind == "compaction":
+        return pb.Item(
+            compaction=pb.CompactionItem(
+                id=item.get("id") or "",
+                encrypted_content=item.get("encrypted_content") or "",
+                created_by=item.get("created_by") or "",
+            )
+        )
     if kind == "reasoning":
         return pb.Item(
             reasoning=pb.ReasoningItem(
@@ -530,6 +622,22 @@ def _usage_to_pb(usage: dict[str, Any]) -> pb.Usage:
     )
 
 
+def usage_to_pb(usage: dict[str, Any]) -> pb.Usage:
+    """The JSON ``usage`` object as a Usage."""
+    return _usage_to_pb(usage)
+
+
+def usage_to_dict(u: pb.Usage) -> dict[str, Any]:
+    """A Usage as the JSON ``usage`` object."""
+    return {
+        "input_tokens": u.input_tokens,
+        "input_tokens_details": {"cached_tokens": u.input_tokens_details.cached_tokens},
+        "output_tokens": u.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": u.output_tokens_details.reasoning_tokens},
+        "total_tokens": u.total_tokens,
+    }
+
+
 def stats_to_pb(stats: dict[str, Any]) -> pb.ResponseStats:
     """The server's per-response counters."""
     return pb.ResponseStats(**stats)
@@ -574,6 +682,10 @@ class ProtoEncoder:
             top_logprobs=r["top_logprobs"],
             safety_flags=[pb.SafetyFlag(**f) for f in r.get("safety_flags") or ()],
         )
+        if r.get("text"):
+            response.text.CopyFrom(text_to_pb(r["text"]))
+        if r.get("reasoning") is not None:
+            response.reasoning.CopyFrom(reasoning_to_pb(r["reasoning"]))
         for name in (
             "completed_at",
             "previous_response_id",
@@ -581,6 +693,7 @@ class ProtoEncoder:
             "max_output_tokens",
             "safety_identifier",
             "prompt_cache_key",
+            "max_tool_calls",
         ):
             value = r.get(name)
             if value is not None:
@@ -771,16 +884,16 @@ class EventDecoder:
             "tool_choice": tool_choice,
             "truncation": r.truncation,
             "parallel_tool_calls": r.parallel_tool_calls,
-            "text": {"format": {"type": "text"}},
+            "text": (text_to_dict(r.text) if r.HasField("text") else {"format": {"type": "text"}}),
             "top_p": r.top_p,
             "presence_penalty": r.presence_penalty,
             "frequency_penalty": r.frequency_penalty,
             "temperature": r.temperature,
             "top_logprobs": r.top_logprobs,
-            "reasoning": None,
+            "reasoning": reasoning_to_dict(r.reasoning) if r.HasField("reasoning") else None,
             "usage": usage,
             "max_output_tokens": _opt(r, "max_output_tokens"),
-            "max_tool_calls": None,
+            "max_tool_calls": _opt(r, "max_tool_calls"),
             "store": r.store,
             "background": r.background,
             "service_tier": r.service_tier,
@@ -934,7 +1047,7 @@ def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
             }
         ]
     for item in raw_input or ():
-        params.input.append(item_to_pb(_canonical_item(item)))
+        params.input.append(item_to_pb(canonical_item(item)))
     tools = body.get("tools")
     if tools:
         params.tools.extend(_tools_to_pb(tools))
@@ -945,6 +1058,12 @@ def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
             setattr(params, name, body[name])
     for key, value in (body.get("metadata") or {}).items():
         params.metadata[key] = value
+    if isinstance(body.get("text"), dict):
+        params.text.CopyFrom(text_to_pb(body["text"]))
+    if isinstance(body.get("reasoning"), dict):
+        params.reasoning.CopyFrom(reasoning_to_pb(body["reasoning"]))
+    if body.get("include"):
+        params.include.extend(body["include"])
     return params
 
 
@@ -964,7 +1083,7 @@ def _tools_to_pb(tools: Any) -> list[pb.Tool]:
     return converted
 
 
-def _canonical_item(item: dict[str, Any]) -> dict[str, Any]:
+def canonical_item(item: dict[str, Any]) -> dict[str, Any]:
     """Fill the shorthand forms JSON allows (``{"role","content":"text"}``)."""
     if item.get("type") is None and "role" in item:
         item = {"type": "message", **item}

@@ -9,6 +9,11 @@ The format (special tokens in angle brackets, everything else ordinary text)::
     <|start|>assistant<|channel|>analysis<|message|>{summary}<|end|> reasoning
     <|start|>assistant to=functions.{name}<|channel|>commentary json<|message|>{arguments}<|call|>
     <|start|>functions.{name} to=assistant<|channel|>commentary<|message|>{output}<|end|>
+    <|start|>developer<|message|># Compacted conversation\n{summary}<|end|>     compaction item
+    <|start|>developer<|message|># Response Formats\n{format as JSON}<|end|>  structured output
+
+A ``compaction`` item renders as the summary its sealed token carries (``core.compaction``);
+a structured-output format renders in the prefix, after the tools.
 
 The engine appends ``<|start|>assistant`` itself before sampling.
 
@@ -23,7 +28,7 @@ looked up by ``call_id`` in ``call_names``.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any, TypeAlias
 
@@ -54,8 +59,10 @@ def canonical_json(value: Any) -> Any:
 class Renderer:
     """Turns instructions, tools and items into token ids with one shared encoding."""
 
-    def __init__(self, encoding: Any) -> None:
+    def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
         self._encoding = encoding
+        # Token -> summary text, for compaction items (None: they cannot be rendered).
+        self._open_compaction = open_compaction
         self._encode = encoding.encode_ordinary
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
@@ -78,14 +85,22 @@ class Renderer:
         out.append(end)
         return len(out) - start
 
-    def render_prefix(self, instructions: str | None, tools: list[dict[str, Any]]) -> TokenArray:
-        """The tokens before the first item: instructions, then tool definitions."""
+    def render_prefix(
+        self,
+        instructions: str | None,
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
+    ) -> TokenArray:
+        """The tokens before the first item: instructions, tool definitions, output format."""
         out: TokenArray = array("I")
         if instructions:
             self._block(out, "system", None, instructions, tokenizer.END)
         if tools:
             spec = orjson.dumps(canonical_json(tools)).decode()
             self._block(out, "developer", None, "# Tools\n" + spec, tokenizer.END)
+        if response_format:
+            spec = orjson.dumps(canonical_json(response_format)).decode()
+            self._block(out, "developer", None, "# Response Formats\n" + spec, tokenizer.END)
         return out
 
     def render_item(self, item: Item, call_names: Mapping[str, str], out: TokenArray) -> int:
@@ -118,6 +133,13 @@ class Renderer:
             return self._block(
                 out, header, "commentary", str(item.get("output", "")), tokenizer.END
             )
+        if kind == "compaction":
+            if self._open_compaction is None:
+                raise ValueError("this renderer has no compaction key")
+            summary = self._open_compaction(str(item["encrypted_content"]))
+            return self._block(
+                out, "developer", None, "# Compacted conversation\n" + summary, tokenizer.END
+            )
         body = orjson.dumps(canonical_json(item)).decode()
         return self._block(out, "developer", None, body, tokenizer.END)
 
@@ -132,10 +154,14 @@ class Renderer:
         return added
 
     def render_conversation(
-        self, instructions: str | None, tools: list[dict[str, Any]], items: Iterable[Item]
+        self,
+        instructions: str | None,
+        tools: list[dict[str, Any]],
+        items: Iterable[Item],
+        response_format: dict[str, Any] | None = None,
     ) -> TokenArray:
         """A full render from scratch: the reference that incremental rendering must equal."""
-        out = self.render_prefix(instructions, tools)
+        out = self.render_prefix(instructions, tools, response_format)
         self.render_items(items, {}, out)
         return out
 

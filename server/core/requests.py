@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 from bidi_responses.server.config import Limits
+from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
 
 Item = dict[str, Any]
@@ -23,6 +24,9 @@ _PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
+# Opaque items: their only content is a server-sealed token, which the core checks against the
+# server key before the item is rendered (``core.compaction``).
+_OPAQUE_ITEMS = frozenset({"compaction"})
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
 # Closed sets of the hosted API: anything else is refused, never carried along silently.
 _ITEM_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
@@ -53,6 +57,12 @@ class CreateRequest:
     user: str | None = None
     stream: bool = False
     background: bool = False
+    # Output settings (see ``core.params``), normalized as the Response echoes them.
+    text: dict[str, Any] = field(default_factory=lambda: dict(params.TEXT_DEFAULT))
+    reasoning: dict[str, Any] | None = None
+    truncation: str = "disabled"
+    include: list[str] = field(default_factory=list)
+    max_tool_calls: int | None = None
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
@@ -151,7 +161,19 @@ def parse_create(body: Any, limits: Limits) -> CreateRequest:
         if not any(t.get("name") == name for t in request.tools if t["type"] == "function"):
             raise invalid("tool_choice.name", f"no function tool named '{name}' is declared.")
     request.input, _ = parse_input(body.get("input"), limits)
+    parse_output_settings(request, body)
     return request
+
+
+def parse_output_settings(request: CreateRequest, body: dict[str, Any]) -> None:
+    """``text``, ``reasoning``, ``truncation``, ``include``, ``max_tool_calls``; refuses the
+    hosted API's parameters that the server cannot honour (see ``core.params``)."""
+    params.check_unsupported(body)
+    request.text = params.parse_text(body.get("text"), check_schema)
+    request.reasoning = params.parse_reasoning(body.get("reasoning"))
+    request.truncation = params.parse_truncation(body.get("truncation"))
+    request.include = params.parse_include(body.get("include"))
+    request.max_tool_calls = params.parse_max_tool_calls(body.get("max_tool_calls"))
 
 
 def _parse_tool_choice(value: Any) -> str | dict[str, Any]:
@@ -494,6 +516,8 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         item = {"type": "reasoning", "summary": parts}
         _copy_keys(entry, item, where, ("id", "encrypted_content", "status"))
         return item, size
+    if kind in _OPAQUE_ITEMS:
+        return normalize_opaque_item(entry, kind, where, limits)
     if kind in _PASSTHROUGH_ITEMS:
         _check_passthrough(kind, entry, where, limits)
         item = dict(entry)
@@ -533,3 +557,22 @@ def _check_passthrough(kind: str, entry: dict[str, Any], where: str, limits: Lim
             _closed(entry.get(key), f"{where}.status", _ITEM_STATUSES)
         else:
             _opt_text(entry, key, where)
+
+
+def normalize_opaque_item(
+    entry: dict[str, Any], kind: str, where: str, limits: Limits
+) -> tuple[Item, int]:
+    """A ``compaction`` item: ``encrypted_content`` (required) and an optional ``id``.
+
+    The token's integrity is checked against the server key before the item is rendered
+    (``core.compaction``); here only its shape.
+    """
+    content = _text(entry.get("encrypted_content"), f"{where}.encrypted_content", limits)
+    if not content:
+        raise missing(f"{where}.encrypted_content")
+    item: Item = {"type": kind, "encrypted_content": content}
+    for key in ("id", "created_by"):
+        value = entry.get(key)
+        if value is not None:
+            item[key] = _text(value, f"{where}.{key}", limits)
+    return item, len(content)

@@ -23,6 +23,7 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import TokenArray, canonical_json
 from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
 from bidi_responses.server.core.state import ConversationState, ResponseCache, common_prefix
@@ -51,6 +52,7 @@ _ID_PREFIX = {
     "reasoning": "rs",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "compaction": "cmp",
 }
 
 
@@ -258,10 +260,18 @@ class ResponseRun:
             request = parse_create(self.body, limits)
             if lane.stateful:
                 lane.tools_memo = (raw_tools, request.tools)
-        if request.background:
+        if request.background and lane.stateful:
+            # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
-                "Background mode is not supported on this transport.",
+                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
+                "stream; use POST /v1/responses.",
                 code="unsupported_parameter",
+                param="background",
+            )
+        if request.background and not request.store:
+            raise ApiError(
+                "Invalid 'background': background mode requires 'store': true.",
+                code="invalid_value",
                 param="background",
             )
         if request.append_mode and not lane.stateful:
@@ -283,10 +293,11 @@ class ResponseRun:
         previous = request.previous_response_id
         state: ConversationState | None = None
         # The previous response's whole context (its prompt and output) as tokens, or, for a
-        # stored predecessor, the instructions and tools its prompt began with: cached_tokens
-        # is the prefix of this prompt that context shares, however the state was found.
+        # stored predecessor, the instructions, tools and output format its prompt began with:
+        # cached_tokens is the prefix of this prompt that context shares, however the state
+        # was found.
         previous_tokens: TokenArray | None = None
-        previous_prefix: tuple[str | None, list[dict[str, Any]]] | None = None
+        previous_prefix: tuple[str | None, list[dict[str, Any]], Any] | None = None
         if previous is not None:
             if self.lane.cache is not None:
                 state = self.lane.cache.take(previous)
@@ -302,7 +313,13 @@ class ResponseRun:
                 # Stored items are checked again like any other input: this request has no cache.
                 history, _ = parse_input(history, core.config.limits, where="history")
                 last = chain[-1].response
-                previous_prefix = (last.get("instructions"), list(last.get("tools") or ()))
+                text = last.get("text")
+                fmt = response_format(text) if isinstance(text, dict) else None
+                previous_prefix = (
+                    last.get("instructions"),
+                    list(last.get("tools") or ()),
+                    canonical_json(fmt) if fmt is not None else None,
+                )
         if state is None:
             state = ConversationState()
         self.state = state
@@ -319,16 +336,19 @@ class ResponseRun:
 
         rendered = 0
         key = state.prefix_key
+        fmt = self._format(request)
         if (
             key is None
             or key[0] != request.instructions
             or (key[1] is not request.tools and key[1] != request.tools)
+            or key[2] != fmt
         ):
             rendered += state.set_prefix(
                 core.renderer,
                 request.instructions,
                 request.tools,
-                (request.instructions, request.tools),
+                (request.instructions, request.tools, fmt),
+                fmt,
             )
 
         for item in request.input:
@@ -353,7 +373,7 @@ class ResponseRun:
         self._inputs.extend(request.input)
 
     def _stored_reuse(
-        self, previous_prefix: tuple[str | None, list[dict[str, Any]]], history_tokens: int
+        self, previous_prefix: tuple[str | None, list[dict[str, Any]], Any], history_tokens: int
     ) -> int:
         """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
         state = self.state
@@ -367,6 +387,9 @@ class ResponseRun:
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.core.compaction.check(item, path)
         declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
@@ -391,7 +414,10 @@ class ResponseRun:
     async def _respond(self, request: CreateRequest) -> None:
         assert self.record is not None and self.state is not None
         record = self.record
+        if request.background:
+            record.status = "queued"
         await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        record.status = "in_progress"
         self._started = True
         if not request.generate:
             record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
@@ -421,6 +447,13 @@ class ResponseRun:
                 await self._finish("incomplete", reason="max_output_tokens")
                 return
         await self._finish("completed")
+
+    @staticmethod
+    def _format(request: CreateRequest) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = response_format(request.text)
+        return canonical_json(fmt) if fmt is not None else None
 
     def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
         """The function tools as the engine sees them, reused while the lane's tools are."""
@@ -504,6 +537,7 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls,
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
+            response_format=self._format(request),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
@@ -626,10 +660,14 @@ class ResponseRun:
 
     def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
         """What ``store: true`` keeps: completed, incomplete and cancelled responses alike
-        (a cancelled one with the output it had), as the hosted API stores them."""
+        (a cancelled one with the output it had), as the hosted API stores them; a background
+        response however it ended."""
         assert self.record is not None
         request = self.record.request
-        if not request.store or self.record.status == "failed" or self.state is None:
+        if not request.store or self.state is None:
+            return None
+        # A failed response is stored only in background mode: its client polls for it.
+        if self.record.status == "failed" and not request.background:
             return None
         self_contained = request.previous_response_id is None or not self.state.stored_chain
         return StoredResponse(

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.background import BackgroundRuns
+from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
@@ -22,6 +25,7 @@ from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.surface import SurfaceOps
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
@@ -30,14 +34,18 @@ from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
 
-class ResponsesCore:
+class ResponsesCore(SurfaceOps):
     """Shared server state and the operations that are not per-stream."""
 
     def __init__(self, config: ServerConfig, *, encoding: Any = None) -> None:
         self.config = config
         self.log = logging.getLogger("bidi_responses")
         self.encoding = encoding if encoding is not None else load_encoding()
-        self.renderer = Renderer(self.encoding)
+        self.compaction = CompactionCodec(
+            load_key(config.compaction_key_path),
+            summary_item_chars=config.compaction.summary_item_chars,
+        )
+        self.renderer = Renderer(self.encoding, self.compaction.summary)
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.store = Store(config.store_path)
@@ -54,6 +62,8 @@ class ResponsesCore:
         self._sessions: set[Session] = set()
         self._idle = asyncio.Condition()
         self.trimmer = IdleTrimmer(config.trim_memory_idle_s, config.trim_memory_idle_s > 0)
+        self.background = BackgroundRuns(self, config.background)
+        self.started_at = int(time.time())
 
     def _build_engine(self, route: RouteConfig) -> Engine:
         # A copy, checked again (settings files and flags fill the config in field by field),
@@ -82,6 +92,7 @@ class ResponsesCore:
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
         self.draining = True
+        await self.background.close()
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()

@@ -25,7 +25,7 @@ class ConversationState:
 
     tokens: TokenArray = field(default_factory=lambda: array("I"))
     prefix_len: int = 0
-    prefix_key: tuple[str | None, Any] | None = None
+    prefix_key: tuple[Any, ...] | None = None
     items: list[Item] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
     answered_calls: set[str] = field(default_factory=set)
@@ -49,13 +49,14 @@ class ConversationState:
         renderer: Renderer,
         instructions: str | None,
         tools: list[dict[str, Any]],
-        key: tuple[str | None, Any],
+        key: tuple[Any, ...],
+        response_format: dict[str, Any] | None = None,
     ) -> int:
-        """Render new instructions and tools in front of the kept item tokens.
+        """Render new instructions, tools and output format in front of the kept item tokens.
 
         Only the prefix is tokenized; the items' tokens are reused. Returns tokens rendered.
         """
-        prefix = renderer.render_prefix(instructions, tools)
+        prefix = renderer.render_prefix(instructions, tools, response_format)
         rendered = len(prefix)
         prefix.extend(self.tokens[self.prefix_len :])
         self.tokens = prefix

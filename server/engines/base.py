@@ -9,7 +9,7 @@ nothing about the wire.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -42,6 +42,9 @@ class EngineRequest:
     tool_rounds: int = 0
     turn_index: int = 0
     seed: int = 0
+    # Structured output: the request's ``text.format`` when it is ``json_schema`` or
+    # ``json_object``; a text answer must then be JSON of that shape.
+    response_format: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,22 @@ class SimEngine:
             arguments = self.arguments_for(tool.parameters, rng)
             deltas = token_deltas(self.encoding, self.encoding.encode_ordinary(arguments))
             return [PlannedItem(kind="function_call", name=tool.name, deltas=deltas)], "tool_calls"
+        if request.response_format is not None:
+            text = self.structured_answer(request.response_format, rng)
+            deltas = token_deltas(self.encoding, self.encoding.encode_ordinary(text))
+            return [PlannedItem(kind="message", deltas=deltas)], "stop"
         return [PlannedItem(kind="message", deltas=self._answer(rng))], "stop"
+
+    def structured_answer(self, response_format: Mapping[str, Any], rng: random.Random) -> str:
+        """A text answer that is JSON of the requested shape (structured outputs).
+
+        ``json_schema``: an instance valid for the schema, as for tool arguments;
+        ``json_object``: an object holding a short answer.
+        """
+        if response_format.get("type") == "json_schema":
+            return _dumps(schema_instance(response_format.get("schema") or {}, rng))
+        words = " ".join(rng.choice(_WORDS) for _ in range(max(self.config.answer_tokens // 2, 1)))
+        return _dumps({"answer": words})
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         """Stream the output for ``request``; the last event is an EngineFinish."""

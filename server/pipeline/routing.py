@@ -43,6 +43,11 @@ class Router:
         """Known model aliases, sorted."""
         return sorted(self._routes)
 
+    def engine_name(self, model: str) -> str | None:
+        """The engine kind configured for ``model`` ("sim", "script", ...), None if unknown."""
+        config = self._routes.get(model)
+        return config.engine if config is not None else None
+
     def route_key(self, model: str) -> tuple[str, int]:
         """What a cached route depends on: the alias and the version of its settings."""
         return (model, self._versions.get(model, -1))

@@ -23,7 +23,9 @@ from bidi_responses.codec import (
     ProtoEncoder,
     decode_message,
     deep_messages,
+    item_to_dict,
     item_to_pb,
+    usage_to_pb,
 )
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import error_event
@@ -135,6 +137,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         if tenant is not None:
             body.setdefault("user", tenant)
         encoder = ProtoEncoder()
+        if body.get("background") is True:
+            # The response runs on its own; this call only reads its event log, so dropping
+            # the call leaves it running (resume with StreamResponse).
+            try:
+                first = await self._core.background.start(body, "grpc-unary")
+            except ApiError as error:
+                await _abort(context, error)
+                raise
+            if first["type"] == "error":
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                return
+            async for data in self._core.background.events(first["response"]["id"], -1):
+                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+            return
         async for data in self._core.stateless(body, "grpc-unary"):
             with deep_messages():
                 reply = pb.CreateResponseResponse(event=encoder.connect_response("", data))
@@ -215,6 +231,91 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> pb.GetStatsResponse:
         """Cumulative counters."""
         return pb.GetStatsResponse(**self._core.stats())
+
+    async def CompactResponse(
+        self,
+        request: pb.CompactResponseRequest,
+        context: grpc.aio.ServicerContext[pb.CompactResponseRequest, pb.CompactResponseResponse],
+    ) -> pb.CompactResponseResponse:
+        """Compact a conversation (``POST /v1/responses/compact``)."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": [item_to_dict(i) for i in request.input],
+        }
+        for name in ("instructions", "previous_response_id"):
+            if request.HasField(name):
+                body[name] = getattr(request, name)
+        tenant = _tenant(context)
+        if tenant is not None:
+            body["user"] = tenant
+        try:
+            result = await self._core.compact(body, "grpc-unary")
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.CompactResponseResponse(
+            id=result["id"],
+            object=result["object"],
+            created_at=result["created_at"],
+            output=[item_to_pb(i) for i in result["output"]],
+            usage=usage_to_pb(result["usage"]),
+        )
+
+    async def CountInputTokens(
+        self,
+        request: pb.CountInputTokensRequest,
+        context: grpc.aio.ServicerContext[pb.CountInputTokensRequest, pb.CountInputTokensResponse],
+    ) -> pb.CountInputTokensResponse:
+        """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
+        body = ProtoDecoder().params_to_dict(request.params)
+        try:
+            result = await self._core.count_input_tokens(body)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.CountInputTokensResponse(**result)
+
+    async def ListModels(
+        self,
+        request: pb.ListModelsRequest,
+        context: grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse],
+    ) -> pb.ListModelsResponse:
+        """The configured models (``GET /v1/models``)."""
+        listing = self._core.list_models()
+        return pb.ListModelsResponse(
+            object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
+        )
+
+    async def GetModel(
+        self,
+        request: pb.GetModelRequest,
+        context: grpc.aio.ServicerContext[pb.GetModelRequest, pb.GetModelResponse],
+    ) -> pb.GetModelResponse:
+        """One configured model (``GET /v1/models/{model}``)."""
+        try:
+            model = self._core.get_model(request.model)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        return pb.GetModelResponse(model=pb.Model(**model))
+
+    async def StreamResponse(
+        self,
+        request: pb.StreamResponseRequest,
+        context: grpc.aio.ServicerContext[pb.StreamResponseRequest, pb.StreamResponseResponse],
+    ) -> AsyncIterator[pb.StreamResponseResponse]:
+        """Resume a background response's events after ``starting_after``."""
+        starting_after = request.starting_after if request.HasField("starting_after") else -1
+        try:
+            if starting_after < -1:
+                raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+            events = self._core.background.events(request.response_id, starting_after)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        encoder = ProtoEncoder()
+        async for data in events:
+            yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
 async def start_grpc_server(

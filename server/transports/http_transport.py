@@ -39,6 +39,11 @@ from bidi_responses.server.core.events import TERMINAL_TYPES, OutEvent, error_ev
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.http_surface import (
+    background_create,
+    background_stream,
+    surface_routes,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -66,7 +71,7 @@ WS_CLOSE_RESTART = 1012
 # frame header alone (close 1009), so a client cannot make the server buffer unbounded data.
 _WS_HARD_LIMIT_FACTOR = 2
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 # -- framing ---------------------------------------------------------------------------------
@@ -178,6 +183,7 @@ class HttpTransport:
         routes: list[BaseRoute] = [
             Route("/v1/responses", self.responses, methods=["GET", "POST"]),
             WebSocketRoute("/v1/responses", self.websocket_mode),
+            *surface_routes(core, self._read_json),
             Route("/v1/responses/{response_id}", self.retrieve, methods=["GET"]),
             Route("/v1/responses/{response_id}", self.delete, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", self.input_items, methods=["GET"]),
@@ -255,6 +261,8 @@ class HttpTransport:
         tenant = tenant_from_authorization(request.headers.get("authorization"))
         if tenant is not None and body.get("user") is None:
             body["user"] = tenant
+        if body.get("background") is True:
+            return await background_create(self._core, body)
         # Only the body decides: the SDK sends Accept: application/json even when streaming.
         streaming = body.get("stream") is True
         # stateless() is an async generator; closing it early closes its session at once.
@@ -287,7 +295,7 @@ class HttpTransport:
                 )
             return _event_error_response(first)
         return StreamingResponse(
-            _sse_stream(first, events), media_type="text/event-stream", headers=_SSE_HEADERS
+            _sse_stream(first, events), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
     async def upgrade_required(self, request: Request) -> Response:
@@ -304,14 +312,17 @@ class HttpTransport:
     async def retrieve(self, request: Request) -> Response:
         """``GET /v1/responses/{id}``."""
         if request.query_params.get("stream", "").lower() in ("true", "1"):
-            # Replaying a stream is a background-mode feature, and background mode is not
-            # offered; say so rather than silently returning JSON to a client expecting SSE.
-            raise ApiError(
-                "Streaming a stored response requires background mode, which this "
-                "server does not support.",
-                code="unsupported_parameter",
-                param="stream",
-            )
+            # Replaying a stream is a background-mode feature: a response that did not run in
+            # the background gets a clear error rather than JSON a client would not expect.
+            response_id = request.path_params["response_id"]
+            if not self._core.background.is_background(response_id):
+                raise ApiError(
+                    f"Response '{response_id}' can be streamed again only if it was created "
+                    "with 'background': true (and its events are still kept).",
+                    code="unsupported_parameter",
+                    param="stream",
+                )
+            return background_stream(self._core, request)
         return _json(await self._core.get_response(request.path_params["response_id"]))
 
     async def delete(self, request: Request) -> Response:

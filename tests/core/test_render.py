@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from bidi_responses.server.core.compaction import CompactionCodec
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import END, MESSAGE, START, load_encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-RENDERER = Renderer(load_encoding())
+CODEC = CompactionCodec(b"render-test-key-0123456789")
+RENDERER = Renderer(load_encoding(), CODEC.summary)
 
 # Text with the awkward parts mixed in: special-token look-alikes, unicode, JSON punctuation.
 texts = st.lists(
@@ -40,7 +42,9 @@ def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], li
     calls: list[str] = []
     for _ in range(draw(st.integers(0, 12))):
         kind = draw(
-            st.sampled_from(["user", "assistant", "developer", "call", "output", "reasoning"])
+            st.sampled_from(
+                ["user", "assistant", "developer", "call", "output", "reasoning", "compaction"]
+            )
         )
         if kind == "call":
             call_id = f"call_{len(items)}"
@@ -60,6 +64,11 @@ def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], li
                     "call_id": draw(st.sampled_from(calls)),
                     "output": draw(texts),
                 }
+            )
+        elif kind == "compaction":
+            token = CODEC.seal({"summary": draw(texts)})
+            items.append(
+                {"type": "compaction", "id": f"cmp_{len(items)}", "encrypted_content": token}
             )
         elif kind == "reasoning":
             items.append(
@@ -130,3 +139,12 @@ def test_special_token_text_in_content_is_ordinary_text() -> None:
     # One START, one MESSAGE, one END: the text "<|end|>" did not become a special token.
     assert tokens.count(END) == 1
     assert tokens.count(START) == 1 and tokens.count(MESSAGE) == 1
+
+
+def test_compaction_renders_as_its_summary() -> None:
+    token = CODEC.seal({"summary": "called ls() and saw a.txt"})
+    item = {"type": "compaction", "encrypted_content": token}
+    tokens = RENDERER.render_conversation(None, [], [item])
+    text = RENDERER.encoding.decode([t for t in tokens if t < 199_998])
+    assert "called ls() and saw a.txt" in text
+    assert token not in text  # the opaque token itself never reaches the model

@@ -210,10 +210,11 @@ async def test_request_errors_use_the_openai_shape(http: httpx.AsyncClient) -> N
         assert "resp_missing" in error["message"]
         assert_error(
             await http.post(
-                "/v1/responses", json={"model": "sim-model", "input": "hi", "background": True}
+                "/v1/responses",
+                json={"model": "sim-model", "input": "hi", "background": True, "store": False},
             ),
             400,
-            "unsupported_parameter",
+            "invalid_value",
             "background",
         )
         assert_error(

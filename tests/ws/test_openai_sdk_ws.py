@@ -170,3 +170,30 @@ async def test_append_mode_through_the_sdk_connection(sdk: openai.AsyncOpenAI) -
             )
         assert event["type"] == "response.completed"
         assert pauses == 3
+
+
+async def test_a_compacted_history_continues_over_the_socket(sdk: openai.AsyncOpenAI) -> None:
+    async with asyncio.timeout(30):
+        compacted = await sdk.responses.compact(
+            model="sim-model",
+            input=[
+                {"role": "user", "content": "summarize the build log"},
+                {"role": "assistant", "content": "Step 3 failed: missing header."},
+            ],
+        )
+        items: Any = [i.model_dump(exclude_none=True, warnings=False) for i in compacted.output]
+        async with sdk.responses.connect() as conn:
+            await conn.response.create(
+                model="sim-model", input=[*items, {"role": "user", "content": "fix it"}]
+            )
+            first = (await next_turn(conn))[-1]
+            assert first.type == "response.completed"
+            await conn.response.create(
+                model="sim-model", previous_response_id=first.response.id, input="and then?"
+            )
+            second = (await next_turn(conn))[-1]
+            assert second.type == "response.completed"
+            # The continuation reused the cached render, compaction summary included.
+            usage = second.response.usage
+            assert usage is not None
+            assert usage.input_tokens_details.cached_tokens >= first.response.usage.input_tokens

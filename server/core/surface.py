@@ -1,0 +1,185 @@
+"""The core's one-shot operations beside create: compact, input token counts, models.
+
+None of them samples. Compaction and token counts render with the same renderer a create
+uses, over the same conversation a create would see (``previous_response_id`` resolves from
+the durable store, as for any request without a stream cache), so their counts agree with a
+create's ``usage.input_tokens``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bidi_responses.server.config import ServerConfig
+from bidi_responses.server.core.compaction import CompactionCodec, is_kept
+from bidi_responses.server.core.errors import (
+    ApiError,
+    invalid,
+    missing,
+    previous_response_not_found,
+)
+from bidi_responses.server.core.events import Usage
+from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.params import response_format
+from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.core.requests import Item, parse_create, parse_input
+from bidi_responses.server.core.store import LedgerRow, Store
+from bidi_responses.server.pipeline.post import PostJob, PostQueue
+from bidi_responses.server.pipeline.routing import Router
+
+
+def _object_body(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError("The request body must be a JSON object.", code="invalid_type")
+    return body
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise invalid(key, f"expected a string, got {type(value).__name__}.", code="invalid_type")
+    return value
+
+
+class SurfaceOps:
+    """Mixed into ``ResponsesCore``: the operations of this module."""
+
+    config: ServerConfig
+    router: Router
+    renderer: Renderer
+    store: Store
+    post: PostQueue
+    compaction: CompactionCodec
+    started_at: int
+
+    async def stored_history(self, previous: str) -> list[Item]:
+        """The conversation up to and including stored response ``previous``, checked again
+        like any input (400 ``previous_response_not_found`` if it is not stored)."""
+        chain = await self.store.chain(previous)
+        if chain is None:
+            raise previous_response_not_found(previous)
+        history: list[Item] = []
+        for link in chain:
+            history.extend(link.input_items)
+            history.extend(link.response.get("output", ()))
+        items, _ = parse_input(history, self.config.limits, where="history")
+        return items
+
+    async def _conversation(
+        self, previous: str | None, new_input: list[Item]
+    ) -> tuple[list[Item], list[str]]:
+        """History (if any) plus the new input, with the JSON path of each item; checks
+        every compaction token."""
+        history = await self.stored_history(previous) if previous else []
+        items = history + new_input
+        paths = [f"history[{i}]" for i in range(len(history))]
+        paths += [f"input[{i}]" for i in range(len(new_input))]
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.compaction.check(item, path)
+        return items, paths
+
+    # -- POST /v1/responses/compact ------------------------------------------------------------
+
+    async def compact(self, raw: Any, transport: str = "http") -> dict[str, Any]:
+        """Compact a conversation: its user messages, then one sealed ``compaction`` item.
+
+        The pass is accounted in the usage ledger like a response (status ``compaction``),
+        to the body's ``user`` or the caller's tenant.
+        """
+        body = _object_body(raw)
+        model = body.get("model")
+        if model is None or model == "":
+            raise missing("model")
+        if not isinstance(model, str):
+            raise invalid("model", "expected a string.", code="invalid_type")
+        self.router.resolve(model)
+        instructions = _optional_str(body, "instructions")
+        previous = _optional_str(body, "previous_response_id") or None
+        new_input, _ = parse_input(body.get("input"), self.config.limits)
+        items, _ = await self._conversation(previous, new_input)
+
+        prompt = self.renderer.render_conversation(instructions, [], items)
+        summary = self.compaction.summarize(item for item in items if not is_kept(item))
+        created_at = int(time.time())
+        token = self.compaction.seal(
+            {"summary": summary, "model": model, "items": len(items), "created_at": created_at}
+        )
+        output: list[Item] = []
+        for item in items:
+            if is_kept(item):
+                kept = {"id": item.get("id") or new_id("msg"), **item, "status": "completed"}
+                output.append(kept)
+        output.append({"id": new_id("cmp"), "type": "compaction", "encrypted_content": token})
+        usage = Usage(
+            input_tokens=len(prompt),
+            output_tokens=len(self.renderer.encoding.encode_ordinary(summary)),
+        )
+        response_id = new_id("resp")
+        ledger = LedgerRow(
+            response_id=response_id,
+            tenant=_optional_str(body, "user") or "anonymous",
+            model=model,
+            status="compaction",
+            input_tokens=usage.input_tokens,
+            cached_tokens=0,
+            output_tokens=usage.output_tokens,
+            engine_ms=0.0,
+            api_pre_ms=0.0,
+            api_post_ms=0.0,
+            transport=transport,
+            created_at=created_at,
+            completed_at=created_at,
+        )
+        await self.post.put(PostJob(None, ledger))
+        return {
+            "id": response_id,
+            "object": "response.compaction",
+            "created_at": created_at,
+            "output": output,
+            "usage": usage.to_dict(),
+        }
+
+    # -- POST /v1/responses/input_tokens -------------------------------------------------------
+
+    async def count_input_tokens(self, raw: Any) -> dict[str, Any]:
+        """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
+        body = _object_body(raw)
+        model = body.get("model")
+        if model is not None and model != "":
+            if not isinstance(model, str):
+                raise invalid("model", "expected a string.", code="invalid_type")
+            self.router.resolve(model)
+        # The model does not change the rendering; a placeholder satisfies the create parser.
+        request = parse_create({**body, "model": model or "-"}, self.config.limits)
+        items, _ = await self._conversation(request.previous_response_id, request.input)
+        tokens = self.renderer.render_conversation(
+            request.instructions, request.tools, items, response_format(request.text)
+        )
+        return {"object": "response.input_tokens", "input_tokens": len(tokens)}
+
+    # -- GET /v1/models ------------------------------------------------------------------------
+
+    def _model(self, alias: str) -> dict[str, Any]:
+        return {
+            "id": alias,
+            "object": "model",
+            "created": self.started_at,
+            "owned_by": self.router.engine_name(alias) or "bidi-responses",
+        }
+
+    def list_models(self) -> dict[str, Any]:
+        """The configured model aliases, OpenAI list shape."""
+        return {"object": "list", "data": [self._model(a) for a in self.router.aliases]}
+
+    def get_model(self, model_id: str) -> dict[str, Any]:
+        """One configured model (404 ``model_not_found`` if the alias is not configured)."""
+        if model_id not in self.router.aliases:
+            raise ApiError(
+                f"The model '{model_id}' does not exist.",
+                code="model_not_found",
+                param="model",
+                status=404,
+            )
+        return self._model(model_id)
