@@ -71,6 +71,14 @@ class ConnectStream:
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.warnings: list[dict[str, Any]] = []
 
+    async def established(self) -> None:
+        """Wait until the server has accepted the stream (its initial metadata arrived), so
+        the call's set-up is not paid inside the first turn."""
+        try:
+            await self._call.initial_metadata()
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
+
     def _queue(self, lane: str) -> asyncio.Queue[pb.ConnectResponse | None]:
         queue = self._lanes.get(lane)
         if queue is None:
@@ -295,6 +303,7 @@ class AsyncResponsesClient:
         """
         stream = self.open_stream()
         try:
+            await stream.established()
             yield stream
         except BaseException:
             stream.abort()

@@ -91,6 +91,10 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
         tenant = _tenant(context)
+        # Tell the client at once that the stream is up (a WebSocket handshake does the same),
+        # so it can pay the call's set-up when it opens the stream rather than in its first
+        # turn, where 200 streams opened together would all pay it at the same moment.
+        await context.send_initial_metadata(())
 
         async def read() -> None:
             try:
