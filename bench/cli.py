@@ -148,6 +148,25 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="set the GLIBC_TUNABLES of transport-floor.md in server and clients",
     )
+    p.add_argument(
+        "--backend-url",
+        default=None,
+        help="run the rollouts on a real OpenAI-compatible completions backend (vLLM, SGLang, "
+        "llama.cpp) at this base URL, e.g. http://gpu-host:8000/v1, instead of the sim engine; "
+        "only the headline sweep applies",
+    )
+    p.add_argument("--backend-model", default="", help="the backend's model name")
+    p.add_argument(
+        "--backend-format",
+        default="generic",
+        choices=("generic", "harmony"),
+        help="the model's prompt format (harmony for gpt-oss; default generic)",
+    )
+    p.add_argument(
+        "--backend-api-key-env",
+        default="",
+        help="environment variable holding the backend's API key (read by the server)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument(
@@ -167,6 +186,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
     unknown = [s for s in sweeps if s not in _SWEEPS]
     if unknown:
         raise ValueError(f"unknown sweep(s) {unknown}; known: {', '.join(_SWEEPS)}")
+    if args.backend_url:
+        if args.sweeps != ",".join(_SWEEPS) and sweeps != ["headline"]:
+            raise ValueError("--backend-url runs the headline sweep only (--sweeps headline)")
+        sweeps = ["headline"]  # the other sweeps vary the simulated engine's speed
     config = CompareConfig(
         modes=resolve_modes(args.modes),
         out_dir=Path(args.out),
@@ -178,6 +201,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
         tool_ms=args.tool_ms,
         tps=args.tps,
         trace=args.trace,
+        backend_url=args.backend_url,
+        backend_model=args.backend_model,
+        backend_api_key_env=args.backend_api_key_env,
+        backend_format=args.backend_format,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=resolve_modes(args.tps_modes) if args.tps_modes else None,

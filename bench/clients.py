@@ -608,6 +608,8 @@ def _base_body(cmd: dict[str, Any]) -> dict[str, Any]:
         base["instructions"] = cmd["instructions"]
     if cmd.get("tools"):
         base["tools"] = cmd["tools"]
+    if cmd.get("tool_choice"):
+        base["tool_choice"] = cmd["tool_choice"]
     return base
 
 

@@ -81,6 +81,11 @@ class ServerSettings:
     engine: str = "sim"
     script_path: str | None = None
     http: bool = True
+    # A real backend (engine "completions"): its OpenAI base URL, model name, API key variable.
+    backend_url: str | None = None
+    backend_model: str = ""
+    backend_api_key_env: str = ""
+    backend_format: str = "generic"
 
     def toml(self) -> str:
         """The server's config file."""
@@ -94,6 +99,16 @@ class ServerSettings:
         ]
         if self.script_path:
             lines.append(f"script_path = {_toml_str(self.script_path)}")
+        if self.backend_url:
+            lines[lines.index(f'engine = "{self.engine}"')] = 'engine = "completions"'
+            lines += [
+                "",
+                '[models."sim-model".completions]',
+                f"base_url = {_toml_str(self.backend_url)}",
+                f"model = {_toml_str(self.backend_model)}",
+                f"api_key_env = {_toml_str(self.backend_api_key_env)}",
+                f"format = {_toml_str(self.backend_format)}",
+            ]
         lines += [
             "",
             '[models."sim-model".sim]',
@@ -341,6 +356,11 @@ class CompareConfig:
     tps: float = 1000.0
     ttft_ms: float = 50.0
     trace: str | None = None
+    # Run the rollouts against a real completions backend instead of the sim engine.
+    backend_url: str | None = None
+    backend_model: str = ""
+    backend_api_key_env: str = ""
+    backend_format: str = "generic"
     # tokens/s sweep (a shorter rollout).
     tps_values: list[float] = field(default_factory=lambda: [65.0, 1000.0, 4000.0])
     tps_turns: int = 10
@@ -474,6 +494,11 @@ class Runner:
         if cfg.trace:
             settings.engine = "script"
             settings.script_path = str(Path(cfg.trace).resolve())
+        if cfg.backend_url:
+            settings.backend_url = cfg.backend_url
+            settings.backend_model = cfg.backend_model
+            settings.backend_api_key_env = cfg.backend_api_key_env
+            settings.backend_format = cfg.backend_format
         cell = CellResult(
             name,
             "rollout",
@@ -484,6 +509,7 @@ class Runner:
                 "repeats": repeats,
                 "modes": [m.key for m in modes],
                 "trace": cfg.trace,
+                "backend_url": cfg.backend_url,
             },
         )
         started = time.perf_counter()
@@ -515,6 +541,15 @@ class Runner:
         return cell
 
     def _rollout_cmd(self, workload: Workload, address: ServerAddress) -> dict[str, Any]:
+        cmd = self._base_rollout_cmd(workload, address)
+        if self.config.backend_url and workload.tools:
+            # A real model decides for itself whether to call a tool; forcing the first tool
+            # makes it run the workload's tool turns, so every mode does the same turns.
+            cmd["tool_choice"] = {"type": "function", "name": workload.tools[0]["name"]}
+            cmd["max_tool_turns"] = workload.spec.tool_turns
+        return cmd
+
+    def _base_rollout_cmd(self, workload: Workload, address: ServerAddress) -> dict[str, Any]:
         return {
             "cmd": "agents",
             "server": address,

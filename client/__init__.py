@@ -3,10 +3,12 @@
 * ``AsyncResponsesClient`` / ``ConnectStream``: async, over gRPC.
 * ``ResponsesClient``: the blocking wrapper.
 * ``run_agent_loop``: runs tools and continues with ``previous_response_id`` or append mode.
+* ``Conversation``: a chain of turns that survives replica drains and deaths behind a proxy.
 """
 
 from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
 from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream
+from bidi_responses.client.failover import Conversation, run_resilient_agent
 from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
 from bidi_responses.client.types import Response, ResponsesError, Usage
 
@@ -14,11 +16,13 @@ __all__ = [
     "AgentResult",
     "AsyncResponsesClient",
     "ConnectStream",
+    "Conversation",
     "Response",
     "ResponsesClient",
     "ResponsesError",
     "SyncConnectStream",
     "Usage",
     "run_agent_loop",
+    "run_resilient_agent",
     "run_tools",
 ]

@@ -83,6 +83,8 @@ class ConnectStream:
         queue = self._lanes.get(lane)
         if queue is None:
             queue = self._lanes[lane] = asyncio.Queue()
+            if self._reader.done():
+                queue.put_nowait(None)  # the stream already ended: nothing will arrive
         return queue
 
     async def _read(self) -> None:
@@ -150,6 +152,7 @@ class ConnectStream:
     async def _create_messages(
         self, stream_id: str, params: dict[str, Any]
     ) -> AsyncIterator[pb.ConnectResponse]:
+        self._queue(stream_id)  # before sending: the end of the stream must reach this lane
         with deep_messages():  # tool schemas may nest past protobuf's default depth
             request = pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
         await self.send(request)

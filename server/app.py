@@ -45,7 +45,7 @@ class RunningServer:
         core = self.core
         # From here on new responses are refused (``server_shutting_down``); streams end as
         # soon as their in-flight responses have sent their terminal events.
-        core.draining = True
+        core.begin_drain()
         drain = asyncio.ensure_future(core.drain_streams())
         try:
             # The transports share one grace period; after it they cancel what is left.
@@ -63,7 +63,7 @@ class StartupError(Exception):
     whose engine cannot be built, a port in use. The message is one line for the operator."""
 
 
-def _open_core(config: ServerConfig) -> ResponsesCore:
+async def _open_core(config: ServerConfig) -> ResponsesCore:
     try:
         core = ResponsesCore(config)
     except (OSError, sqlite3.Error) as error:
@@ -74,7 +74,7 @@ def _open_core(config: ServerConfig) -> ResponsesCore:
     try:
         core.router.build_all()
     except (OSError, ValueError) as error:
-        core.store.close()
+        await core.store.aclose()
         raise StartupError(f"cannot build the engine of {error}") from error
     return core
 
@@ -84,7 +84,7 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
 
     Raises StartupError with a one-line reason when something the server needs is unusable.
     """
-    core = _open_core(config)
+    core = await _open_core(config)
     await core.start()
     try:
         grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
 from bidi_responses.server.core.logsafe import EscapingFormatter
+from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
 
 
@@ -22,6 +23,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--http-port", type=int, default=None, help="HTTP/WebSocket port (default 8000)")
     p.add_argument("--no-http", action="store_true", help="serve gRPC only")
     p.add_argument("--data-dir", default=None, help="where the SQLite store lives")
+    p.add_argument(
+        "--store-url",
+        default=None,
+        help="store backend: postgresql://... for a store shared by replicas "
+        "(default: SQLite in --data-dir)",
+    )
     p.add_argument(
         "--engine",
         choices=["sim", "script"],
@@ -111,6 +118,9 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.models[model] = route
     if not config.models:
         raise ValueError("no model aliases: add [models.<alias>] to the config file")
+    if args.store_url is not None:
+        config.store.url = args.store_url
+    check_store_url(config.store.url)
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:
@@ -132,9 +142,14 @@ def _serve(args: argparse.Namespace) -> int:
     # Client strings can reach log lines; escaping them keeps every line the server's own.
     handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    from bidi_responses.server.core.store_backend import StoreUnavailable
+
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config, http=not args.no_http, reload=lambda: _config(args)))
+    except StoreUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except StartupError as error:
         # One line, no traceback: what is wrong and where is all the operator needs.
         print(f"error: {error}", file=sys.stderr)
@@ -145,6 +160,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("usage", help="summarize the usage ledger")
     p.add_argument("--data-dir", default=".bidi-responses", help="the server's data directory")
+    p.add_argument(
+        "--store-url", default=None, help="a shared store's postgresql://... URL instead"
+    )
     p.add_argument(
         "--by",
         default="tenant",
@@ -162,7 +180,8 @@ def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _usage(args: argparse.Namespace) -> int:
     from bidi_responses.server.usage import print_usage
 
-    return print_usage(args.data_dir, by=args.by, as_json=args.json, since=args.since)
+    source = args.store_url or args.data_dir
+    return print_usage(source, by=args.by, as_json=args.json, since=args.since)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

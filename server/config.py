@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.engines.upstream import UpstreamConfig
 
 
 @dataclass(slots=True)
@@ -59,6 +61,31 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
+class StoreConfig:
+    """Where stored responses and the usage ledger live.
+
+    ``url`` empty: embedded SQLite in ``data_dir`` (one process). ``postgresql://...``: a
+    database shared by replicas behind a proxy (docs/replicas.md).
+    """
+
+    url: str = ""
+    # Connections per process to a PostgreSQL store.
+    pool_size: int = 4
+    # How long a starting server retries a PostgreSQL store that does not answer yet.
+    connect_timeout_s: float = 30.0
+    # Send a response's terminal event only after its store write and ledger row have landed.
+    # None: yes for a shared store (so any replica can continue the conversation at once and a
+    # replica that dies loses no acknowledged turn), no for SQLite (the write overlaps the
+    # client's next turn).
+    ack_after_write: bool | None = None
+    # On drain, leave each stream's cached conversation state in the shared store so the
+    # replica that gets the next turn restores it instead of re-rendering (handoff.py).
+    state_handoff: bool = True
+    # An unclaimed state is dropped after this long.
+    state_ttl_s: float = 3600.0
+
+
+@dataclass(slots=True)
 class CompactionConfig:
     """``/v1/responses/compact``: the key that seals compaction tokens, and summary size.
 
@@ -90,6 +117,10 @@ class RouteConfig:
     engine: str = "sim"
     sim: SimConfig = field(default_factory=SimConfig)
     script_path: str | None = None
+    # The backend of ``engine = "completions"`` (an OpenAI-compatible completions endpoint).
+    completions: CompletionsConfig = field(default_factory=CompletionsConfig)
+    # The upstream of ``engine = "upstream"`` (another Responses API).
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
 
 @dataclass(slots=True)
@@ -115,6 +146,7 @@ class ServerConfig:
     grace_period_s: float = 10.0
     # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
     trim_memory_idle_s: float = 1.0
+    store: StoreConfig = field(default_factory=StoreConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
 

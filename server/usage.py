@@ -2,11 +2,13 @@
 
 The ledger has one row per finished response (completed, incomplete, failed, or cancelled when
 its stream was cut short), written off the critical path. This command reads the SQLite file
-directly, read-only, so it works while the server runs.
+directly, read-only, so it works while the server runs; with ``--store-url`` it reads a shared
+PostgreSQL store's ledger (every replica's rows).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bidi_responses.server.core.store import LedgerRow, read_ledger
+from bidi_responses.server.core.store_backend import is_postgres_url
 
 GROUP_KEYS = ("tenant", "model", "transport", "status")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -73,14 +76,29 @@ def _finish(group: dict[str, Any]) -> dict[str, Any]:
     return group
 
 
+async def _shared_rows(url: str) -> list[LedgerRow]:
+    from bidi_responses.server.core.pg_store import PostgresStore
+
+    store = PostgresStore(url, pool_size=1)
+    await store.open()
+    try:
+        return await store.ledger_rows()
+    finally:
+        await store.aclose()
+
+
 def load_rows(data_dir: str | Path, since: int | None = None) -> list[LedgerRow]:
-    """The ledger rows of ``data_dir`` (created at or after ``since``)."""
-    path = Path(data_dir) / "responses.db"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"no ledger at {path}: has a server run with --data-dir {data_dir}?"
-        )
-    rows = read_ledger(path)
+    """The ledger rows of ``data_dir``, or of a shared store when it is a ``postgresql://``
+    URL (created at or after ``since``)."""
+    if isinstance(data_dir, str) and is_postgres_url(data_dir):
+        rows = asyncio.run(_shared_rows(data_dir))
+    else:
+        path = Path(data_dir) / "responses.db"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no ledger at {path}: has a server run with --data-dir {data_dir}?"
+            )
+        rows = read_ledger(path)
     if since is not None:
         rows = [row for row in rows if row.created_at >= since]
     return rows

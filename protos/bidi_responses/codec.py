@@ -395,6 +395,7 @@ OPTIONAL_PARAMS = (
     "truncation",
     "max_tool_calls",
     "background",
+    "idempotency_key",
 )
 
 

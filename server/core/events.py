@@ -58,6 +58,10 @@ class ResponseStats:
     stage_ms: dict[str, float] = field(default_factory=dict)
     pre_inference_runs: int = 0
     engine_runs: int = 0
+    # What a real backend reported: prompt tokens it received, and how many of those its own
+    # prefix (KV) cache served (0 on engines that report nothing).
+    engine_prompt_tokens: int = 0
+    engine_cached_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, with times rounded to microseconds."""
@@ -74,6 +78,8 @@ class ResponseStats:
             "stage_ms": {k: round(v, 3) for k, v in self.stage_ms.items()},
             "pre_inference_runs": self.pre_inference_runs,
             "engine_runs": self.engine_runs,
+            "engine_prompt_tokens": self.engine_prompt_tokens,
+            "engine_cached_tokens": self.engine_cached_tokens,
         }
 
 

@@ -59,6 +59,9 @@ def canonical_json(value: Any) -> Any:
 class Renderer:
     """Turns instructions, tools and items into token ids with one shared encoding."""
 
+    #: The chat format this renderer writes; tokens of different formats never mix.
+    format_name = "generic"
+
     def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
         self._encoding = encoding
         # Token -> summary text, for compaction items (None: they cannot be rendered).

@@ -63,6 +63,8 @@ class CreateRequest:
     truncation: str = "disabled"
     include: list[str] = field(default_factory=list)
     max_tool_calls: int | None = None
+    # Names the response this turn creates, so a retried turn is not run twice (idempotency.py).
+    idempotency_key: str | None = None
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
@@ -151,6 +153,7 @@ def parse_create(body: Any, limits: Limits) -> CreateRequest:
         user=_opt_str(body, "user"),
         stream=_opt_bool(body, "stream", False),
         background=_opt_bool(body, "background", False),
+        idempotency_key=_opt_str(body, "idempotency_key"),
     )
     request.tool_choice = _parse_tool_choice(body.get("tool_choice"))
     raw_tools = body.get("tools")

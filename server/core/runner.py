@@ -22,14 +22,25 @@ from bidi_responses.server.core.events import (
     Usage,
     error_event,
 )
+from bidi_responses.server.core.handoff import decode_state, encode_state
+from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import TokenArray, canonical_json
-from bidi_responses.server.core.requests import CreateRequest, Item, parse_create, parse_input
+from bidi_responses.server.core.render import Renderer, TokenArray, canonical_json
+from bidi_responses.server.core.requests import (
+    CreateRequest,
+    Item,
+    _parse_tool_choice,
+    parse_create,
+    parse_input,
+)
 from bidi_responses.server.core.state import ConversationState, ResponseCache, common_prefix
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
+    EngineAffinity,
+    EngineConversation,
+    EngineError,
     EngineFinish,
     EngineRequest,
     FunctionSpec,
@@ -70,6 +81,8 @@ class Lane:
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
         self.input_closed = False
+        # What engines keep for this lane between turns (an upstream connection).
+        self.affinity = EngineAffinity()
 
     @property
     def stateful(self) -> bool:
@@ -133,6 +146,7 @@ class ResponseRun:
         self._posted = False
         self._inputs: list[Item] = []
         self.route: Route | None = None
+        self.renderer: Renderer = core.renderer
 
     # -- control from the session ------------------------------------------------------------
 
@@ -194,6 +208,8 @@ class ResponseRun:
                         type="server_error",
                     )
                 request = self._parse()
+                if request.idempotency_key is not None and await self._replayed(request):
+                    return
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
             except ApiError as error:
@@ -215,6 +231,16 @@ class ResponseRun:
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
             await self._finish("incomplete", reason=self._cancel_reason)
+        except EngineError as exc:  # the inference backend failed: fail this response only
+            core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
+            failure = {"code": exc.code, "message": str(exc)}
+            if self.record is None or not self._started:
+                await self.emit(
+                    error_event(502, {"type": "server_error", **failure, "param": None})
+                )
+            else:
+                self.record.error = failure
+                await self._finish("failed")
         except Exception:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
@@ -233,9 +259,71 @@ class ResponseRun:
                 }
                 await self._finish("failed")
         finally:
-            core.inflight.pop(self.id, None)
+            if core.inflight.get(self.id) is self:
+                del core.inflight[self.id]
             if self.lane.inflight is self:
                 self.lane.inflight = None
+
+    async def _restore(self, previous: str) -> ConversationState | None:
+        """The state a draining replica left for ``previous`` (handoff.py), or None."""
+        core = self.core
+        assert core.state_tier is not None
+        try:
+            blob = await core.state_tier.take_state(previous)
+            if blob is None:
+                return None
+            state = decode_state(blob)
+        except Exception:  # unreadable or unreachable: rebuild from the stored chain
+            core.log.exception("conversation state of %s not restored", previous)
+            return None
+        core.failover["states_restored"] += 1
+        return state
+
+    async def _hand_off(self, state: ConversationState) -> None:
+        """The server is draining: leave this conversation's state for the replica that gets
+        its next turn, before the terminal event lets the client move (handoff.py)."""
+        tier = self.core.state_tier
+        if tier is None or not self.lane.stateful or not state.stored_chain:
+            return
+        try:
+            await tier.save_states(
+                [(self.id, encode_state(state))], self.core.config.store.state_ttl_s
+            )
+        except Exception:  # the next replica re-renders from the store instead
+            self.core.log.exception("conversation state of %s not handed off", self.id)
+        else:
+            self.core.failover["states_handed_off"] += 1
+
+    async def _replayed(self, request: CreateRequest) -> bool:
+        """Take the response id the idempotency key names; if that response already exists,
+        send its terminal event again and return True (the turn does not run twice)."""
+        assert request.idempotency_key is not None
+        self.id = idempotent_response_id(request.user, check_key(request.idempotency_key))
+        if self.id in self.core.inflight:
+            raise ApiError(
+                f"A response with this 'idempotency_key' ('{self.id}') is still in progress; "
+                "wait for its terminal event.",
+                code="idempotent_request_in_progress",
+                param="idempotency_key",
+                status=409,
+            )
+        stored = await self.core.store.get(self.id)
+        if stored is None:
+            return False
+        if stored.response.get("previous_response_id") != request.previous_response_id:
+            raise ApiError(
+                f"'idempotency_key' was already used for response '{self.id}', which continues "
+                f"'{stored.response.get('previous_response_id')}', not "
+                f"'{request.previous_response_id}'.",
+                code="idempotency_key_reused",
+                param="idempotency_key",
+                status=409,
+            )
+        self.core.failover["idempotent_replays"] += 1
+        status = stored.response.get("status")
+        terminal = "response.incomplete" if status == "incomplete" else "response.completed"
+        await self.emit(self.seq.event(terminal, response=stored.response))
+        return True
 
     def _parse(self) -> CreateRequest:
         limits = self.core.config.limits
@@ -246,9 +334,16 @@ class ResponseRun:
             # Same tool definitions as the lane's last request: skip their schema checks.
             body = dict(self.body)
             body.pop("tools", None)
+            # A forced function is checked against the memoized tools below, not the none
+            # left in this body.
+            forced = (
+                body.pop("tool_choice", None) if isinstance(body.get("tool_choice"), dict) else None
+            )
             request = parse_create(body, limits)
             request.raw_tools = raw_tools
             request.tools = memo[1]
+            if forced is not None:
+                request.tool_choice = _parse_tool_choice(forced)
             if isinstance(request.tool_choice, dict):
                 name = request.tool_choice["name"]
                 if not any(t.get("name") == name for t in request.tools):
@@ -301,6 +396,8 @@ class ResponseRun:
         if previous is not None:
             if self.lane.cache is not None:
                 state = self.lane.cache.take(previous)
+            if state is None and core.state_tier is not None:
+                state = await self._restore(previous)
             if state is not None:
                 previous_tokens = state.tokens
             else:
@@ -335,8 +432,19 @@ class ResponseRun:
                 self.lane.route_memo = (route_key, self.route)
 
         rendered = 0
-        key = state.prefix_key
         fmt = self._format(request)
+        # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
+        renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        self.renderer = renderer
+        if state.format_name is not None and state.format_name != renderer.format_name:
+            # The conversation moved to a model of another format: render it all again.
+            state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
+            state.prefix_len = len(state.tokens)
+            state.prefix_key = (request.instructions, request.tools, fmt)
+            rendered += state.prefix_len
+            rendered += renderer.render_items(state.items, {}, state.tokens)
+        state.format_name = renderer.format_name
+        key = state.prefix_key
         if (
             key is None
             or key[0] != request.instructions
@@ -344,7 +452,7 @@ class ResponseRun:
             or key[2] != fmt
         ):
             rendered += state.set_prefix(
-                core.renderer,
+                renderer,
                 request.instructions,
                 request.tools,
                 (request.instructions, request.tools, fmt),
@@ -403,7 +511,7 @@ class ResponseRun:
         """Render items onto the conversation's tokens and record them; returns tokens added."""
         state = self.state
         assert state is not None
-        added = self.core.renderer.render_items(items, state.call_names, state.tokens)
+        added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
             for value in item.values():
@@ -538,6 +646,11 @@ class ResponseRun:
             tool_rounds=state.tool_rounds,
             turn_index=state.model_turns,
             response_format=self._format(request),
+            temperature=request.temperature,
+            top_p=request.top_p,
+            conversation=EngineConversation(
+                state.items, request.instructions, request.tools, self.lane.affinity
+            ),
         )
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
@@ -614,6 +727,8 @@ class ResponseRun:
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens
+        stats.engine_prompt_tokens += finish.prompt_tokens
+        stats.engine_cached_tokens += finish.cached_tokens
         self._usage.output_tokens += finish.output_tokens
         items = streamer.items
         stats.tokens_rendered += self._append_items(items)
@@ -648,8 +763,17 @@ class ResponseRun:
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
-        await core.post.put(PostJob(stored, ledger))
-        self._posted = True  # from here on, a cut-short stream must not queue a second row
+        if stored is not None and state is not None and core.draining:
+            await self._hand_off(state)
+        job = PostJob(stored, ledger)
+        if core.ack_after_write:
+            # A shared store: the terminal event goes out only once any replica can read the
+            # response and its ledger row is in (the write goes on if this task is cancelled).
+            self._posted = True
+            await core.post.write_through(job)
+        else:
+            await core.post.put(job)
+            self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
         terminal = {
             "completed": "response.completed",
@@ -770,6 +894,16 @@ class _ItemStreamer:
                     part={"type": "output_text", "text": "", "annotations": []},
                 )
             )
+        elif event.kind == "reasoning":
+            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
+            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
+            self.current = item
+            self.record.output.append(item)
+            await run.emit(
+                run.seq.event(
+                    "response.output_item.added", output_index=self.index, item=dict(item)
+                )
+            )
         else:
             item = {
                 "type": "function_call",
@@ -793,6 +927,8 @@ class _ItemStreamer:
         assert item is not None
         self.parts.append(text)
         self.tokens += tokens
+        if item["type"] == "reasoning":
+            return
         if item["type"] == "message":
             await run.emit(
                 run.seq.event(
@@ -833,6 +969,9 @@ class _ItemStreamer:
     @staticmethod
     def _close(item: Item, text: str) -> dict[str, Any] | None:
         """Put the item's final text in place; returns the message's content part."""
+        if item["type"] == "reasoning":
+            item["summary"] = [{"type": "summary_text", "text": text}]
+            return None
         if item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
             item["content"] = [part]
@@ -845,7 +984,9 @@ class _ItemStreamer:
         item = self.current
         assert item is not None
         text = "".join(self.parts)
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            item["summary"] = [{"type": "summary_text", "text": text}]
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": []}
             await run.emit(
                 run.seq.event(

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -20,11 +20,12 @@ from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.handoff import StateTier
 from bidi_responses.server.core.memory import IdleTrimmer
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
-from bidi_responses.server.core.store import Store
+from bidi_responses.server.core.store_backend import ResponseStore, open_store
 from bidi_responses.server.core.surface import SurfaceOps
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
@@ -48,14 +49,30 @@ class ResponsesCore(SurfaceOps):
         self.renderer = Renderer(self.encoding, self.compaction.summary)
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
-        self.store = Store(config.store_path)
+        self.store: ResponseStore = open_store(
+            config.store.url,
+            config.store_path,
+            pool_size=config.store.pool_size,
+            connect_timeout_s=config.store.connect_timeout_s,
+        )
+        ack = config.store.ack_after_write
+        # With a shared store a turn is acknowledged only once any replica can read it.
+        self.ack_after_write = self.store.shared if ack is None else ack
+        # Where draining streams leave their cached states for other replicas (handoff.py).
+        self.state_tier: StateTier | None = (
+            self.store if config.store.state_handoff and isinstance(self.store, StateTier) else None
+        )
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
             dead_letter=config.store_path.parent / DEAD_LETTER_NAME,
         )
-        # Set by ``drain_streams`` on shutdown: new responses are refused from then on.
+        # Set by ``begin_drain`` on shutdown: new responses are refused from then on.
         self.draining = False
+        # Called once when a drain begins (the health service turns NOT_SERVING).
+        self.drain_hooks: list[Callable[[], None]] = []
+        # Replica failover counters (GetStats ``failover``).
+        self.failover = {"idempotent_replays": 0, "states_handed_off": 0, "states_restored": 0}
         self.counters = Counters()
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
@@ -73,17 +90,39 @@ class ResponsesCore(SurfaceOps):
             sim_config=dataclasses.replace(route.sim),
             script_path=route.script_path,
             encoding=self.encoding,
+            completions=dataclasses.replace(route.completions),
+            upstream=dataclasses.replace(route.upstream),
+            open_compaction=self.compaction.summary,
         )
 
     async def start(self) -> None:
-        """Start background work (the post-inference writer)."""
+        """Connect the store, then start background work (the post-inference writer)."""
+        await self.store.open()
         self.post.start()
 
-    async def drain_streams(self) -> None:
-        """Graceful stop, first half: refuse new responses (``server_shutting_down``), let
-        in-flight ones finish and deliver their terminal events, then end every stream."""
+    def begin_drain(self) -> None:
+        """From now on refuse new responses (``server_shutting_down``) and report NOT_SERVING
+        to health checks."""
+        if self.draining:
+            return
         self.draining = True
+        for hook in self.drain_hooks:
+            try:
+                hook()
+            except Exception:
+                self.log.exception("drain hook failed")
+
+    async def drain_streams(self) -> None:
+        """Graceful stop, first half: refuse new responses (``server_shutting_down``), tell
+        every stream (a ``server_draining`` warning), let in-flight responses finish and
+        deliver their terminal events, then end every stream."""
+        self.begin_drain()
         sessions = list(self._sessions)
+        # States first, then the warning: a client that moves at once finds its state.
+        await asyncio.gather(*(s.hand_off_idle() for s in sessions), return_exceptions=True)
+        for session in sessions:
+            if session.stateful:
+                session.warn_draining(self.config.grace_period_s)
         if sessions:
             await asyncio.gather(
                 *(session.finish() for session in sessions), return_exceptions=True
@@ -91,12 +130,13 @@ class ResponsesCore(SurfaceOps):
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
-        self.draining = True
+        self.begin_drain()
         await self.background.close()
         for session in list(self._sessions):
             await session.close()
         await self.post.drain()
-        self.store.close()
+        await self.router.aclose()
+        await self.store.aclose()
         await self.pipeline.close()
 
     # -- streams -----------------------------------------------------------------------------
@@ -219,4 +259,5 @@ class ResponsesCore(SurfaceOps):
                 "replayed": self.post.replayed,
                 "full_waits": self.post.full_waits,
             },
+            failover=dict(self.failover),
         )

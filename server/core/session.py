@@ -8,6 +8,7 @@ never raises into the transport: a bad event becomes an ``error`` event and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import OutEvent, error_event
+from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.runner import Lane, ResponseRun
 from bidi_responses.server.core.state import ResponseCache
@@ -73,6 +75,19 @@ class Session:
         await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
         await self.finish(wait_for_runs=False)
 
+    def warn_draining(self, grace_s: float) -> None:
+        """Tell the client that this server is draining: finish the turn in flight here, send
+        the next one on a new stream (through the proxy, to another replica)."""
+        event = {
+            "type": "warning",
+            "code": "server_draining",
+            "message": "This server is shutting down: responses in flight finish within "
+            f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
+        }
+        # A client that reads nothing (a full queue) gets the stream's end as its signal.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._out.put_nowait(OutEvent("", event))
+
     async def finish(self, *, wait_for_runs: bool = True) -> None:
         """No more client events: let in-flight responses end (or stop them), then end.
 
@@ -90,6 +105,29 @@ class Session:
             await self._stop_runs()
         await self._out.put(None)
 
+    async def hand_off_idle(self) -> None:
+        """Leave the cached states of this stream's idle lanes in the shared tier, for the
+        replica that gets their next turn (handoff.py). A lane with a response in flight
+        leaves its state when that response ends."""
+        tier = self.core.state_tier
+        if tier is None or not self.stateful:
+            return
+        states = []
+        for lane in self._lanes.values():
+            if lane.cache is None or lane.inflight is not None:
+                continue
+            for response_id, state in lane.cache.entries():
+                if state.stored_chain:  # the store has the chain this state renders
+                    states.append((response_id, encode_state(state)))
+        if not states:
+            return
+        try:
+            await tier.save_states(states, self.core.config.store.state_ttl_s)
+        except Exception:  # the next replica re-renders from the store instead
+            self.core.log.exception("could not hand off %d conversation states", len(states))
+        else:
+            self.core.failover["states_handed_off"] += len(states)
+
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""
         if self._closed:
@@ -101,6 +139,7 @@ class Session:
         for lane in self._lanes.values():
             if lane.cache is not None:
                 lane.cache.clear()
+            await lane.affinity.aclose()
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:

@@ -39,6 +39,9 @@ class ConversationState:
     last_response: dict[str, Any] | None = None
     stage_state: dict[str, Any] = field(default_factory=dict)
     text_chars: int = 0
+    # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
+    # format renders the conversation again.
+    format_name: str | None = None
 
     def approx_bytes(self) -> int:
         """Memory held, for the cache's byte budget: tokens plus item text plus overhead."""
@@ -126,6 +129,10 @@ class ResponseCache:
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._bytes -= evicted
+
+    def entries(self) -> list[tuple[str, ConversationState]]:
+        """(response id, state) of every entry, oldest first."""
+        return [(rid, entry[0]) for rid, entry in self._entries.items()]
 
     def clear(self) -> None:
         """Drop everything (the stream ended)."""

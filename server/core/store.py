@@ -64,6 +64,17 @@ CREATE TABLE IF NOT EXISTS deleted_responses (
 CREATE INDEX IF NOT EXISTS responses_previous ON responses (previous_response_id);
 """
 
+# The ledger's conflict rule (the same in pg_store.py).
+LEDGER_CONFLICT_RULE = (
+    "ON CONFLICT (response_id) DO UPDATE SET tenant = excluded.tenant, model = excluded.model, "
+    "status = excluded.status, input_tokens = excluded.input_tokens, "
+    "cached_tokens = excluded.cached_tokens, output_tokens = excluded.output_tokens, "
+    "engine_ms = excluded.engine_ms, api_pre_ms = excluded.api_pre_ms, "
+    "api_post_ms = excluded.api_post_ms, transport = excluded.transport, "
+    "created_at = excluded.created_at, completed_at = excluded.completed_at "
+    "WHERE usage_ledger.status = 'cancelled' AND excluded.status <> 'cancelled'"
+)
+
 
 @dataclass(slots=True)
 class StoredResponse:
@@ -95,7 +106,10 @@ class LedgerRow:
 
 
 class Store:
-    """SQLite-backed response store and usage ledger."""
+    """SQLite-backed response store and usage ledger (a ``ResponseStore``)."""
+
+    # One process owns the file: a turn may be acknowledged before its write lands.
+    shared = False
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,9 +178,12 @@ class Store:
                         ),
                     )
                 if ledger is not None:
+                    # One row per response: the first wins, except that a finished attempt
+                    # replaces the "cancelled" row of an attempt cut short (a retried turn
+                    # with the same idempotency key).
                     conn.execute(
-                        "INSERT OR IGNORE INTO usage_ledger VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO usage_ledger VALUES "
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " + LEDGER_CONFLICT_RULE,
                         (
                             ledger.response_id,
                             ledger.tenant,
@@ -287,6 +304,13 @@ class Store:
             return [LedgerRow(*row) for row in rows]
 
         return await self._run(work)
+
+    async def open(self) -> None:
+        """Nothing to do: the schema was created when the file was opened."""
+
+    async def aclose(self) -> None:
+        """``close`` under the async ``ResponseStore`` interface."""
+        self.close()
 
     def close(self) -> None:
         """Close the database thread (after the post-inference queue has drained)."""

@@ -24,7 +24,8 @@ from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import Item, parse_create, parse_input
-from bidi_responses.server.core.store import LedgerRow, Store
+from bidi_responses.server.core.store import LedgerRow
+from bidi_responses.server.core.store_backend import ResponseStore
 from bidi_responses.server.pipeline.post import PostJob, PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
@@ -48,7 +49,7 @@ class SurfaceOps:
     config: ServerConfig
     router: Router
     renderer: Renderer
-    store: Store
+    store: ResponseStore
     post: PostQueue
     compaction: CompactionCodec
     started_at: int
@@ -147,14 +148,16 @@ class SurfaceOps:
         """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
         body = _object_body(raw)
         model = body.get("model")
+        renderer = self.renderer
         if model is not None and model != "":
             if not isinstance(model, str):
                 raise invalid("model", "expected a string.", code="invalid_type")
-            self.router.resolve(model)
-        # The model does not change the rendering; a placeholder satisfies the create parser.
+            # A real model's route may render in its own chat format (Harmony for gpt-oss).
+            renderer = getattr(self.router.resolve(model).engine, "renderer", None) or renderer
+        # A placeholder model satisfies the create parser.
         request = parse_create({**body, "model": model or "-"}, self.config.limits)
         items, _ = await self._conversation(request.previous_response_id, request.input)
-        tokens = self.renderer.render_conversation(
+        tokens = renderer.render_conversation(
             request.instructions, request.tools, items, response_format(request.text)
         )
         return {"object": "response.input_tokens", "input_tokens": len(tokens)}

@@ -3,6 +3,12 @@
 * ``base``: the ``Engine`` protocol and its request/event types.
 * ``sim``: ``SimEngine``, a deterministic simulated model (tool calls, then an answer).
 * ``script``: ``ScriptEngine``, which replays model turns from a JSONL file.
+* ``completions``: ``CompletionsEngine``, real inference on an OpenAI-compatible
+  ``/v1/completions`` backend (vLLM, SGLang, llama.cpp), token ids in and out.
+* ``upstream``: ``UpstreamResponsesEngine``, an upstream Responses API over WebSocket mode
+  (HTTP as the fallback), chaining ``previous_response_id`` per stream lane.
+* ``formats``, ``harmony``: chat formats (prompt renderer plus completion parser).
+* ``completion_parser``: sampled token ids back into items, for the project's chat format.
 * ``timing``: the cost model, pacing and prefix (KV) cache both simulated engines share.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
@@ -12,17 +18,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tiktoken
     from bidi_responses.server.engines.base import Engine
+    from bidi_responses.server.engines.completions import CompletionsConfig
     from bidi_responses.server.engines.sim import SimConfig
+    from bidi_responses.server.engines.upstream import UpstreamConfig
 
 __all__ = ["ENGINE_KINDS", "build_engine"]
 
 #: The engine names ``build_engine`` accepts.
-ENGINE_KINDS: tuple[str, ...] = ("sim", "script")
+ENGINE_KINDS: tuple[str, ...] = ("sim", "script", "completions", "upstream")
 
 
 def build_engine(
@@ -31,15 +40,36 @@ def build_engine(
     sim_config: SimConfig | None = None,
     script_path: str | os.PathLike[str] | None = None,
     encoding: tiktoken.Encoding | None = None,
+    completions: CompletionsConfig | None = None,
+    upstream: UpstreamConfig | None = None,
+    open_compaction: Callable[[str], str] | None = None,
 ) -> Engine:
     """Build the engine named ``kind``.
 
     ``"sim"`` uses ``sim_config`` (default: the benchmark's headline point). ``"script"`` needs
     ``script_path`` and takes its timing and prefix-cache settings from ``sim_config``, so both
-    engines pace identically. ``encoding`` defaults to ``core.tokenizer.load_encoding()``.
+    engines pace identically. ``"completions"`` needs ``completions`` (its backend's settings)
+    and ``"upstream"`` needs ``upstream`` (its upstream's). ``encoding`` defaults to
+    ``core.tokenizer.load_encoding()``; ``open_compaction`` lets a completions route's renderer
+    read compaction items.
     """
     from bidi_responses.server.engines.sim import SimConfig, SimEngine
 
+    if kind == "completions":
+        from bidi_responses.server.core.tokenizer import load_encoding
+        from bidi_responses.server.engines.completions import CompletionsEngine
+
+        if completions is None:
+            raise ValueError("the completions engine needs its backend settings (completions)")
+        return CompletionsEngine(
+            completions, encoding if encoding is not None else load_encoding(), open_compaction
+        )
+    if kind == "upstream":
+        from bidi_responses.server.engines.upstream import UpstreamResponsesEngine
+
+        if upstream is None:
+            raise ValueError("the upstream engine needs its upstream's settings (upstream)")
+        return UpstreamResponsesEngine(upstream)
     config = sim_config if sim_config is not None else SimConfig()
     if kind == "sim":
         return SimEngine(config, encoding)

@@ -9,7 +9,7 @@ nothing about the wire.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -20,6 +20,42 @@ class FunctionSpec:
 
     name: str
     parameters: dict[str, Any]
+
+
+class EngineAffinity:
+    """What an engine keeps for one stream lane between its turns, such as an upstream
+    connection. The lane owns it and closes it when the stream ends (``aclose``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run ``closer`` when the lane's stream ends."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        """Release everything engines kept for the lane."""
+        closers, self._closers = self._closers, []
+        self.values.clear()
+        for closer in closers:
+            try:
+                await closer()
+            except Exception:  # a failed close must not keep the others from running
+                continue
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConversation:
+    """The conversation as items, for engines that speak items rather than tokens (an
+    upstream Responses API). ``items`` is the whole conversation so far, in order, and is the
+    same list object from turn to turn while the conversation goes on (engines must not
+    change it); ``affinity`` is the lane's per-engine state."""
+
+    items: Sequence[dict[str, Any]]
+    instructions: str | None
+    tools: Sequence[dict[str, Any]]
+    affinity: EngineAffinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +81,19 @@ class EngineRequest:
     # Structured output: the request's ``text.format`` when it is ``json_schema`` or
     # ``json_object``; a text answer must then be JSON of that shape.
     response_format: Mapping[str, Any] | None = None
+    # Sampling settings from the request, for engines that sample for real.
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # The same conversation as items, for item-level engines.
+    conversation: EngineConversation | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ItemStart:
-    """A new output item begins: a message (``kind="message"``) or a function call."""
+    """A new output item begins: a message, a function call or reasoning (shown whole, when
+    it ends, as a reasoning item whose summary is the text)."""
 
-    kind: Literal["message", "function_call"]
+    kind: Literal["message", "function_call", "reasoning"]
     name: str = ""
     call_id: str = ""
 
@@ -76,7 +118,9 @@ class EngineFinish:
     """Last event of a segment: why it stopped and the engine's own costs.
 
     ``engine_seconds`` is the engine's own time (time to first token plus decoding), so the API
-    overhead can be measured as the client-observed time minus this.
+    overhead can be measured as the client-observed time minus this. ``prompt_tokens`` is what
+    the engine received as its prompt and ``cached_tokens`` how many of those its own prefix
+    (KV) cache served, as a real backend reports them (0 where it reports nothing).
     """
 
     reason: Literal["stop", "tool_calls", "max_output_tokens"]
@@ -84,9 +128,23 @@ class EngineFinish:
     prefill_tokens: int
     engine_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
 
 EngineEvent = ItemStart | Delta | ItemEnd | EngineFinish
+
+
+class EngineError(Exception):
+    """The engine could not produce the response: its backend is down, slow or answered badly.
+
+    The core ends the response as ``failed`` with ``error.code`` = ``code`` and this message
+    (no stack trace: the backend, not the server, is at fault), and the stream goes on.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Engine(Protocol):
@@ -97,3 +155,10 @@ class Engine(Protocol):
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         """Stream the model's output for ``request``; the last event is an EngineFinish."""
         ...
+
+
+async def close_engine(engine: Engine) -> None:
+    """Release what an engine holds (connection pools); engines without ``aclose`` hold none."""
+    aclose = getattr(engine, "aclose", None)
+    if aclose is not None:
+        await aclose()

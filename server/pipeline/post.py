@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.store_backend import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class PostQueue:
 
     def __init__(
         self,
-        store: Store,
+        store: ResponseStore,
         maxsize: int,
         *,
         dead_letter: Path | None = None,
@@ -73,6 +74,8 @@ class PostQueue:
         self._store = store
         self._queue: asyncio.Queue[PostJob] = asyncio.Queue(maxsize=maxsize)
         self._worker: asyncio.Task[None] | None = None
+        # Writes made by ``write_through`` that have not landed yet (``drain`` waits for them).
+        self._through: set[asyncio.Task[bool]] = set()
         self._ready = asyncio.Event()
         self._dead_letter = dead_letter
         self._retries = retries
@@ -114,6 +117,18 @@ class PostQueue:
             if job.record is not None:
                 self._store.unstage(job.record.response["id"], job.record)
             raise
+
+    async def write_through(self, job: PostJob) -> bool:
+        """Write a job now, with the queue's retries and dead-letter file, and return once it
+        has landed (True) or been kept for replay (False).
+
+        For a shared store, whose turns are acknowledged only after their write. The write
+        goes on if the caller is cancelled (the client went away), and ``drain`` waits for it.
+        """
+        task = asyncio.get_running_loop().create_task(self._write(job), name="post-through")
+        self._through.add(task)
+        task.add_done_callback(self._through.discard)
+        return await asyncio.shield(task)
 
     async def _run(self) -> None:
         try:
@@ -214,6 +229,8 @@ class PostQueue:
         if self._worker is not None:
             await self._ready.wait()
         await self._queue.join()
+        while self._through:
+            await asyncio.gather(*list(self._through), return_exceptions=True)
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

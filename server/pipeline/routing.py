@@ -7,12 +7,13 @@ model, or new settings for the alias (``update``, e.g. on SIGHUP), resolves agai
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.engines.base import Engine
+from bidi_responses.server.engines.base import Engine, close_engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class Router:
         # Bumped whenever an alias's settings change, so that cached routes go stale.
         self._versions: dict[str, int] = dict.fromkeys(self._routes, 0)
         self.resolutions = 0
+        # Engines replaced by ``update`` still finishing their in-flight work.
+        self._retired: set[asyncio.Task[None]] = set()
 
     @property
     def aliases(self) -> list[str]:
@@ -92,9 +95,31 @@ class Router:
                 continue
             changed.append(alias)
             self._versions[alias] = self._versions.get(alias, 0) + 1
-            self._engines.pop(alias, None)
+            self._retire(self._engines.pop(alias, None))
         self._routes = dict(routes)
         return sorted(changed)
+
+    def _retire(self, engine: Engine | None) -> None:
+        # A replaced engine may still serve responses in flight; its ``aclose`` waits for them
+        # (see CompletionsEngine), so it runs as a task and the reload is not blocked.
+        if engine is None or getattr(engine, "aclose", None) is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(close_engine(engine))
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+    async def aclose(self) -> None:
+        """Release every engine's resources (connection pools); on server stop."""
+        engines = list(self._engines.values())
+        self._engines.clear()
+        for engine in engines:
+            await close_engine(engine)
+        if self._retired:
+            await asyncio.gather(*self._retired, return_exceptions=True)
 
 
 def _settings_key(config: RouteConfig) -> str:

@@ -31,6 +31,7 @@ from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.health import add_health_service, mark_draining
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -335,6 +336,8 @@ async def start_grpc_server(
         ]
     )
     _add_servicer(ResponsesServicer(core), server)
+    health = add_health_service(server)
+    core.drain_hooks.append(lambda: mark_draining(health))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {host}:{port}")

@@ -1,0 +1,1 @@
+"""Running several replicas: a throwaway PostgreSQL, Envoy in front, failover runs."""

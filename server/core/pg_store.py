@@ -1,0 +1,320 @@
+"""Stored responses and the usage ledger in a shared PostgreSQL database (asyncpg).
+
+The same tables and semantics as the SQLite store (``store.py``), so that several replicas
+behind a proxy share one store: a continuation lands on any replica and finds its chain.
+The schema is brought up to date by numbered migrations under an advisory lock, so replicas
+that start together migrate once. Writes are idempotent by response id: a response written
+twice (a replayed dead-letter job, or a retried turn with the same idempotency key on two
+replicas) keeps one row and its first ledger row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+# One row per response: the first wins, except that a finished attempt replaces the
+# "cancelled" row of an attempt cut short (the same rule as store.py).
+from bidi_responses.server.core.store import LEDGER_CONFLICT_RULE, LedgerRow, StoredResponse
+from bidi_responses.server.core.store_backend import StoreUnavailable, redact
+
+log = logging.getLogger(__name__)
+
+# Any 64-bit constant: the lock that serialises replicas migrating the same database.
+_MIGRATION_LOCK = 0x6269646972657370
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step; applied once, in order, recorded in ``schema_migrations``."""
+
+    version: int
+    description: str
+    sql: str
+
+
+# Columns mirror the SQLite schema one for one (tests/store checks it), plus ``seq`` to order
+# the ledger as SQLite's rowid does.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "responses and usage ledger",
+        """
+        CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            previous_response_id TEXT,
+            created_at BIGINT NOT NULL,
+            response_json BYTEA NOT NULL,
+            input_json BYTEA NOT NULL,
+            self_contained BOOLEAN NOT NULL,
+            instructions TEXT
+        );
+        CREATE TABLE usage_ledger (
+            response_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            model TEXT NOT NULL,
+            status TEXT NOT NULL,
+            input_tokens BIGINT NOT NULL,
+            cached_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            engine_ms DOUBLE PRECISION NOT NULL,
+            api_pre_ms DOUBLE PRECISION NOT NULL,
+            api_post_ms DOUBLE PRECISION NOT NULL,
+            transport TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            completed_at BIGINT,
+            seq BIGINT GENERATED ALWAYS AS IDENTITY
+        );
+        CREATE INDEX usage_ledger_order ON usage_ledger (created_at, seq);
+        """,
+    ),
+    Migration(
+        2,
+        "conversation states left by draining replicas (handoff.py)",
+        """
+        CREATE TABLE conversation_states (
+            response_id TEXT PRIMARY KEY,
+            state BYTEA NOT NULL,
+            saved_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        CREATE INDEX conversation_states_age ON conversation_states (saved_at);
+        """,
+    ),
+)
+
+_LEDGER_COLUMNS = (
+    "response_id, tenant, model, status, input_tokens, cached_tokens, output_tokens, "
+    "engine_ms, api_pre_ms, api_post_ms, transport, created_at, completed_at"
+)
+
+
+async def migrate(conn: Any) -> list[int]:
+    """Apply the migrations this database lacks; returns the versions applied."""
+    applied: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_migrations")
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            await conn.execute(migration.sql)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+                migration.version,
+                migration.description,
+            )
+            applied.append(migration.version)
+    return applied
+
+
+class PostgresStore:
+    """The ``ResponseStore`` on a shared PostgreSQL database."""
+
+    shared = True
+
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 30.0) -> None:
+        self._url = url
+        self._pool_size = pool_size
+        self._connect_timeout_s = connect_timeout_s
+        self._pool: Any = None
+        self._pending: dict[str, StoredResponse] = {}
+        self._deleted_pending: set[str] = set()
+
+    @property
+    def url(self) -> str:
+        """The connection URL."""
+        return self._url
+
+    async def open(self) -> None:
+        """Connect a pool and migrate the schema."""
+        if self._pool is not None:
+            return
+        # Replicas may start before the database accepts connections: retry until the deadline.
+        deadline = time.monotonic() + self._connect_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                pool = await asyncpg.create_pool(
+                    self._url, min_size=1, max_size=self._pool_size, command_timeout=30
+                )
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                if time.monotonic() + delay > deadline:
+                    raise StoreUnavailable(
+                        f"cannot open the store at {redact(self._url)} "
+                        f"(tried for {self._connect_timeout_s:g} s): {error}"
+                    ) from error
+                log.warning("store at %s not reachable yet: %s", redact(self._url), error)
+                await asyncio.sleep(delay)  # backoff between connection attempts
+                delay = min(delay * 2, 2.0)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    def _require(self) -> Any:
+        if self._pool is None:
+            raise RuntimeError("PostgresStore used before open()")
+        return self._pool
+
+    # -- writes (post-inference) -----------------------------------------------------------
+
+    def stage(self, response_id: str, record: StoredResponse) -> None:
+        """Make a response readable in this process now; ``write`` makes it durable."""
+        self._pending[response_id] = record
+
+    def unstage(self, response_id: str, record: StoredResponse) -> None:
+        """Withdraw a staged record whose write will not happen."""
+        if self._pending.get(response_id) is record:
+            del self._pending[response_id]
+
+    async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+        """Write a response and/or its ledger row in one transaction (idempotent by id)."""
+        pool = self._require()
+        async with pool.acquire() as conn, conn.transaction():
+            if record is not None:
+                resp = record.response
+                await conn.execute(
+                    "INSERT INTO responses VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                    "ON CONFLICT (id) DO UPDATE SET previous_response_id = "
+                    "EXCLUDED.previous_response_id, created_at = EXCLUDED.created_at, "
+                    "response_json = EXCLUDED.response_json, input_json = EXCLUDED.input_json, "
+                    "self_contained = EXCLUDED.self_contained, "
+                    "instructions = EXCLUDED.instructions",
+                    resp["id"],
+                    record.previous_response_id,
+                    resp["created_at"],
+                    orjson.dumps(resp),
+                    orjson.dumps(record.input_items),
+                    record.self_contained,
+                    resp.get("instructions"),
+                )
+            if ledger is not None:
+                await conn.execute(
+                    f"INSERT INTO usage_ledger ({_LEDGER_COLUMNS}) VALUES "
+                    "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+                    + LEDGER_CONFLICT_RULE,
+                    ledger.response_id,
+                    ledger.tenant,
+                    ledger.model,
+                    ledger.status,
+                    ledger.input_tokens,
+                    ledger.cached_tokens,
+                    ledger.output_tokens,
+                    ledger.engine_ms,
+                    ledger.api_pre_ms,
+                    ledger.api_post_ms,
+                    ledger.transport,
+                    ledger.created_at,
+                    ledger.completed_at,
+                )
+        if record is not None:
+            response_id = record.response["id"]
+            if self._pending.get(response_id) is record:
+                del self._pending[response_id]
+            if response_id in self._deleted_pending:
+                self._deleted_pending.discard(response_id)
+                await self.delete(response_id)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """A stored response, or None."""
+        if response_id in self._deleted_pending:
+            return None
+        pending = self._pending.get(response_id)
+        if pending is not None:
+            return pending
+        row = await self._require().fetchrow(
+            "SELECT response_json, input_json, previous_response_id, self_contained "
+            "FROM responses WHERE id = $1",
+            response_id,
+        )
+        if row is None:
+            return None
+        return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
+
+    async def chain(
+        self, response_id: str, max_links: int = 100_000
+    ) -> list[StoredResponse] | None:
+        """The stored responses from the conversation's start to ``response_id``, oldest
+        first; None if a link is missing."""
+        links: list[StoredResponse] = []
+        current: str | None = response_id
+        while current is not None and len(links) < max_links:
+            record = await self.get(current)
+            if record is None:
+                return None
+            links.append(record)
+            if record.self_contained:
+                break
+            current = record.previous_response_id
+        links.reverse()
+        return links
+
+    async def delete(self, response_id: str) -> bool:
+        """Delete a stored response; False if there was none."""
+        if response_id in self._pending:
+            # The write is still queued: hide it now and delete once it lands.
+            self._deleted_pending.add(response_id)
+            return True
+        async with self._require().acquire() as conn, conn.transaction():
+            status: str = await conn.execute("DELETE FROM responses WHERE id = $1", response_id)
+            # A state left by a draining replica must not revive a deleted response.
+            await conn.execute(
+                "DELETE FROM conversation_states WHERE response_id = $1", response_id
+            )
+        return status != "DELETE 0"
+
+    async def ledger_rows(self) -> list[LedgerRow]:
+        """Every ledger row, oldest first."""
+        rows = await self._require().fetch(
+            f"SELECT {_LEDGER_COLUMNS} FROM usage_ledger ORDER BY created_at, seq"
+        )
+        return [LedgerRow(*row) for row in rows]
+
+    # -- the state tier (handoff.py) ------------------------------------------------------------
+
+    async def save_states(self, states: list[tuple[str, bytes]], ttl_s: float) -> None:
+        """Keep each (response id, encoded state); drop states older than ``ttl_s``."""
+        async with self._require().acquire() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM conversation_states "
+                "WHERE saved_at < now() - make_interval(secs => $1)",
+                float(ttl_s),
+            )
+            if states:
+                await conn.executemany(
+                    "INSERT INTO conversation_states (response_id, state) VALUES ($1, $2) "
+                    "ON CONFLICT (response_id) DO UPDATE SET state = EXCLUDED.state, "
+                    "saved_at = now()",
+                    states,
+                )
+
+    async def take_state(self, response_id: str) -> bytes | None:
+        """Remove and return the state saved for ``response_id`` (one taker wins)."""
+        state: bytes | None = await self._require().fetchval(
+            "DELETE FROM conversation_states WHERE response_id = $1 RETURNING state",
+            response_id,
+        )
+        return state
+
+    async def aclose(self) -> None:
+        """Close the pool (after the post-inference queue has drained)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()

@@ -1,0 +1,85 @@
+"""Chat formats: how a model's prompt is rendered and how its completions are parsed.
+
+A real model must see the prompt format it was trained on. A ``ChatFormat`` pairs a renderer
+(the conversation to token ids; the core uses it for every route whose engine names it) with
+a parser for what the model samples after the assistant start, and knows how a forced tool
+call opens. ``generic`` is the project's own harmony-style format (``core.render``), which the
+simulated engines use; ``harmony`` is the gpt-oss format through ``openai-harmony``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.engines.base import EngineEvent
+
+#: The format names a completions route accepts.
+FORMATS: tuple[str, ...] = ("generic", "harmony")
+
+
+class CompletionParserLike(Protocol):
+    """Sampled token ids in, engine events out (see ``completion_parser``)."""
+
+    finished: bool
+    last_kind: str | None
+
+    def feed(self, token: int) -> list[EngineEvent]:
+        """Consume one sampled token."""
+        ...
+
+    def close(self) -> list[EngineEvent]:
+        """The stream ended."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFormat:
+    """One model family's prompt format (see the module docstring)."""
+
+    name: str
+    renderer: Renderer
+    # What ends every prompt: the model's turn begins here.
+    assistant_start: tuple[int, ...]
+    new_parser: Callable[[], CompletionParserLike]
+
+    def call_header(self, name: str) -> list[int]:
+        """The tokens that open a call to function ``name`` after the assistant start, as the
+        renderer writes them (so a forced call looks like one the model opened itself)."""
+        item = {"type": "function_call", "call_id": "", "name": name, "arguments": ""}
+        tokens = self.renderer.render_conversation(None, [], [item])
+        prefix = len(self.renderer.render_prefix(None, []))
+        start = len(self.assistant_start)
+        # [prefix][assistant start][header ... <|message|>][<|call|>]
+        return list(tokens[prefix + start : -1])
+
+
+def build_format(
+    name: str, encoding: Any, open_compaction: Callable[[str], str] | None = None
+) -> ChatFormat:
+    """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
+    turns a compaction item's sealed content back into its summary (``core.compaction``)."""
+    start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
+    if name == "generic":
+        from bidi_responses.server.engines.completion_parser import CompletionParser
+
+        renderer = Renderer(encoding, open_compaction)
+        return ChatFormat("generic", renderer, start, lambda: CompletionParser(encoding))
+    if name == "harmony":
+        from bidi_responses.server.engines.harmony import (
+            HarmonyCompletionParser,
+            HarmonyRenderer,
+            load_harmony,
+        )
+
+        harmony = load_harmony()
+        return ChatFormat(
+            "harmony",
+            HarmonyRenderer(encoding, open_compaction),
+            start,
+            lambda: HarmonyCompletionParser(harmony),
+        )
+    raise ValueError(f"unknown chat format {name!r}; expected one of {', '.join(FORMATS)}")

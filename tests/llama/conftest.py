@@ -1,0 +1,111 @@
+"""A real llama.cpp server (xllamacpp's prebuilt CPU build) serving a model made at test time.
+
+The model file is written once per session (``tiny_gguf``) and one llama.cpp server serves it
+for the whole session, on a free loopback port, with one slot so that its prefix (KV) cache
+follows the conversation under test. Its ``/slots`` and ``/metrics`` endpoints are on, so the
+tests check from the backend's side what it received, reused and aborted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import xllamacpp
+from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.engines.completions import CompletionsConfig
+
+from tests.conftest import FAST_SIM
+from tests.llama.tiny_gguf import N_CTX, write_tiny_model
+
+_METRIC = re.compile(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaBackend:
+    """The running llama.cpp server: its OpenAI base URL and its monitoring endpoints."""
+
+    url: str  # http://127.0.0.1:PORT
+
+    @property
+    def base_url(self) -> str:
+        """What a completions route points at."""
+        return self.url + "/v1"
+
+    async def metrics(self) -> dict[str, float]:
+        """The server's Prometheus counters, without the ``llamacpp:`` prefix."""
+        async with httpx.AsyncClient(timeout=10) as client:
+            text = (await client.get(self.url + "/metrics")).text
+        return {name: float(value) for name, value in _METRIC.findall(text)}
+
+    async def slots(self) -> list[dict[str, Any]]:
+        """The server's slots, as ``/slots`` reports them."""
+        async with httpx.AsyncClient(timeout=10) as client:
+            data: list[dict[str, Any]] = (await client.get(self.url + "/slots")).json()
+        return data
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model file, written once per session."""
+    path = tmp_path_factory.mktemp("llama") / "tiny.gguf"
+    return write_tiny_model(path, load_encoding())
+
+
+@pytest.fixture(scope="session")
+def llama_backend(tiny_model: Path) -> Iterator[LlamaBackend]:
+    """llama.cpp serving the tiny model on a free loopback port, for the whole session."""
+    params = xllamacpp.CommonParams()
+    params.model.path = str(tiny_model)
+    params.n_ctx = N_CTX
+    params.n_parallel = 1
+    params.port = 0
+    params.endpoint_slots = True
+    params.endpoint_metrics = True
+    params.cpuparams.n_threads = 1
+    params.cpuparams_batch.n_threads = 1
+    server = xllamacpp.Server(params)
+    try:
+        yield LlamaBackend(str(server.listening_address).rstrip("/"))
+    finally:
+        del server  # the destructor stops llama.cpp's loop and HTTP threads
+
+
+# Every special token (and the unassigned id below them): banning them keeps the model in
+# the message body, where it rambles on until its budget or a cancel.
+RAMBLE_BIAS = {
+    str(token): -100 for token in (199998, *range(tokenizer.ENDOFTEXT, tokenizer.ENDOFPROMPT + 1))
+}
+
+
+def completions_route(base_url: str, **settings: Any) -> RouteConfig:
+    """A completions route on ``base_url`` with test-sized limits."""
+    values: dict[str, Any] = {
+        "context_window": N_CTX,
+        "max_output_tokens": 64,
+        "first_token_timeout_s": 30.0,
+        "idle_timeout_s": 10.0,
+        "retry_backoff_s": 0.01,
+    }
+    values.update(settings)
+    return RouteConfig(
+        engine="completions", completions=CompletionsConfig(base_url=base_url, **values)
+    )
+
+
+def llama_config(tmp_path: Path, backend: LlamaBackend, **routes: RouteConfig) -> ServerConfig:
+    """A server on free ports with ``tiny`` (llama.cpp), ``sim-model`` and ``routes``."""
+    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
+    config.models = {
+        "tiny": completions_route(backend.base_url),
+        "sim-model": RouteConfig(engine="sim", sim=FAST_SIM),
+        **routes,
+    }
+    return config
