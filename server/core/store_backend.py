@@ -48,19 +48,23 @@ class ResponseStore(Protocol):
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
         ...
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        """A stored response, or None."""
+    async def get(
+        self, response_id: str, *, include_deleted: bool = False
+    ) -> StoredResponse | None:
+        """A stored response, or None; ``include_deleted`` also finds a deleted one whose row
+        a later stored response still needs."""
         ...
 
     async def chain(
         self, response_id: str, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
         """The stored responses from the conversation's start to ``response_id``, oldest
-        first; None if a link is missing."""
+        first (deleted ancestors included); None if ``response_id`` or a link is missing."""
         ...
 
     async def delete(self, response_id: str) -> bool:
-        """Delete a stored response; False if there was none."""
+        """Delete a stored response; False if there was none. Its row stays, hidden, while a
+        later stored response needs it (continuing from that one keeps working)."""
         ...
 
     async def ledger_rows(self) -> list[LedgerRow]:
