@@ -273,7 +273,7 @@ def run_soak(
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     """The soak's summary table."""
     header = (
-        f"{'transport':<10}{'responses':>10}{'lost':>6}{'dup':>5}{'failed':>7}"
+        f"{'transport':<10}{'responses':>10}{'ledger':>8}{'lost':>6}{'dup':>5}{'failed':>7}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'1st p99':>9}{'rest p99':>9}{'secs':>7}"
         f"{'RSS MB before':>15}{'peak':>8}{'after':>8}"
         f"{'1st pre p99':>13}{'1st outside p99':>17}{'rest pre p99':>14}{'rest outside':>14}"
@@ -281,7 +281,8 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     lines = [header]
     for s in summaries:
         lines.append(
-            f"{s['transport']:<10}{s['responses']:>10}{s['lost']:>6}{s['duplicated']:>5}"
+            f"{s['transport']:<10}{s['responses']:>10}{s['ledger_rows']:>8}{s['lost']:>6}"
+            f"{s['duplicated']:>5}"
             f"{s['failed']:>7}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}{s['first_p99_ms']:>9.1f}"
             f"{s['later_p99_ms']:>9.1f}{s['seconds']:>7.1f}{s['rss_before_mb']:>15.1f}"
             f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}"
