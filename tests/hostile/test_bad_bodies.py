@@ -170,6 +170,15 @@ async def test_grpc_refuses_what_protobuf_can_carry(client: AsyncResponsesClient
         assert (await stream.create(**body("hi"))).status == "completed"
 
 
+@pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/responses/compact"])
+async def test_other_body_routes_apply_the_same_limit(http: httpx.AsyncClient, path: str) -> None:
+    async with asyncio.timeout(20):
+        deep = {"model": "sim-model", "input": [{"type": nested_value(100)}]}
+        reply = await http.post(path, content=orjson.dumps(deep))
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "nesting_too_deep"
+
+
 async def test_json_cannot_carry_infinity(http: httpx.AsyncClient) -> None:
     # Infinity in a Struct is refused naming the field (test_grpc_decode.py); in JSON text a
     # number that overflows to infinity is not JSON at all.
