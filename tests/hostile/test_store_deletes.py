@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.store import Store
 
 from tests.http.conftest import http as http  # the fixture
 
@@ -22,7 +23,9 @@ async def _create(http: httpx.AsyncClient, text: str, previous: str | None, **ex
 
 
 def _rows(server: RunningServer) -> set[str]:
-    with sqlite3.connect(server.core.store.path) as conn:
+    store = server.core.store
+    assert isinstance(store, Store)  # the default backend
+    with sqlite3.connect(store.path) as conn:
         return {row[0] for row in conn.execute("SELECT id FROM responses")}
 
 
