@@ -39,6 +39,22 @@ def _windows(text: str) -> list[float | None]:
     return out
 
 
+def _modes(text: str | None) -> Any:
+    """Modes from a list that may use ranges ("1-8,10"); None when empty."""
+    from bidi_responses.bench.clients import resolve_modes
+
+    if not text:
+        return None
+    parts: list[str] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if dash and low.isdigit() and high.isdigit():
+            parts += [str(n) for n in range(int(low), int(high) + 1)]
+        elif part.strip():
+            parts.append(part.strip())
+    return resolve_modes(parts)
+
+
 def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``compare`` subcommand (sets ``handler``)."""
     p = sub.add_parser(
@@ -53,7 +69,8 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="all",
         help="modes by number or key, comma-separated (default all): 1 http_new, "
         "2 http_keepalive, 3 http_store, 4 ws_cache, 5 ws_append, "
-        "6 grpc_create, 7 grpc_connect, 8 grpc_append",
+        "6 grpc_create, 7 grpc_connect, 8 grpc_append, 9 grpc_single (batching off), "
+        "10 grpc_slim (slim snapshots), 11 ws_batched (non-standard batched frames)",
     )
     p.add_argument(
         "--sweeps",
@@ -80,7 +97,7 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--tps-values", default="65,1000,4000", help="tokens/s sweep points")
     p.add_argument("--tps-turns", type=int, default=10, help="tool turns in the tokens/s sweep")
-    p.add_argument("--tps-modes", default=None, help="modes of the tokens/s sweep (default all)")
+    p.add_argument("--tps-modes", default="1-8", help="modes of the tokens/s sweep (default 1-8)")
     p.add_argument(
         "--slow-modes", default="1,4,7", help="modes at slow points (<= 100 tok/s; default 1,4,7)"
     )
@@ -93,6 +110,11 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=int,
         default=6,
         help="measured small turns per history size (default 6)",
+    )
+    p.add_argument(
+        "--history-modes",
+        default="1-9",
+        help="modes of the history sweep (default 1-9)",
     )
     p.add_argument(
         "--history-repeats",
@@ -119,6 +141,17 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="repeats in the concurrency sweep (default 2)",
     )
     p.add_argument(
+        "--concurrency-workers",
+        default="1,2",
+        help="run the concurrency sweep with each of these server process counts "
+        "(serve --workers; default 1,2)",
+    )
+    p.add_argument(
+        "--workers-modes",
+        default="4,7",
+        help="modes of the sweep at more than one worker (default 4,7)",
+    )
+    p.add_argument(
         "--concurrency-window",
         type=float,
         default=0.0,
@@ -128,8 +161,8 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--concurrency-window-modes",
-        default="7",
-        help="modes of that second concurrency sweep (default 7; empty: skip it)",
+        default="",
+        help="modes of that extra concurrency sweep (default empty: skip it)",
     )
     p.add_argument(
         "--keepup-windows",
@@ -137,7 +170,7 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="delta merging policies of the keep-up test: off, or a window in ms "
         "(default off,0,2; 2 is the server's default)",
     )
-    p.add_argument("--keepup-modes", default="7,4", help="modes of the keep-up test")
+    p.add_argument("--keepup-modes", default="7,9,4", help="modes of the keep-up test")
     p.add_argument(
         "--store-all",
         action="store_true",
@@ -207,12 +240,15 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend_format=args.backend_format,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
-        tps_modes=resolve_modes(args.tps_modes) if args.tps_modes else None,
+        tps_modes=_modes(args.tps_modes),
         slow_modes=resolve_modes(args.slow_modes) if args.slow_modes else None,
         slow_repeats=args.slow_repeats,
         history_sizes=_ints(args.history_sizes),
         history_turns=args.history_turns,
         history_repeats=args.history_repeats or args.repeats,
+        history_modes=_modes(args.history_modes),
+        concurrency_workers=_ints(args.concurrency_workers),
+        workers_modes=_modes(args.workers_modes),
         agents=_ints(args.agents),
         concurrency_turns=args.concurrency_turns,
         concurrency_modes=resolve_modes(args.concurrency_modes),
@@ -252,9 +288,12 @@ def _smoke(config: Any) -> None:
     config.agents = [1, 3]
     config.concurrency_turns = 2
     config.concurrency_output_tokens = 300
-    config.concurrency_modes = resolve_modes("2,7")
+    config.concurrency_modes = resolve_modes("4,7")
     config.concurrency_repeats = 1
     config.concurrency_window_modes = []
+    config.concurrency_workers = [1, 2]
+    config.workers_modes = resolve_modes("7")
+    config.history_modes = None
     config.keepup_tokens = 400
     config.keepup_responses = 1
     config.keepup_windows = [0.0]

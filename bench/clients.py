@@ -14,7 +14,14 @@ only differences are what each design sends and how:
  6   grpc_create     gRPC CreateResponse (server-streaming) per turn, full history
  7   grpc_connect    gRPC Connect stream, new input + previous_response_id (stream cache)
  8   grpc_append     gRPC Connect, one response: response_done / response_append per call
+ 9   grpc_single     as 7, one event per gRPC message (batching off: what a stock client gets)
+10   grpc_slim       as 7, with slim snapshots (no echoed instructions and tools)
+11   ws_batched      as 4, with batched frames (non-standard: a JSON array of the events
+                     ready together per frame; a reference, no hosted-API client reads it)
 ===  ==============  =========================================================================
+
+The gRPC modes use the project's client, which asks for batched messages (modes 6-8, 10);
+mode 9 turns that off.
 
 HTTP uses aiohttp (an efficient async client; the transport-floor note measured it 2-3x
 faster than httpx). The WebSocket client is the ``websockets`` library with compression off,
@@ -42,6 +49,7 @@ from bidi_responses.bench.cpu import process_cpu_clock
 from bidi_responses.bench.wire import SocketBytes, WireCounter
 
 __all__ = [
+    "CLASSIC_MODES",
     "MODES",
     "BenchError",
     "Exchange",
@@ -64,6 +72,10 @@ class ModeInfo:
     label: str
     transport: Literal["http", "ws", "grpc"]
     history: History
+    #: Ask for several events per message (gRPC ``batch_events``; WebSocket: non-standard).
+    batch: bool = False
+    #: gRPC slim snapshots (``SNAPSHOT_DETAIL_SLIM``).
+    slim: bool = False
 
     @property
     def stateful(self) -> bool:
@@ -79,11 +91,17 @@ MODES: dict[str, ModeInfo] = {
         ModeInfo(3, "http_store", "HTTP previous_response_id (store)", "http", "store"),
         ModeInfo(4, "ws_cache", "WebSocket, connection cache", "ws", "chain"),
         ModeInfo(5, "ws_append", "WebSocket, append mode", "ws", "append"),
-        ModeInfo(6, "grpc_create", "gRPC CreateResponse, full history", "grpc", "full"),
-        ModeInfo(7, "grpc_connect", "gRPC Connect, stream cache", "grpc", "chain"),
-        ModeInfo(8, "grpc_append", "gRPC Connect, append mode", "grpc", "append"),
+        ModeInfo(6, "grpc_create", "gRPC CreateResponse, full history", "grpc", "full", True),
+        ModeInfo(7, "grpc_connect", "gRPC Connect, stream cache", "grpc", "chain", True),
+        ModeInfo(8, "grpc_append", "gRPC Connect, append mode", "grpc", "append", True),
+        ModeInfo(9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain"),
+        ModeInfo(10, "grpc_slim", "gRPC Connect, slim snapshots", "grpc", "chain", True, True),
+        ModeInfo(11, "ws_batched", "WebSocket, batched frames (non-standard)", "ws", "chain", True),
     )
 }
+
+#: The eight modes of the original comparison (the default of the shorter sweeps).
+CLASSIC_MODES = "1,2,3,4,5,6,7,8"
 
 
 def resolve_modes(spec: str | Sequence[str]) -> list[ModeInfo]:
@@ -141,6 +159,9 @@ class Exchange:
     t_first_delta: float | None = None
     t_last_delta: float | None = None
     events: int = 0
+    #: Transport messages (gRPC messages, WebSocket frames) that carried the events; None
+    #: where the client cannot see them (SSE, CreateResponse).
+    messages: int | None = None
     deltas: int = 0
     final: dict[str, Any] = field(default_factory=dict)
     wire_after: SocketBytes | None = None
@@ -243,22 +264,27 @@ class WsConn:
         self._wire = wire
 
     @classmethod
-    async def open(cls, base: str, wire: WireCounter | None) -> WsConn:
-        """Connect (no compression, no frame size limit, as the OpenAI SDK connects)."""
+    async def open(cls, base: str, wire: WireCounter | None, batch: bool = False) -> WsConn:
+        """Connect (no compression, no frame size limit, as the OpenAI SDK connects);
+        ``batch`` asks for the non-standard batched frames."""
         from websockets.asyncio.client import connect
 
         url = base.replace("http://", "ws://", 1) + "/v1/responses"
+        if batch:
+            url += "?batch_frames=1"
         ws = await connect(url, max_size=None, compression=None, open_timeout=30)
         return cls(ws, wire)
 
     async def _exchange(self, message: dict[str, Any]) -> Exchange:
-        ex = Exchange(t_send=time.perf_counter())
+        ex = Exchange(t_send=time.perf_counter(), messages=0)
         await self._ws.send(orjson.dumps(message).decode())
         while True:
-            frame = await self._ws.recv()
-            if ex.observe(orjson.loads(frame)):
-                ex.wire_after = _snapshot(self._wire)
-                return ex
+            frame = orjson.loads(await self._ws.recv())
+            ex.messages = (ex.messages or 0) + 1
+            for event in frame if isinstance(frame, list) else (frame,):
+                if ex.observe(event):
+                    ex.wire_after = _snapshot(self._wire)
+                    return ex
 
     async def create(self, body: dict[str, Any]) -> Exchange:
         """A ``response.create`` frame."""
@@ -290,10 +316,12 @@ class GrpcConnectConn:
         return self
 
     async def _drain(self, events: AsyncIterator[dict[str, Any]], ex: Exchange) -> Exchange:
+        before = self._stream.messages_received
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 if ex.observe(event):
                     ex.wire_after = _snapshot(self._wire)
+                    ex.messages = self._stream.messages_received - before
                     return ex
         raise BenchError("the Connect stream ended before the response did")
 
@@ -376,7 +404,11 @@ class ClientKit:
         elif self.mode.transport == "grpc":
             from bidi_responses.client.aio import AsyncResponsesClient
 
-            self._grpc = AsyncResponsesClient(f"{self.server.host}:{self.server.grpc_port}")
+            self._grpc = AsyncResponsesClient(
+                f"{self.server.host}:{self.server.grpc_port}",
+                batch_events=self.mode.batch,
+                snapshots="slim" if self.mode.slim else "full",
+            )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -391,7 +423,7 @@ class ClientKit:
         if mode.transport == "http":
             return HttpConn(self._session, self.base, self.wire)
         if mode.transport == "ws":
-            return await WsConn.open(self.base, self.wire)
+            return await WsConn.open(self.base, self.wire, batch=mode.batch)
         if mode.history in ("chain", "append"):
             return await GrpcConnectConn(self._grpc, self.wire).open()
         return GrpcCreateConn(self._grpc, self.wire)
@@ -425,6 +457,8 @@ class TurnRecord:
     bytes_received: int | None
     events: int
     deltas: int
+    #: Transport messages that carried the turn's events (None: not visible to the client).
+    messages: int | None = None
     #: Server CPU time for this turn (None when several agents share the server).
     server_cpu_ms: float | None = None
     #: This client process's CPU time for this turn.
@@ -555,6 +589,7 @@ async def run_agent(
                 bytes_received=received,
                 events=ex.events,
                 deltas=ex.deltas,
+                messages=ex.messages,
                 server_cpu_ms=cpu_ms,
                 client_cpu_ms=client_ms,
                 stage_ms=stage_ms,

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from bidi_responses.bench.clients import ModeInfo, ServerAddress, worker_main
+from bidi_responses.bench.clients import MODES, ModeInfo, ServerAddress, worker_main
 from bidi_responses.bench.cpu import process_cpu_clock
 from bidi_responses.bench.workload import (
     HistoryWorkload,
@@ -81,6 +81,7 @@ class ServerSettings:
     engine: str = "sim"
     script_path: str | None = None
     http: bool = True
+    workers: int = 1
     # A real backend (engine "completions"): its OpenAI base URL, model name, API key variable.
     backend_url: str | None = None
     backend_model: str = ""
@@ -90,6 +91,8 @@ class ServerSettings:
     def toml(self) -> str:
         """The server's config file."""
         lines = [
+            f"workers = {int(self.workers)}",
+            "",
             "[streaming]",
             f"coalesce_deltas = {str(self.coalesce_deltas).lower()}",
             f"delta_window_ms = {float(self.delta_window_ms)!r}",
@@ -170,7 +173,8 @@ class ServerProcess:
             "--data-dir",
             str(self.dir / "data"),
             "--log-level",
-            "WARNING",
+            # INFO only adds the start and stop lines; readiness is read from the first.
+            "INFO",
         ]
         if http_port is not None:
             command += ["--http-port", str(http_port)]
@@ -181,11 +185,15 @@ class ServerProcess:
             command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
         log.close()
-        self._cpu = process_cpu_clock(self.proc.pid)
-        address = ServerAddress("127.0.0.1", grpc_port, http_port, self.proc.pid)
+        # With several workers the server is a process tree: its CPU time is the sum over the
+        # tree, and no single pid can be read per turn.
+        workers = self.settings.workers
+        address = ServerAddress(
+            "127.0.0.1", grpc_port, http_port, self.proc.pid if workers == 1 else None
+        )
         deadline = time.monotonic() + timeout
         pending = list(address.ports)
-        while pending:
+        while pending or "listening" not in self.log_tail():
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"server {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
@@ -195,11 +203,21 @@ class ServerProcess:
                 raise RuntimeError(
                     f"server {self.name} did not listen within {timeout:g} s:\n{self.log_tail()}"
                 )
+            if not pending:
+                time.sleep(0.05)
+                continue
             try:
                 with socket.create_connection(("127.0.0.1", pending[0]), timeout=1):
                     pending.pop(0)
             except OSError:
                 time.sleep(0.05)
+        clocks = [process_cpu_clock(self.proc.pid)]
+        if workers > 1:
+            import psutil
+
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+            clocks += [process_cpu_clock(child.pid) for child in children]
+        self._cpu = lambda: sum(clock() for clock in clocks)
         self.address = address
         return address
 
@@ -374,6 +392,7 @@ class CompareConfig:
     history_turns: int = 6
     history_small_tokens: int = 256
     history_repeats: int = 3
+    history_modes: list[ModeInfo] | None = None
     # Concurrency sweep.
     agents: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
     concurrency_turns: int = 5
@@ -381,6 +400,9 @@ class CompareConfig:
     concurrency_modes: list[ModeInfo] | None = None
     concurrency_repeats: int = 2
     concurrency_processes: int = 2
+    # The sweep runs once per server worker count; counts above 1 run ``workers_modes``.
+    concurrency_workers: list[int] = field(default_factory=lambda: [1, 2])
+    workers_modes: list[ModeInfo] | None = None
     # A second concurrency sweep with this window instead of the default (0: merge only what
     # is ready, the old default), for concurrency_window_modes; skipped if it is the default.
     concurrency_window: float = 0.0
@@ -565,7 +587,7 @@ class Runner:
 
     def _worker(self, mode: ModeInfo, slot: int = 0) -> Worker:
         # Worker i serves mode i (and i + 8 ... for a second process per mode).
-        return self.pool.get((mode.number - 1) + 8 * slot)
+        return self.pool.get((mode.number - 1) + len(MODES) * slot)
 
     def _warm_up(self, modes: Sequence[ModeInfo], base: dict[str, Any]) -> None:
         """A short unmeasured rollout per mode: imports, connections, the cached prompt head."""
@@ -704,10 +726,12 @@ class Runner:
         modes: Sequence[ModeInfo],
         name: str = "concurrency",
         window: float = DEFAULT_DELTA_WINDOW_MS,
+        workers: int = 1,
     ) -> CellResult:
         """Many agents at once: throughput (turns/s) and latency as concurrency grows.
 
-        ``window`` is the server's delta merging window (ms) for this cell.
+        ``window`` is the server's delta merging window (ms) and ``workers`` its process
+        count (``serve --workers``) for this cell.
         """
         cfg = self.config
         spec = WorkloadSpec(
@@ -724,11 +748,13 @@ class Runner:
             ttft_ms=cfg.ttft_ms,
             delta_window_ms=window,
             http=_needs_http(modes),
+            workers=workers,
         )
         cell = CellResult(
             name,
             "concurrency",
             {
+                "workers": workers,
                 "delta_window_ms": window,
                 "tokens_per_second": cfg.tps,
                 "agents": cfg.agents,
@@ -909,7 +935,7 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
             if keep:
                 cells.append(runner.keepup_cell(keep))
         if "history" in config.sweeps:
-            cells.append(runner.history_cell(modes))
+            cells.append(runner.history_cell(_subset(config.history_modes, modes, None)))
         if "tps" in config.sweeps:
             spec = WorkloadSpec(
                 seed=config.seed,
@@ -941,8 +967,18 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
                 modes,
                 ("http_new", "http_keepalive", "ws_cache", "grpc_connect"),
             )
-            if chosen:
-                cells.append(runner.concurrency_cell(chosen))
+            for workers in config.concurrency_workers:
+                if workers == 1:
+                    if chosen:
+                        cells.append(runner.concurrency_cell(chosen))
+                    continue
+                more = _subset(config.workers_modes, modes, ("ws_cache", "grpc_connect"))
+                if more:
+                    cells.append(
+                        runner.concurrency_cell(
+                            more, name=f"concurrency-workers{workers}", workers=workers
+                        )
+                    )
             extra = _subset(config.concurrency_window_modes, modes, ())
             if extra and config.concurrency_window != DEFAULT_DELTA_WINDOW_MS:
                 # The same sweep with another delta merging window (by default 0: only deltas

@@ -30,6 +30,7 @@ from bidi_responses.codec import (
     item_to_dict,
     item_to_pb,
     params_to_pb,
+    unbatch,
     usage_to_dict,
 )
 from bidi_responses.v1 import responses_pb2 as pb
@@ -40,6 +41,18 @@ _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", _MAX_MESSAGE),
     ("grpc.max_send_message_length", _MAX_MESSAGE),
 )
+
+
+_SNAPSHOT_DETAIL = {"full": pb.SNAPSHOT_DETAIL_FULL, "slim": pb.SNAPSHOT_DETAIL_SLIM}
+
+
+def delivery_options(*, batch_events: bool, snapshots: str) -> pb.DeliveryOptions:
+    """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim")."""
+    if snapshots not in _SNAPSHOT_DETAIL:
+        raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
+    return pb.DeliveryOptions(
+        batch_events=batch_events, snapshot_detail=_SNAPSHOT_DETAIL[snapshots]
+    )
 
 
 def _status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
@@ -59,8 +72,10 @@ class ConnectStream:
     agents in parallel over one stream.
     """
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, delivery: pb.DeliveryOptions | None = None) -> None:
         self._call = call
+        # Sent with the first message: how the server should deliver this stream's events.
+        self._delivery = delivery
         self._decoder = EventDecoder()
         # Raw messages per lane: they are decoded only when someone asks for events, so
         # ``create()`` pays for the terminal event alone.
@@ -70,6 +85,8 @@ class ConnectStream:
         self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.warnings: list[dict[str, Any]] = []
+        #: gRPC messages received so far (a batch is one message carrying several events).
+        self.messages_received = 0
 
     async def established(self) -> None:
         """Wait until the server has accepted the stream (its initial metadata arrived), so
@@ -89,11 +106,14 @@ class ConnectStream:
 
     async def _read(self) -> None:
         try:
-            async for message in self._call:
-                if message.WhichOneof("event") == "warning":
-                    self.warnings.append(self._decoder.event(message))
-                    continue
-                self._queue(message.stream_id).put_nowait(message)
+            async for received in self._call:
+                self.messages_received += 1
+                # A batch is several events in one message; each is handled on its own.
+                for message in unbatch(received):
+                    if message.WhichOneof("event") == "warning":
+                        self.warnings.append(self._decoder.event(message))
+                        continue
+                    self._queue(message.stream_id).put_nowait(message)
         except grpc.aio.AioRpcError as error:
             closing = _status_error(error)
             for lane, queue in self._lanes.items():
@@ -116,6 +136,9 @@ class ConnectStream:
     async def send(self, request: pb.ConnectRequest) -> None:
         """Send a raw ConnectRequest (for clients that build messages themselves)."""
         async with self._write_lock:
+            if self._delivery is not None and request.WhichOneof("event") is not None:
+                request.delivery.CopyFrom(self._delivery)
+                self._delivery = None
             try:
                 await self._call.write(request)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as error:
@@ -269,9 +292,18 @@ class AsyncResponsesClient:
         *,
         api_key: str | None = None,
         channel: grpc.aio.Channel | None = None,
+        batch_events: bool = True,
+        snapshots: str = "full",
     ) -> None:
         """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
-        a tenant derived from it (as over HTTP)."""
+        a tenant derived from it (as over HTTP).
+
+        ``batch_events`` asks the server to send the events that are ready together in one
+        message (fewer messages, less CPU on both sides); iteration still yields one event at
+        a time. ``snapshots="slim"`` asks for snapshot events without the echoed instructions
+        and tools (``Response.raw`` then has ``instructions`` None and ``tools`` empty).
+        """
+        self._delivery = delivery_options(batch_events=batch_events, snapshots=snapshots)
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)  # type: ignore[no-untyped-call]
         _accept_deep_replies(self._stub, self._channel)
@@ -294,7 +326,7 @@ class AsyncResponsesClient:
 
     def open_stream(self) -> ConnectStream:
         """Open a Connect stream that the caller closes (``connect()`` does it for you)."""
-        return ConnectStream(self._stub.Connect(metadata=self._metadata))
+        return ConnectStream(self._stub.Connect(metadata=self._metadata), self._delivery)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[ConnectStream]:
@@ -317,11 +349,12 @@ class AsyncResponsesClient:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
         with deep_messages():
-            request = pb.CreateResponseRequest(params=params_to_pb(params))
+            request = pb.CreateResponseRequest(params=params_to_pb(params), delivery=self._delivery)
         call = self._stub.CreateResponse(request, metadata=self._metadata)
         try:
             async for message in call:
-                yield decoder.event(message.event)
+                for event in unbatch(message.event):
+                    yield decoder.event(event)
         except grpc.aio.AioRpcError as error:
             raise _status_error(error) from None
         finally:

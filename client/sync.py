@@ -84,11 +84,21 @@ class SyncConnectStream:
 class ResponsesClient:
     """Blocking client for ``bidi_responses.v1.ResponsesService``."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        api_key: str | None = None,
+        batch_events: bool = True,
+        snapshots: str = "full",
+    ) -> None:
+        """See ``AsyncResponsesClient`` for ``batch_events`` and ``snapshots``."""
         self._loop = _LoopThread()
 
         async def make() -> AsyncResponsesClient:
-            return AsyncResponsesClient(target, api_key=api_key)
+            return AsyncResponsesClient(
+                target, api_key=api_key, batch_events=batch_events, snapshots=snapshots
+            )
 
         self._client = self._loop.run(make())
 

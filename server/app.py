@@ -103,7 +103,9 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
         from bidi_responses.server.transports.http_transport import start_http_server
 
         try:
-            stop_http, http_port = await start_http_server(core, config.host, config.http_port)
+            stop_http, http_port = await start_http_server(
+                core, config.host, config.http_port, reuse_port=config.workers > 1
+            )
         except OSError as error:
             await running.stop(grace=0)
             raise StartupError(
@@ -114,24 +116,33 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     return running
 
 
+def listening_line(config: ServerConfig, grpc_port: int, http_port: int | None) -> str:
+    """The one log line that says where the server listens."""
+    where = f"gRPC on {config.host}:{grpc_port}"
+    if http_port is not None:
+        where += f", HTTP+SSE and WebSocket on http://{config.host}:{http_port}/v1"
+    workers = f"{config.workers} workers, " if config.workers > 1 else ""
+    return f"bidi-responses listening: {where} ({workers}models: {', '.join(config.models)})"
+
+
 async def serve(
     config: ServerConfig,
     *,
     http: bool = True,
     reload: Callable[[], ServerConfig] | None = None,
+    on_ready: Callable[[RunningServer], None] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT, then stop gracefully.
 
     With ``reload``, SIGHUP re-reads the configuration and applies its model routes: streams
     resolve a changed alias again on their next response (other settings need a restart).
+    ``on_ready`` replaces the "listening" log line (a worker process tells its supervisor).
     """
     running = await start_server(config, http=http)
-    where = f"gRPC on {config.host}:{running.grpc_port}"
-    if running.http_port is not None:
-        where += f", HTTP+SSE and WebSocket on http://{config.host}:{running.http_port}/v1"
-    log.info(
-        "bidi-responses listening: %s (models: %s)", where, ", ".join(running.core.router.aliases)
-    )
+    if on_ready is not None:
+        on_ready(running)
+    else:
+        log.info(listening_line(config, running.grpc_port, running.http_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,11 +8,13 @@ import contextlib
 import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
 from bidi_responses.server.core.logsafe import EscapingFormatter
 from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +70,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="on SIGTERM/SIGINT, how long in-flight responses may take to finish (10)",
     )
+    add_workers_flag(p)
     p.add_argument("--log-level", default="INFO")
 
 
@@ -127,6 +130,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.streaming.delta_window_ms = args.delta_window_ms
     if args.no_coalesce:
         config.streaming.coalesce_deltas = False
+    if args.workers is not None:
+        config.workers = args.workers
+    if config.workers < 1:
+        raise ValueError(f"--workers must be at least 1, not {config.workers}")
     return config
 
 
@@ -138,9 +145,13 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if config.workers > 1:
+        from bidi_responses.server.workers import run_workers
+
+        return run_workers(partial(_config, args), http=not args.no_http, log_level=args.log_level)
     handler = logging.StreamHandler()
     # Client strings can reach log lines; escaping them keeps every line the server's own.
-    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(EscapingFormatter(LOG_FORMAT))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     from bidi_responses.server.core.store_backend import StoreUnavailable
 

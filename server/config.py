@@ -58,6 +58,11 @@ class StreamingConfig:
     coalesce_deltas: bool = True
     delta_window_ms: float = 2.0
     max_delta_chars: int = 4096
+    # Bounds of one batched gRPC message (``DeliveryOptions.batch_events``): events that are
+    # ready at the moment of writing go out together, up to this many and about this many
+    # bytes (a single larger event still goes out, alone).
+    max_batch_events: int = 64
+    max_batch_bytes: int = 262_144
 
 
 @dataclass(slots=True)
@@ -149,6 +154,9 @@ class ServerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     background: BackgroundConfig = field(default_factory=BackgroundConfig)
+    # Server processes sharing the ports (``serve --workers N``), and which one this is.
+    workers: int = 1
+    worker_index: int = 0
 
     @property
     def store_path(self) -> Path:

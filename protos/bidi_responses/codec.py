@@ -154,16 +154,16 @@ def wire_problem(data: bytes, descriptor: Any, max_depth: int) -> tuple[str, str
             stack.pop()
             continue
         try:
-            tag, pos = _varint(data, pos)
+            tag, pos = _read_varint(data, pos)
             number, wire_type = tag >> 3, tag & 7
             if wire_type == 0:
-                _, pos = _varint(data, pos)
+                _, pos = _read_varint(data, pos)
             elif wire_type == 1:
                 pos += 8
             elif wire_type == 5:
                 pos += 4
             elif wire_type == 2:
-                length, pos = _varint(data, pos)
+                length, pos = _read_varint(data, pos)
                 start, pos = pos, pos + length
                 if pos > end:
                     return "The message is truncated.", path or None
@@ -196,7 +196,7 @@ def wire_problem(data: bytes, descriptor: Any, max_depth: int) -> tuple[str, str
     return None
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[pos]
@@ -644,12 +644,96 @@ def stats_to_pb(stats: dict[str, Any]) -> pb.ResponseStats:
     return pb.ResponseStats(**stats)
 
 
-class ProtoEncoder:
-    """Encodes server events of one stream; remembers the last tools it converted."""
+# -- wire encoding by hand, for the hot path ------------------------------------------------
+#
+# A serialized message is its fields' encodings in any order, and a message field is its tag,
+# its length and the sub-message's bytes. So the streaming path builds bytes, not messages:
+# a batch is the events' bytes framed as ``EventBatch.events`` (no copy of each event into a
+# container message), and a snapshot's request echo (tools, instructions, sampling settings)
+# is serialized once per response instead of once per snapshot. The gRPC transport sends
+# these bytes as they are; any protobuf parser reads them as the same messages.
 
-    def __init__(self) -> None:
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field_bytes(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a sub-message or a string): tag, length, payload."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _number(message: Any, name: str) -> int:
+    number: int = message.DESCRIPTOR.fields_by_name[name].number
+    return number
+
+
+_BATCH_FIELD = _number(pb.ConnectResponse, "batch")
+_BATCH_EVENTS_FIELD = _number(pb.EventBatch, "events")
+_STREAM_ID_FIELD = _number(pb.ConnectResponse, "stream_id")
+_SNAPSHOT_RESPONSE_FIELD = _number(pb.ResponseSnapshotEvent, "response")
+_SNAPSHOT_SEQUENCE = _varint(_number(pb.ResponseSnapshotEvent, "sequence_number") << 3 | 0)
+EVENT_FIELD = _number(pb.CreateResponseResponse, "event")
+
+
+def batch_bytes(events: list[bytes]) -> bytes:
+    """Serialized ``ConnectResponse{batch: {events}}`` from serialized events."""
+    return field_bytes(_BATCH_FIELD, b"".join(field_bytes(_BATCH_EVENTS_FIELD, e) for e in events))
+
+
+def wire_bytes(message: Any) -> bytes:
+    """The response serializer of the streaming calls: bytes pass through, messages are
+    serialized."""
+    if type(message) is bytes:
+        return message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+class ProtoEncoder:
+    """Encodes server events of one stream; remembers the last tools it converted.
+
+    With ``slim``, snapshot events leave out the echoed instructions and tools
+    (``SNAPSHOT_DETAIL_SLIM``).
+    """
+
+    def __init__(self, *, slim: bool = False) -> None:
+        self.slim = slim
         self._tools_ref: Any = None
         self._tools_pb: list[pb.Tool] = []
+        # Serialized request echo per in-flight response id (see ``event_bytes``).
+        self._echo: dict[tuple[str, bool], bytes] = {}
+
+    @_deep
+    def event_bytes(self, lane: str, e: dict[str, Any]) -> bytes:
+        """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
+        gives, serialized), building snapshots from a once-per-response request echo."""
+        kind = e["type"]
+        if kind not in _SNAPSHOT_EVENTS:
+            return self.connect_response(lane, e).SerializeToString()
+        r = e["response"]
+        key = (r["id"], self.slim)
+        echo = self._echo.get(key)
+        if echo is None:
+            if len(self._echo) >= 64:  # responses that never ended (cut-short streams)
+                self._echo.clear()
+            echo = self._echo[key] = self._echo_pb(r, self.slim).SerializeToString()
+        if kind in _TERMINAL_SNAPSHOTS:
+            del self._echo[key]
+        response = self._progress_pb(r, self.slim).SerializeToString() + echo
+        snapshot = field_bytes(_SNAPSHOT_RESPONSE_FIELD, response)
+        seq = e.get("sequence_number", 0)
+        if seq:
+            snapshot += _SNAPSHOT_SEQUENCE + _varint(seq)
+        out = field_bytes(_SNAPSHOT_FIELDS[kind], snapshot)
+        if lane:
+            out = field_bytes(_STREAM_ID_FIELD, lane.encode()) + out
+        return out
 
     def _tools(self, tools: list[dict[str, Any]]) -> list[pb.Tool]:
         # The core hands out the same list object while a stream's tools are unchanged.
@@ -659,16 +743,18 @@ class ProtoEncoder:
         return self._tools_pb
 
     @_deep
-    def response_to_pb(self, r: dict[str, Any]) -> pb.Response:
-        """A Response object."""
+    def response_to_pb(self, r: dict[str, Any], *, slim: bool = False) -> pb.Response:
+        """A Response object (``slim``: without the echoed instructions and tools)."""
+        response = self._progress_pb(r, slim)
+        response.MergeFrom(self._echo_pb(r, slim))
+        return response
+
+    def _echo_pb(self, r: dict[str, Any], slim: bool) -> pb.Response:
+        """The fields that echo the request: the same in every snapshot of a response."""
         response = pb.Response(
-            id=r["id"],
             object="response",
-            created_at=r["created_at"],
-            status=r["status"],
             model=r["model"],
-            output=[item_to_pb(i) for i in r["output"]],
-            tools=self._tools(r["tools"]),
+            tools=None if slim else self._tools(r["tools"]),
             tool_choice=_tool_choice_to_pb(r["tool_choice"]),
             truncation=r["truncation"],
             parallel_tool_calls=r["parallel_tool_calls"],
@@ -681,24 +767,31 @@ class ProtoEncoder:
             presence_penalty=r["presence_penalty"],
             frequency_penalty=r["frequency_penalty"],
             top_logprobs=r["top_logprobs"],
-            safety_flags=[pb.SafetyFlag(**f) for f in r.get("safety_flags") or ()],
         )
         if r.get("text"):
             response.text.CopyFrom(text_to_pb(r["text"]))
         if r.get("reasoning") is not None:
             response.reasoning.CopyFrom(reasoning_to_pb(r["reasoning"]))
-        for name in (
-            "completed_at",
-            "previous_response_id",
-            "instructions",
-            "max_output_tokens",
-            "safety_identifier",
-            "prompt_cache_key",
-            "max_tool_calls",
-        ):
+        for name in _ECHO_FIELDS if slim else _ECHO_FIELDS_FULL:
             value = r.get(name)
             if value is not None:
                 setattr(response, name, value)
+        return response
+
+    def _progress_pb(self, r: dict[str, Any], slim: bool) -> pb.Response:
+        """The fields that change over a response's life."""
+        response = pb.Response(
+            id=r["id"],
+            created_at=r["created_at"],
+            status=r["status"],
+            output=[item_to_pb(i) for i in r["output"]],
+            slim=slim,
+            safety_flags=[pb.SafetyFlag(**f) for f in r.get("safety_flags") or ()],
+        )
+        if r.get("completed_at") is not None:
+            response.completed_at = r["completed_at"]
+        if r.get("previous_response_id") is not None:
+            response.previous_response_id = r["previous_response_id"]
         if r.get("incomplete_details"):
             response.incomplete_details.reason = r["incomplete_details"]["reason"]
         if r.get("error"):
@@ -744,7 +837,7 @@ class ProtoEncoder:
         message: Any
         if kind in _SNAPSHOT_EVENTS:
             message = pb.ResponseSnapshotEvent(
-                response=self.response_to_pb(e["response"]), sequence_number=seq
+                response=self.response_to_pb(e["response"], slim=self.slim), sequence_number=seq
             )
         elif kind in ("response.output_item.added", "response.output_item.done"):
             message = pb.OutputItemEvent(
@@ -776,7 +869,7 @@ class ProtoEncoder:
             )
         elif kind == "response.done":
             message = pb.ResponseDoneEvent(
-                response=self.response_to_pb(e["response"]),
+                response=self.response_to_pb(e["response"], slim=self.slim),
                 pending_calls=[function_call_to_pb(c) for c in e["pending_calls"]],
                 sequence_number=seq,
             )
@@ -799,6 +892,35 @@ class ProtoEncoder:
         return pb.ConnectResponse(stream_id=lane, **{case: message})
 
 
+_ECHO_FIELDS = ("max_output_tokens", "safety_identifier", "prompt_cache_key", "max_tool_calls")
+_ECHO_FIELDS_FULL = (*_ECHO_FIELDS, "instructions")
+
+
+def batch_messages(events: list[bytes], max_events: int, max_bytes: int) -> list[bytes]:
+    """Serialized events ready together as few messages, in order: ``batch`` messages of at
+    most ``max_events`` events and about ``max_bytes`` (a larger event travels alone); a run
+    of one event stays a plain single-event message."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    size = 0
+    for event in events:
+        if run and (size + len(event) > max_bytes or len(run) >= max_events):
+            out.append(run[0] if len(run) == 1 else batch_bytes(run))
+            run, size = [], 0
+        run.append(event)
+        size += len(event)
+    if run:
+        out.append(run[0] if len(run) == 1 else batch_bytes(run))
+    return out
+
+
+def unbatch(message: pb.ConnectResponse) -> Any:
+    """The events a message carries: the batch's events, or the message itself."""
+    if message.WhichOneof("event") == "batch":
+        return message.batch.events
+    return (message,)
+
+
 _SNAPSHOT_EVENTS = frozenset(
     {
         "response.created",
@@ -808,6 +930,10 @@ _SNAPSHOT_EVENTS = frozenset(
         "response.incomplete",
     }
 )
+_TERMINAL_SNAPSHOTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+_SNAPSHOT_FIELDS = {
+    kind: _number(pb.ConnectResponse, kind.replace(".", "_")) for kind in _SNAPSHOT_EVENTS
+}
 
 
 # -- decoding server events (client side) ---------------------------------------------------

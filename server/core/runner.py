@@ -766,9 +766,10 @@ class ResponseRun:
         if stored is not None and state is not None and core.draining:
             await self._hand_off(state)
         job = PostJob(stored, ledger)
-        if core.ack_after_write:
-            # A shared store: the terminal event goes out only once any replica can read the
-            # response and its ledger row is in (the write goes on if this task is cancelled).
+        if core.ack_after_write or (stored is not None and core.config.workers > 1):
+            # A shared store (or worker processes sharing the SQLite file, which read stored
+            # responses from disk only): the terminal event goes out only once any process can
+            # read the response (the write goes on if this task is cancelled).
             self._posted = True
             await core.post.write_through(job)
         else:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -65,7 +66,7 @@ class ResponsesCore(SurfaceOps):
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
-            dead_letter=config.store_path.parent / DEAD_LETTER_NAME,
+            dead_letter=config.store_path.parent / dead_letter_name(config),
         )
         # Set by ``begin_drain`` on shutdown: new responses are refused from then on.
         self.draining = False
@@ -171,16 +172,31 @@ class ResponsesCore(SurfaceOps):
         """One stateless create: its events up to and including the terminal (or error) one."""
         session = self.open_session(transport, stateful=False)
         try:
-            event = dict(body) if isinstance(body, dict) else body
-            if isinstance(event, dict):
-                event.pop("stream_id", None)
-                event["type"] = "response.create"
-            await session.handle(event)
+            await session.handle(_create_event(body))
             async for out in session.events():
                 yield out.data
                 kind = out.data["type"]
                 if kind in TERMINAL_TYPES or kind == "error":
                     return
+        finally:
+            await self.close_session(session)
+
+    async def stateless_batches(
+        self, body: Any, transport: str, max_events: int
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """``stateless`` as lists of the events ready together (``Session.event_batches``)."""
+        session = self.open_session(transport, stateful=False)
+        try:
+            await session.handle(_create_event(body))
+            async for batch in session.event_batches(max_events):
+                out = []
+                for event in batch:
+                    out.append(event.data)
+                    kind = event.data["type"]
+                    if kind in TERMINAL_TYPES or kind == "error":
+                        yield out
+                        return
+                yield out
         finally:
             await self.close_session(session)
 
@@ -247,8 +263,11 @@ class ResponsesCore(SurfaceOps):
         return run.record.snapshot()
 
     def stats(self) -> dict[str, Any]:
-        """Cumulative counters (GetStats / GET /v1/stats)."""
+        """Cumulative counters of this process (GetStats / GET /v1/stats), and which it is."""
         return self.counters.snapshot(
+            worker_index=self.config.worker_index,
+            workers=self.config.workers,
+            worker_pid=os.getpid(),
             streams_open=self.sessions_open,
             route_resolutions_total=self.router.resolutions,
             post_queue_depth=self.post.depth,
@@ -261,3 +280,20 @@ class ResponsesCore(SurfaceOps):
             },
             failover=dict(self.failover),
         )
+
+
+def _create_event(body: Any) -> Any:
+    """A stateless request body as the session's ``response.create`` event."""
+    event = dict(body) if isinstance(body, dict) else body
+    if isinstance(event, dict):
+        event.pop("stream_id", None)
+        event["type"] = "response.create"
+    return event
+
+
+def dead_letter_name(config: ServerConfig) -> str:
+    """One dead-letter file per worker process, so that workers never share one."""
+    if config.workers <= 1:
+        return DEAD_LETTER_NAME
+    stem, _, suffix = DEAD_LETTER_NAME.rpartition(".")
+    return f"{stem}.w{config.worker_index}.{suffix}"

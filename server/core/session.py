@@ -157,6 +157,29 @@ class Session:
                 return
             yield event
 
+    async def event_batches(self, max_events: int) -> AsyncIterator[list[OutEvent]]:
+        """Server events in order, as lists of what is ready when the transport asks.
+
+        Waits only for the first event of a list; the rest are the events already queued
+        behind it (at most ``max_events`` in all). Nothing is held back to fill a list.
+        """
+        queue = self._out
+        while True:
+            first = await queue.get()
+            if first is None:
+                return
+            batch = [first]
+            ended = False
+            while len(batch) < max_events and not queue.empty():
+                event = queue.get_nowait()
+                if event is None:
+                    ended = True
+                    break
+                batch.append(event)
+            yield batch
+            if ended:
+                return
+
     # -- client events -----------------------------------------------------------------------
 
     def _lane(self, lane_id: str) -> Lane:

@@ -22,6 +22,8 @@ import orjson
 
 T = TypeVar("T")
 
+_BUSY_TIMEOUT_S = 10.0
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
@@ -125,7 +127,10 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self._path)
+            # Worker processes share the file: WAL lets readers run beside the one writer,
+            # and a writer waits for another process's write instead of failing.
+            conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S)
+            conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
@@ -345,6 +350,17 @@ def _purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) 
         conn.execute("DELETE FROM responses WHERE id = ?", (current,))
         conn.execute("DELETE FROM deleted_responses WHERE id = ?", (current,))
         current = row[0] if row is not None and not row[1] else None
+
+
+def prepare_database(path: Path) -> None:
+    """Create the schema and switch the file to WAL once, before worker processes open it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_SCHEMA)
+    finally:
+        conn.close()
 
 
 def read_ledger(path: Path) -> list[LedgerRow]:

@@ -9,26 +9,33 @@ closed in ``finally``, which cancels in-flight engine work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from bidi_responses.codec import (
+    EVENT_FIELD,
     MessageDecodeError,
     ProtoDecoder,
     ProtoEncoder,
+    batch_messages,
     decode_message,
     deep_messages,
+    field_bytes,
     item_to_dict,
     item_to_pb,
     usage_to_pb,
+    wire_bytes,
 )
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.errors import ApiError, server_error
-from bidi_responses.server.core.events import error_event
+from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.server.transports.health import add_health_service, mark_draining
@@ -73,6 +80,44 @@ def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class Delivery:
+    """How one Connect stream or CreateResponse call wants its events (``DeliveryOptions``)."""
+
+    max_events: int = 1
+    max_bytes: int = 0
+    slim: bool = False
+
+    @classmethod
+    def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
+        """Checked options, within the server's bounds (ApiError naming the bad field)."""
+        detail = options.snapshot_detail
+        if detail not in (
+            pb.SNAPSHOT_DETAIL_UNSPECIFIED,
+            pb.SNAPSHOT_DETAIL_FULL,
+            pb.SNAPSHOT_DETAIL_SLIM,
+        ):
+            raise ApiError(
+                f"Invalid 'delivery.snapshot_detail': unknown value {detail} (expected "
+                "SNAPSHOT_DETAIL_FULL or SNAPSHOT_DETAIL_SLIM).",
+                param="delivery.snapshot_detail",
+            )
+        max_events = 1
+        if options.batch_events:
+            max_events = streaming.max_batch_events
+            if options.max_batch_events:
+                max_events = min(max_events, options.max_batch_events)
+        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+
+    def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
+        """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
+        this delivery asks for it)."""
+        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
+        if self.max_events > 1 and len(messages) > 1:
+            return batch_messages(messages, self.max_events, self.max_bytes)
+        return messages
+
+
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """Protobuf in, core calls, protobuf out. Holds no state of its own."""
 
@@ -83,14 +128,16 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request_iterator: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext[bytes, pb.ConnectResponse],
-    ) -> AsyncIterator[pb.ConnectResponse]:
+    ) -> AsyncIterator[bytes]:
         """The stateful stream. Requests arrive as raw bytes and are decoded here, so one that
         cannot be decoded becomes an ``error`` event and the stream goes on (grpc.aio would
-        otherwise leave the call hanging)."""
+        otherwise leave the call hanging); messages go out pre-serialized."""
         core = self._core
+        streaming = core.config.streaming
         session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
+        delivery = Delivery()
         tenant = _tenant(context)
         # Tell the client at once that the stream is up (a WebSocket handshake does the same),
         # so it can pay the call's set-up when it opens the stream rather than in its first
@@ -98,6 +145,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         await context.send_initial_metadata(())
 
         async def read() -> None:
+            nonlocal delivery
             try:
                 async for raw in request_iterator:
                     received = time.perf_counter()
@@ -107,6 +155,19 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                         error = _undecodable(problem, "Connect")
                         await session.emit("", error_event(400, error.to_error_object()))
                         continue
+                    if request.HasField("delivery"):
+                        # Applies to everything the session emits from here on.
+                        try:
+                            delivery = Delivery.from_pb(request.delivery, streaming)
+                        except ApiError as error:
+                            await session.emit(
+                                request.stream_id,
+                                error_event(error.status, error.to_error_object()),
+                            )
+                            continue
+                        encoder.slim = delivery.slim
+                        if request.WhichOneof("event") is None:
+                            continue  # options only
                     event = decoder.client_event(request)
                     if tenant is not None and event.get("type") == "response.create":
                         event.setdefault("user", tenant)
@@ -119,8 +180,10 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
         session.start_age_limit()
         try:
-            async for out in session.events():
-                yield encoder.connect_response(out.lane, out.data)
+            # Take every event that is ready; one message each, or batched if asked for.
+            async for ready in session.event_batches(streaming.max_batch_events):
+                for message in delivery.messages(encoder, ready):
+                    yield message
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -130,18 +193,24 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self,
         request: bytes,
         context: grpc.aio.ServicerContext[bytes, pb.CreateResponseResponse],
-    ) -> AsyncIterator[pb.CreateResponseResponse]:
-        """The stateless baseline: one call per turn."""
+    ) -> AsyncIterator[bytes]:
+        """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
+        core = self._core
         try:
-            message = decode_message(pb.CreateResponseRequest, request)
+            create = decode_message(pb.CreateResponseRequest, request)
         except MessageDecodeError as problem:
             await _abort(context, _undecodable(problem, "CreateResponse"))
             raise
-        body = ProtoDecoder().params_to_dict(message.params)
+        try:
+            delivery = Delivery.from_pb(create.delivery, core.config.streaming)
+        except ApiError as error:
+            await _abort(context, error)
+            raise
+        body = ProtoDecoder().params_to_dict(create.params)
         tenant = _tenant(context)
         if tenant is not None:
             body.setdefault("user", tenant)
-        encoder = ProtoEncoder()
+        encoder = ProtoEncoder(slim=delivery.slim)
         if body.get("background") is True:
             # The response runs on its own; this call only reads its event log, so dropping
             # the call leaves it running (resume with StreamResponse).
@@ -151,15 +220,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                 await _abort(context, error)
                 raise
             if first["type"] == "error":
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", first))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", first))
                 return
             async for data in self._core.background.events(first["response"]["id"], -1):
-                yield pb.CreateResponseResponse(event=encoder.connect_response("", data))
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
             return
-        async for data in self._core.stateless(body, "grpc-unary"):
-            with deep_messages():
-                reply = pb.CreateResponseResponse(event=encoder.connect_response("", data))
-            yield reply
+        if delivery.max_events <= 1:
+            async for data in core.stateless(body, "grpc-unary"):
+                yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
+            return
+        batches = core.stateless_batches(body, "grpc-unary", delivery.max_events)
+        async with contextlib.aclosing(batches):
+            async for ready in batches:
+                for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
+                    yield field_bytes(EVENT_FIELD, message)
 
     async def GetResponse(
         self,
@@ -323,6 +397,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
 
 
+# The streaming calls whose servicer methods yield serialized messages (bytes).
+# Calls whose handlers yield pre-serialized messages (pass-through response serializer).
+_PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
+
+
 async def start_grpc_server(
     core: ResponsesCore, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
@@ -332,7 +411,9 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            # Off for one process, so a port already in use is an error at start-up; on
+            # when worker processes share the port (the kernel spreads connections).
+            ("grpc.so_reuseport", 1 if core.config.workers > 1 else 0),
         ]
     )
     _add_servicer(ResponsesServicer(core), server)
@@ -437,7 +518,8 @@ def _add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
         request_class = getattr(pb, method.input_type.name)
         response_class = getattr(pb, method.output_type.name)
         impl = getattr(servicer, name)
-        serializer = response_class.SerializeToString
+        # The streaming calls send bytes built by ``ProtoEncoder.event_bytes``.
+        serializer = wire_bytes if name in _PRE_SERIALIZED else response_class.SerializeToString
         if method.client_streaming and method.server_streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
                 _guarded_stream(impl, name),

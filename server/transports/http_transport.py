@@ -57,6 +57,7 @@ __all__ = [
     "sse_frame",
     "start_http_server",
     "tenant_from_authorization",
+    "ws_batch_frame",
     "ws_frame",
 ]
 
@@ -86,11 +87,25 @@ def sse_frame(data: Mapping[str, Any]) -> bytes:
     return b"event: " + str(data["type"]).encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+def _ws_event(out: OutEvent) -> dict[str, Any]:
+    return out.data if not out.lane else {**out.data, "stream_id": out.lane}
+
+
 def ws_frame(out: OutEvent) -> str:
     """One WebSocket text frame for a session event; named lanes echo their ``stream_id``."""
-    data = out.data if not out.lane else {**out.data, "stream_id": out.lane}
     # Text, never binary: a binary frame is fatal to some clients (Codex).
-    return orjson.dumps(data).decode()
+    return orjson.dumps(_ws_event(out)).decode()
+
+
+def ws_batch_frame(ready: list[OutEvent]) -> str:
+    """Non-standard: the events ready together as one text frame holding a JSON array.
+
+    Only for connections that asked with ``?batch_frames=1`` (a benchmark reference: what
+    batching would give WebSocket mode if its wire allowed it; no hosted-API client parses it).
+    """
+    if len(ready) == 1:
+        return ws_frame(ready[0])
+    return orjson.dumps([_ws_event(out) for out in ready]).decode()
 
 
 def error_body(error: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,6 +183,8 @@ class _Connection:
         self.tenant = tenant
         self.close_code = WS_CLOSE_NORMAL
         self.close_reason = "connection age limit reached"
+        # Non-standard batched frames (``?batch_frames=1``), for benchmark comparisons only.
+        self.batch_frames = websocket.query_params.get("batch_frames") == "1"
         self.closed = asyncio.get_running_loop().create_future()
 
 
@@ -427,8 +444,13 @@ class HttpTransport:
 
     async def _write(self, conn: _Connection) -> None:
         websocket = conn.websocket
-        async for out in conn.session.events():
-            await websocket.send_text(ws_frame(out))
+        if conn.batch_frames:
+            limit = self._core.config.streaming.max_batch_events
+            async for ready in conn.session.event_batches(limit):
+                await websocket.send_text(ws_batch_frame(ready))
+        else:
+            async for out in conn.session.events():
+                await websocket.send_text(ws_frame(out))
         # The session ended from the server side: the age limit (its error event was the last
         # frame) or a drain at shutdown.
         await websocket.close(conn.close_code, conn.close_reason)
@@ -503,14 +525,20 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket, so the bound port is known before uvicorn starts serving."""
+def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket, so the bound port is known before uvicorn starts serving.
+
+    ``reuse_port`` (``SO_REUSEPORT``): every worker process binds its own socket to the same
+    port and the kernel spreads new connections over them.
+    """
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         # Listening now queues early connections in the backlog until uvicorn accepts them.
         sock.listen(2048)
@@ -522,7 +550,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def start_http_server(
-    core: ResponsesCore, host: str, port: int
+    core: ResponsesCore, host: str, port: int, *, reuse_port: bool = False
 ) -> tuple[Callable[[float], Awaitable[None]], int]:
     """Serve HTTP+SSE and WebSocket mode; returns an async ``stop(grace)`` and the bound port.
 
@@ -543,7 +571,7 @@ async def start_http_server(
         server_header=False,
     )
     config.load()
-    sock = _listen(host, port)
+    sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _EmbeddedServer(config)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]), name="http-server")

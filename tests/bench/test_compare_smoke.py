@@ -72,7 +72,35 @@ def test_files_and_table(smoke: tuple[Path, dict[str, Any], str]) -> None:
     for mode in MODES.values():
         assert mode.label in stdout
     assert results["meta"]["machine"]["nproc"]
-    assert {t["id"] for t in results["targets"]} >= {"T1", "T2", "T4", "T5"}
+    assert {t["id"] for t in results["targets"]} >= {
+        "T1",
+        "T2",
+        "T4",
+        "T5",
+        "T6",
+        "T7",
+        "T8",
+        "T9",
+        "T10",
+    }
+    assert "network projection ON PAPER" in stdout
+    assert "concurrency-workers2" in stdout and "2 worker processes" in stdout
+
+
+def test_batching_and_slim_snapshots_show(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    _, results, _ = smoke
+    rows = _rows(results, "headline")
+    # One gRPC message per event without batching; fewer with it (created and in_progress
+    # always travel together), on gRPC and on the non-standard WebSocket frames alike.
+    assert rows["grpc_single"]["messages_per_turn"] == rows["grpc_single"]["events_per_turn"]
+    for key in ("grpc_connect", "grpc_slim", "ws_batched"):
+        assert rows[key]["messages_per_turn"] < rows[key]["events_per_turn"], key
+    assert rows["ws_cache"]["messages_per_turn"] == rows["ws_cache"]["events_per_turn"]
+    # Slim snapshots leave out the instructions and tools three times a turn.
+    assert rows["grpc_slim"]["bytes_down_per_turn"] < rows["grpc_connect"]["bytes_down_per_turn"]
+    workers = _rows(results, "concurrency-workers2")
+    assert workers["grpc_connect"]["throughput_turns_s"] > 0
+    assert workers["grpc_connect"]["server_cpu_ms_per_turn"] > 0
 
 
 def test_every_mode_completes_the_same_rollout(smoke: tuple[Path, dict[str, Any], str]) -> None:
@@ -136,6 +164,6 @@ def test_keepup_and_concurrency(smoke: tuple[Path, dict[str, Any], str]) -> None
     assert 0.5 < row["delivery"] < 1.5
     conc = next(s for s in results["summaries"] if s["name"] == "concurrency")
     assert {(r["mode"], r["agents"]) for r in conc["rows"]} == {
-        (m, n) for m in ("http_keepalive", "grpc_connect") for n in (1, 3)
+        (m, n) for m in ("ws_cache", "grpc_connect") for n in (1, 3)
     }
     assert all(r["throughput_turns_s"] > 0 for r in conc["rows"])
