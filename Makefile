@@ -7,7 +7,7 @@ BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
 .PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench bench-compaction fuzz soak clean \
-	postgres replicas failover replicas-throughput handoff-bench
+	postgres replicas failover replicas-throughput handoff-bench node-deps interop burst
 
 all: test
 
@@ -30,6 +30,9 @@ $(BUF): package.json package-lock.json
 lint-proto: $(BUF)
 	$(BUF) lint
 
+# The pinned npm packages: buf, and @grpc/grpc-js + @grpc/proto-loader for the Node client test.
+node-deps: $(BUF)
+
 # mypy cannot follow the editable install's import hook, so it checks a tree of links that
 # lays the sources out under their installed names.
 typecheck: proto
@@ -43,7 +46,7 @@ lint: proto lint-proto typecheck
 	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
 	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
 
-test: proto lint postgres
+test: proto lint node-deps postgres
 	$(PY) -m pytest -q
 
 # Everything, including the slow tests.
@@ -74,6 +77,15 @@ fuzz: proto
 SOAK_ARGS ?=
 soak: proto
 	$(PY) -m bidi_responses.bench.soak $(SOAK_ARGS)
+
+# A burst of 3,000 Connect opens: each stream completes or gets a clear status (docs/mesh.md).
+burst: proto
+	$(PY) -m bidi_responses.bench.mesh_burst --opens 3000 --connections 30
+
+# The chained Connect loop in Go, built from Debian's grpc-go and protobuf packages (offline),
+# run against a server this target starts. See interop/go/README.md.
+interop: proto
+	bash interop/go/run.sh
 
 # PostgreSQL's server (Debian) for the shared-store tests and the replica targets; the tests
 # that need it skip, saying why, where it cannot be installed.

@@ -1,8 +1,10 @@
 """Running the server: one core, its transports, and a graceful stop.
 
-On SIGTERM or SIGINT the server refuses new responses (``server_shutting_down``), stops
-accepting connections and gives in-flight responses a grace period to finish; each stream ends
-once its responses have sent their terminal events. Then the core drains its post-inference
+On SIGTERM or SIGINT the server first reports NOT_SERVING (grpc.health.v1 and ``/readyz``) and
+refuses new streams and requests (UNAVAILABLE / 503 ``server_shutting_down``); after
+``drain_notice_s`` (time for load balancers to notice) open streams get a ``warning``, their
+in-flight responses get the grace period to finish, and each stream then ends with UNAVAILABLE
+(WebSocket close 1012). Only then do the listeners close. Then the core drains its post-inference
 queue, so every response that completed has its ledger row and store write (and a response cut
 short by the end of the grace period still has its ledger row, with status ``cancelled``).
 """
@@ -10,7 +12,9 @@ short by the end of the grace period still has its ledger row, with status ``can
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -18,9 +22,12 @@ from dataclasses import dataclass, field
 
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.grpc_transport import start_grpc_server
+from bidi_responses.server.transports.grpc_transport import GrpcServer, start_grpc_server
 
 log = logging.getLogger("bidi_responses")
+
+# After the drain, how long unary calls and health watchers get before the gRPC listener stops.
+_GRPC_TAIL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -30,6 +37,7 @@ class RunningServer:
     core: ResponsesCore
     grpc_port: int
     http_port: int | None
+    grpc: GrpcServer | None = None
     _stops: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -43,13 +51,31 @@ class RunningServer:
         self._stopped = True
         grace = self.core.config.grace_period_s if grace is None else grace
         core = self.core
-        # From here on new responses are refused (``server_shutting_down``); streams end as
-        # soon as their in-flight responses have sent their terminal events.
+        # Health flips first, while the listeners are still open: probes and load balancers
+        # see NOT_SERVING (the core's drain hooks), and new streams and requests get
+        # UNAVAILABLE / 503 ``server_shutting_down``.
         core.begin_drain()
+        notice = core.config.drain_notice_s
+        if notice > 0 and grace > 0:
+            await asyncio.sleep(min(notice, grace))  # a deliberate pause, not synchronisation
+        # Streams end as soon as their in-flight responses have sent their terminal events.
         drain = asyncio.ensure_future(core.drain_streams())
+
+        async def stop_grpc() -> None:
+            if self.grpc is None:
+                return
+            # Once every stream and stateless call has ended, only quick unary calls and
+            # health Watch streams are left: they get a short tail, not the whole grace.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(drain)
+            await self.grpc.server.stop(max(min(deadline - loop.time(), _GRPC_TAIL_S), 0))
+
         try:
             # The transports share one grace period; after it they cancel what is left.
-            await asyncio.gather(*(stop(grace) for stop in self._stops))
+            await asyncio.gather(stop_grpc(), *(stop(grace) for stop in self._stops))
         finally:
             if not drain.done():
                 drain.cancel()
@@ -87,18 +113,14 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     core = await _open_core(config)
     await core.start()
     try:
-        grpc_server, grpc_port = await start_grpc_server(core, config.host, config.grpc_port)
+        grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
     except (OSError, RuntimeError) as error:
         await core.close()
         raise StartupError(
             f"cannot serve gRPC on {config.host}:{config.grpc_port}: {error}"
         ) from error
-    running = RunningServer(core=core, grpc_port=grpc_port, http_port=None)
+    running = RunningServer(core=core, grpc_port=grpc_server.port, http_port=None, grpc=grpc_server)
 
-    async def stop_grpc(grace: float) -> None:
-        await grpc_server.stop(grace)
-
-    running._stops.append(stop_grpc)
     if http:
         from bidi_responses.server.transports.http_transport import start_http_server
 
@@ -116,13 +138,49 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     return running
 
 
-def listening_line(config: ServerConfig, grpc_port: int, http_port: int | None) -> str:
-    """The one log line that says where the server listens."""
+def listening_line(
+    config: ServerConfig, grpc_port: int, http_port: int | None, guard: str = ""
+) -> str:
+    """The one log line that says where the server listens, and how it is secured."""
+    tls = config.tls
+    scheme = "https" if tls.enabled else "http"
     where = f"gRPC on {config.host}:{grpc_port}"
     if http_port is not None:
-        where += f", HTTP+SSE and WebSocket on http://{config.host}:{http_port}/v1"
+        where += f", HTTP+SSE and WebSocket on {scheme}://{config.host}:{http_port}/v1"
     workers = f"{config.workers} workers, " if config.workers > 1 else ""
-    return f"bidi-responses listening: {where} ({workers}models: {', '.join(config.models)})"
+    security = ("mTLS" if tls.client_ca_file else "TLS") if tls.enabled else "plaintext"
+    security += ", API keys" if not _open_server(config) else ", no API keys"
+    return (
+        f"bidi-responses listening: {where} "
+        f"({workers}{security}{guard}; models: {', '.join(config.models)})"
+    )
+
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def guard_public_bind(config: ServerConfig) -> tuple[ServerConfig, str]:
+    """Without API keys, bind loopback only unless told otherwise; returns what to say."""
+    auth = config.auth
+    if not _open_server(config):
+        return config, ""
+    if config.host in _LOOPBACK or config.host.startswith("127."):
+        return config, "; loopback only because no API keys are configured"
+    if auth.allow_unauthenticated_public:
+        return config, f"; WARNING: {config.host} is open to anyone, no API keys"
+    log.warning(
+        "no API keys are configured: binding 127.0.0.1 instead of %s "
+        "(configure keys, or pass --allow-unauthenticated-public)",
+        config.host,
+    )
+    config.host = "127.0.0.1"
+    return config, "; loopback only because no API keys are configured"
+
+
+def _open_server(config: ServerConfig) -> bool:
+    """True when no API keys are configured (from any source)."""
+    auth = config.auth
+    return not (auth.api_keys or auth.api_keys_file or os.environ.get(auth.api_keys_env))
 
 
 async def serve(
@@ -138,11 +196,12 @@ async def serve(
     resolve a changed alias again on their next response (other settings need a restart).
     ``on_ready`` replaces the "listening" log line (a worker process tells its supervisor).
     """
+    config, guard = guard_public_bind(config)
     running = await start_server(config, http=http)
     if on_ready is not None:
         on_ready(running)
     else:
-        log.info(listening_line(config, running.grpc_port, running.http_port))
+        log.info(listening_line(config, running.grpc_port, running.http_port, guard))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

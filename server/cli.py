@@ -70,6 +70,33 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="on SIGTERM/SIGINT, how long in-flight responses may take to finish (10)",
     )
+    p.add_argument(
+        "--drain-notice-s",
+        type=float,
+        default=None,
+        help="on SIGTERM, report NOT_SERVING this long before ending streams (0)",
+    )
+    p.add_argument(
+        "--api-keys-file",
+        default=None,
+        help="file of 'KEY TENANT' lines; keys also come from $BIDI_RESPONSES_API_KEYS "
+        "('KEY=TENANT,...'). With keys, every request must authenticate",
+    )
+    p.add_argument(
+        "--allow-unauthenticated-public",
+        action="store_true",
+        help="without API keys, still bind a non-loopback --host (otherwise 127.0.0.1 is used)",
+    )
+    p.add_argument("--tls-cert", default=None, help="PEM certificate (chain) for gRPC and HTTP")
+    p.add_argument("--tls-key", default=None, help="PEM private key for --tls-cert")
+    p.add_argument(
+        "--tls-client-ca", default=None, help="PEM CA bundle: require client certificates (mTLS)"
+    )
+    p.add_argument(
+        "--otel-tracing",
+        action="store_true",
+        help="OpenTelemetry server spans on every transport (needs the 'otel' extra)",
+    )
     add_workers_flag(p)
     p.add_argument("--log-level", default="INFO")
 
@@ -130,10 +157,32 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.streaming.delta_window_ms = args.delta_window_ms
     if args.no_coalesce:
         config.streaming.coalesce_deltas = False
+    if args.drain_notice_s is not None:
+        config.drain_notice_s = args.drain_notice_s
+    if args.api_keys_file is not None:
+        config.auth.api_keys_file = args.api_keys_file
+    if args.otel_tracing:
+        config.tracing = True
+    if args.allow_unauthenticated_public:
+        config.auth.allow_unauthenticated_public = True
+    for name in ("tls_cert", "tls_key", "tls_client_ca"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(
+                config.tls,
+                {"tls_cert": "cert_file", "tls_key": "key_file"}.get(name, "client_ca_file"),
+                value,
+            )
+    if bool(config.tls.cert_file) != bool(config.tls.key_file):
+        raise ValueError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
     if args.workers is not None:
         config.workers = args.workers
     if config.workers < 1:
         raise ValueError(f"--workers must be at least 1, not {config.workers}")
+    # Without API keys: loopback only unless told otherwise (every worker builds this too).
+    from bidi_responses.server.app import guard_public_bind
+
+    config, _ = guard_public_bind(config)
     return config
 
 

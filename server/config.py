@@ -66,6 +66,73 @@ class StreamingConfig:
 
 
 @dataclass(slots=True)
+class AuthConfig:
+    """API keys, each mapped to a tenant (see ``server/core/auth.py``). None configured = open
+    server, which then binds to loopback only unless ``allow_unauthenticated_public`` is set."""
+
+    # API key -> tenant. Prefer the keys file or the environment variable for real keys.
+    api_keys: dict[str, str] = field(default_factory=dict)
+    # A file of ``KEY TENANT`` lines.
+    api_keys_file: str | None = None
+    # An environment variable holding ``KEY=TENANT,KEY=TENANT``.
+    api_keys_env: str = "BIDI_RESPONSES_API_KEYS"
+    allow_unauthenticated_public: bool = False
+
+
+@dataclass(slots=True)
+class TlsConfig:
+    """TLS for gRPC and HTTP/WebSocket from PEM files; ``client_ca_file`` turns on mTLS."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """True when a certificate and key are configured."""
+        return bool(self.cert_file and self.key_file)
+
+
+@dataclass(slots=True)
+class KeepaliveConfig:
+    """HTTP/2 keepalive and connection age on the gRPC listener (docs/mesh.md explains each).
+
+    Client pings are accepted down to ``min_client_ping_interval_s`` apart, with or without
+    calls in flight, so idle agent streams waiting on a long tool run survive clients that ping
+    every 10 s (grpc-go's and grpc-java's minimum). The server pings idle connections itself to
+    find dead peers, and closes connections after ``max_connection_age_s`` (GOAWAY, then
+    ``max_connection_age_grace_s`` for open calls) so load balancers can rebalance.
+    """
+
+    min_client_ping_interval_s: float = 5.0
+    permit_pings_without_calls: bool = True
+    # Pings arriving faster than the minimum tolerated before GOAWAY too_many_pings.
+    max_ping_strikes: int = 2
+    server_ping_interval_s: float = 60.0
+    server_ping_timeout_s: float = 20.0
+    # Connect streams end at ``limits.connection_max_age_s`` (60 min): the connection outlives
+    # its longest stream, and the grace lets a stream opened just before GOAWAY run its hour.
+    max_connection_age_s: float = 3900.0
+    max_connection_age_grace_s: float = 3660.0
+
+
+@dataclass(slots=True)
+class TenantLimits:
+    """Per-connection and per-tenant limits; past one: RESOURCE_EXHAUSTED / 429 naming it.
+    0 means no limit."""
+
+    max_streams_per_connection: int = 100
+    max_streams_per_tenant: int = 1000
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    # Server-wide load shedding on the gRPC listener: calls received but not yet picked up.
+    # gRPC's defaults (1000 / 3000) cancel queued opens in a burst; past the hard limit new
+    # calls get RESOURCE_EXHAUSTED at once.
+    max_pending_calls: int = 10_000
+    max_pending_calls_hard: int = 20_000
+
+
+@dataclass(slots=True)
 class StoreConfig:
     """Where stored responses and the usage ledger live.
 
@@ -151,6 +218,17 @@ class ServerConfig:
     grace_period_s: float = 10.0
     # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
     trim_memory_idle_s: float = 1.0
+    # On SIGTERM, how long health reports NOT_SERVING (and new work gets UNAVAILABLE / 503)
+    # before in-flight streams are told to finish: time for load balancers to notice.
+    drain_notice_s: float = 0.0
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    # The Prometheus scrape path on the HTTP listener ("" turns it off).
+    metrics_path: str = "/metrics"
+    # OpenTelemetry server spans on gRPC, HTTP and WebSocket (needs the ``otel`` extra).
+    tracing: bool = False
     store: StoreConfig = field(default_factory=StoreConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     background: BackgroundConfig = field(default_factory=BackgroundConfig)

@@ -127,7 +127,7 @@ async def _supervise(
     log_level: str,
     ports: list[int],
 ) -> int:
-    from bidi_responses.server.app import listening_line
+    from bidi_responses.server.app import guard_public_bind, listening_line
 
     ctx = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()
@@ -162,7 +162,8 @@ async def _supervise(
     clean = False
     try:
         if await _wait_ready(pipes, stop, ended):
-            log.info(listening_line(config, ports[0], ports[1] if http else None))
+            _, guard = guard_public_bind(config)
+            log.info(listening_line(config, ports[0], ports[1] if http else None, guard))
             waiters = [asyncio.ensure_future(e.wait()) for e in (stop, ended)]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:

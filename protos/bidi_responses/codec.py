@@ -460,6 +460,8 @@ class ProtoDecoder:
             event = {}
         if request.stream_id:
             event["stream_id"] = request.stream_id
+        if request.event_id:
+            event["event_id"] = request.event_id
         return event
 
 
@@ -882,6 +884,9 @@ class ProtoEncoder:
                     code=err.get("code") or "",
                     message=err.get("message") or "",
                     param=err.get("param") or "",
+                    event_id=err.get("event_id") or "",
+                    request_type=err.get("request_type") or "",
+                    response_id=err.get("response_id") or "",
                 ),
                 sequence_number=seq,
             )
@@ -1111,6 +1116,11 @@ class EventDecoder:
                     "param": body.error.param or None,
                 },
             }
+            # Which request the error answers, only when known (as over WebSocket).
+            for name in ("event_id", "request_type", "response_id"):
+                value = getattr(body.error, name)
+                if value:
+                    event["error"][name] = value
             return _with_lane(event, message.stream_id)
         else:
             event = {"type": "warning", "code": body.code, "message": body.message}

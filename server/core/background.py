@@ -34,6 +34,8 @@ class EventLog:
         self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self.total = 0  # events ever appended; the first kept one is number total - len
         self.done = False
+        # The owner: another tenant's id is "not found".
+        self.tenant: str | None = None
         self._more = asyncio.Event()
 
     @property
@@ -82,9 +84,15 @@ class BackgroundRuns:
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
 
-    async def start(self, body: dict[str, Any], transport: str) -> dict[str, Any]:
-        """Start a background response; returns its first event (``response.created`` with
-        status ``queued``, or the ``error`` event that rejected the request)."""
+    async def start(
+        self,
+        body: dict[str, Any],
+        transport: str,
+        tenant: str | None = None,
+        quota_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a background response of ``tenant``; returns its first event
+        (``response.created`` with status ``queued``, or the ``error`` that rejected it)."""
         if len(self._running) >= self._config.max_running:
             raise ApiError(
                 f"Too many background responses are running (limit "
@@ -96,7 +104,10 @@ class BackgroundRuns:
         loop = asyncio.get_running_loop()
         first: asyncio.Future[dict[str, Any]] = loop.create_future()
         log = EventLog(self._config.max_events)
-        task = loop.create_task(self._pump(body, transport, first, log), name="background")
+        log.tenant = tenant
+        task = loop.create_task(
+            self._pump(body, transport, first, log, quota_key), name="background"
+        )
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return await asyncio.shield(first)
@@ -107,9 +118,13 @@ class BackgroundRuns:
         transport: str,
         first: asyncio.Future[dict[str, Any]],
         log: EventLog,
+        quota_key: str | None,
     ) -> None:
         response_id: str | None = None
-        events = cast(AsyncGenerator[dict[str, Any], None], self._core.stateless(body, transport))
+        events = cast(
+            AsyncGenerator[dict[str, Any], None],
+            self._core.stateless(body, transport, log.tenant, quota_key),
+        )
         try:
             async with contextlib.aclosing(events):
                 async for data in events:
@@ -141,18 +156,22 @@ class BackgroundRuns:
         for rid in finished[: max(excess, 0)]:
             del self._logs[rid]
 
-    def is_background(self, response_id: str) -> bool:
-        """Whether ``response_id`` is a background response whose events are still kept."""
-        return response_id in self._logs
+    def is_background(self, response_id: str, tenant: str | None = None) -> bool:
+        """Whether ``response_id`` is a background response of ``tenant`` whose events are
+        still kept."""
+        log = self._logs.get(response_id)
+        return log is not None and log.tenant == tenant
 
-    def events(self, response_id: str, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+    def events(
+        self, response_id: str, starting_after: int, tenant: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Events after sequence number ``starting_after`` (-1: all), live to the end.
 
         ApiError if the response is not a kept background response, or if the events asked
         for are no longer kept.
         """
         log = self._logs.get(response_id)
-        if log is None:
+        if log is None or log.tenant != tenant:  # another tenant's: not found, like no id
             raise ApiError(
                 f"No background response with id '{response_id}' has its events kept; only "
                 "background responses can be streamed again.",

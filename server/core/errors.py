@@ -25,8 +25,11 @@ class ApiError(Exception):
         param: str | None = None,
         status: int = 400,
         type: str = "invalid_request_error",
+        metadata: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        # Extra machine-readable facts (a limit's name): gRPC ErrorInfo metadata.
+        self.metadata = metadata or {}
         self.message = message
         self.code = code
         self.param = param
@@ -35,7 +38,8 @@ class ApiError(Exception):
 
     def to_error_object(self) -> dict[str, Any]:
         """The ``error`` object of OpenAI's error body."""
-        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
+        body = {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
+        return {**body, **self.metadata} if self.metadata else body
 
     def __repr__(self) -> str:
         return f"ApiError({self.status}, {self.code!r}, {self.message!r}, param={self.param!r})"

@@ -157,6 +157,25 @@ class EventSequence:
         return event
 
 
-def error_event(status: int, error: dict[str, Any]) -> dict[str, Any]:
-    """The nested error event of WebSocket mode (also used on Connect)."""
+def error_event(
+    status: int, error: dict[str, Any], answers: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The nested error event of WebSocket mode (also used on Connect).
+
+    ``answers`` says which request the error answers: ``request_type``, the client's
+    ``event_id`` and the ``response_id`` concerned; unknown ones are left out.
+    """
+    if answers:
+        error = {**error, **{k: v for k, v in answers.items() if isinstance(v, str) and v}}
     return {"type": "error", "status": status, "error": error}
+
+
+def answers_to(event: Any) -> dict[str, Any]:
+    """What an error about client ``event`` should say it answers."""
+    if not isinstance(event, dict):
+        return {}
+    kind = event.get("type")
+    response_id = event.get("response_id")
+    if kind == "response.create":
+        response_id = event.get("previous_response_id")
+    return {"request_type": kind, "event_id": event.get("event_id"), "response_id": response_id}

@@ -88,6 +88,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         3,
+        "the tenant that owns each stored response (NULL on an open server)",
+        """
+        ALTER TABLE responses ADD COLUMN tenant TEXT;
+        """,
+    ),
+    Migration(
+        4,
         "deleted responses kept, hidden, while a later response's history needs them",
         """
         CREATE TABLE deleted_responses (
@@ -221,12 +228,14 @@ class PostgresStore:
             if record is not None:
                 resp = record.response
                 await conn.execute(
-                    "INSERT INTO responses VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                    "INSERT INTO responses (id, previous_response_id, created_at, "
+                    "response_json, input_json, self_contained, instructions, tenant) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
                     "ON CONFLICT (id) DO UPDATE SET previous_response_id = "
                     "EXCLUDED.previous_response_id, created_at = EXCLUDED.created_at, "
                     "response_json = EXCLUDED.response_json, input_json = EXCLUDED.input_json, "
                     "self_contained = EXCLUDED.self_contained, "
-                    "instructions = EXCLUDED.instructions",
+                    "instructions = EXCLUDED.instructions, tenant = EXCLUDED.tenant",
                     resp["id"],
                     record.previous_response_id,
                     resp["created_at"],
@@ -234,6 +243,7 @@ class PostgresStore:
                     orjson.dumps(record.input_items),
                     record.self_contained,
                     resp.get("instructions"),
+                    record.tenant,
                 )
             if ledger is not None:
                 await conn.execute(
@@ -260,14 +270,19 @@ class PostgresStore:
                 del self._pending[response_id]
             if response_id in self._deleted_pending:
                 self._deleted_pending.discard(response_id)
-                await self.delete(response_id)
+                await self._delete(response_id)
 
     # -- reads -----------------------------------------------------------------------------
 
     async def get(
-        self, response_id: str, *, include_deleted: bool = False
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
     ) -> StoredResponse | None:
-        """A stored response, or None (``include_deleted``: see ``ResponseStore.get``)."""
+        """A stored response owned by ``tenant``, or None (absent or another tenant's);
+        ``include_deleted``: see ``ResponseStore.get``."""
+        record = await self._get(response_id, include_deleted)
+        return record if record is not None and record.visible_to(tenant) else None
+
+    async def _get(self, response_id: str, include_deleted: bool = False) -> StoredResponse | None:
         if response_id in self._deleted_pending and not include_deleted:
             return None
         pending = self._pending.get(response_id)
@@ -275,24 +290,26 @@ class PostgresStore:
             return pending
         hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
         row = await self._require().fetchrow(
-            "SELECT response_json, input_json, previous_response_id, self_contained "
+            "SELECT response_json, input_json, previous_response_id, self_contained, tenant "
             "FROM responses WHERE id = $1" + hidden,
             response_id,
         )
         if row is None:
             return None
-        return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
+        return StoredResponse(
+            orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]), row[4]
+        )
 
     async def chain(
-        self, response_id: str, max_links: int = 100_000
+        self, response_id: str, tenant: str | None = None, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
-        """The stored responses from the conversation's start to ``response_id``, oldest
-        first; None if a link is missing."""
+        """The stored responses of ``tenant`` from the conversation's start to
+        ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
             # Deleted ancestors still lend their items (see ``delete``).
-            record = await self.get(current, include_deleted=bool(links))
+            record = await self.get(current, tenant, include_deleted=bool(links))
             if record is None:
                 return None
             links.append(record)
@@ -302,8 +319,13 @@ class PostgresStore:
         links.reverse()
         return links
 
-    async def delete(self, response_id: str) -> bool:
-        """Delete a stored response; False if there was none."""
+    async def delete(self, response_id: str, tenant: str | None = None) -> bool:
+        """Delete a stored response of ``tenant``; False if there was none."""
+        if await self.get(response_id, tenant) is None:
+            return False
+        return await self._delete(response_id)
+
+    async def _delete(self, response_id: str) -> bool:
         if response_id in self._pending:
             if response_id in self._deleted_pending:
                 return False

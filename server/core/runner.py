@@ -124,9 +124,17 @@ class ResponseRun:
         emit: Emit,
         transport: str,
         received: float,
+        *,
+        tenant: str | None = None,
+        quota_key: str = "anonymous",
     ) -> None:
         self.core = core
         self.lane = lane
+        self.tenant = tenant
+        self.quota_key = quota_key
+        # Client event id, echoed by an error about this request.
+        event_id = body.pop("event_id", None)
+        self.event_id = event_id if isinstance(event_id, str) else None
         self.body = body
         self.emit = emit
         self.transport = transport
@@ -147,6 +155,18 @@ class ResponseRun:
         self._inputs: list[Item] = []
         self.route: Route | None = None
         self.renderer: Renderer = core.renderer
+        self.model_label = "unknown"
+        self._ttft_seen = False
+
+    @property
+    def answers(self) -> dict[str, Any]:
+        """What an error about this create says it answers (see ``error_event``)."""
+        previous = self.body.get("previous_response_id")
+        return {
+            "request_type": "response.create",
+            "event_id": self.event_id,
+            "response_id": previous if isinstance(previous, str) else None,
+        }
 
     # -- control from the session ------------------------------------------------------------
 
@@ -197,6 +217,8 @@ class ResponseRun:
     async def run(self) -> None:
         """Run to a terminal event (or an error event if the request is rejected)."""
         core = self.core
+        self.model_label = core.metrics.model(self.body.get("model"))
+        core.metrics.requests.labels(self.transport, self.model_label).inc()
         try:
             try:
                 if core.draining:
@@ -207,6 +229,7 @@ class ResponseRun:
                         status=503,
                         type="server_error",
                     )
+                core.limiter.admit_request(self.quota_key)
                 request = self._parse()
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
@@ -214,7 +237,7 @@ class ResponseRun:
                 await self._prepare(request)
             except ApiError as error:
                 self.state = None  # a failed continuation drops what it referenced
-                await self.emit(error_event(error.status, error.to_error_object()))
+                await self.emit(error_event(error.status, error.to_error_object(), self.answers))
                 return
             core.inflight[self.id] = self
             await self._respond(request)
@@ -250,7 +273,7 @@ class ResponseRun:
                     status=500,
                     type="server_error",
                 )
-                await self.emit(error_event(500, internal.to_error_object()))
+                await self.emit(error_event(500, internal.to_error_object(), self.answers))
             else:
                 # Logged above with its traceback; the client never sees exception text.
                 self.record.error = {
@@ -269,6 +292,9 @@ class ResponseRun:
         core = self.core
         assert core.state_tier is not None
         try:
+            # Only the owner's own conversation: another tenant's id is not found.
+            if await core.store.get(previous, self.tenant) is None:
+                return None
             blob = await core.state_tier.take_state(previous)
             if blob is None:
                 return None
@@ -298,7 +324,10 @@ class ResponseRun:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
         assert request.idempotency_key is not None
-        self.id = idempotent_response_id(request.user, check_key(request.idempotency_key))
+        # Keyed by the authenticated tenant (the body's user only on an open server), so one
+        # tenant's key never names another tenant's response.
+        owner = self.tenant or request.user
+        self.id = idempotent_response_id(owner, check_key(request.idempotency_key))
         if self.id in self.core.inflight:
             raise ApiError(
                 f"A response with this 'idempotency_key' ('{self.id}') is still in progress; "
@@ -307,7 +336,7 @@ class ResponseRun:
                 param="idempotency_key",
                 status=409,
             )
-        stored = await self.core.store.get(self.id)
+        stored = await self.core.store.get(self.id, self.tenant)
         if stored is None:
             return False
         if stored.response.get("previous_response_id") != request.previous_response_id:
@@ -400,8 +429,10 @@ class ResponseRun:
                 state = await self._restore(previous)
             if state is not None:
                 previous_tokens = state.tokens
+                core.metrics.cache_hits.inc()
             else:
-                chain = await core.store.chain(previous)
+                core.metrics.cache_misses.inc()
+                chain = await core.store.chain(previous, self.tenant)
                 if chain is None:
                     raise previous_response_not_found(previous)
                 for link in chain:
@@ -613,7 +644,8 @@ class ResponseRun:
             try:
                 await self._examine(self.record.request, items, paths)
             except ApiError as error:
-                await self.emit(error_event(error.status, error.to_error_object()))
+                answers = {"request_type": "response.append", "response_id": self.id}
+                await self.emit(error_event(error.status, error.to_error_object(), answers))
                 continue  # still waiting for an acceptable append
             self.record.stats.items_validated += len(items)
             reused = len(self.state.tokens)
@@ -758,11 +790,16 @@ class ResponseRun:
             state.last_response = snapshot
             if not request.store:
                 state.stored_chain = False
-            self.lane.cache.put(self.id, state)
+            evicted = self.lane.cache.put(self.id, state)
+            if evicted:
+                core.metrics.cache_evictions.inc(evicted)
         stored = self._stored(snapshot)
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
+        core.limiter.charge_tokens(
+            self.quota_key, self._usage.input_tokens + self._usage.output_tokens
+        )
         if stored is not None and state is not None and core.draining:
             await self._hand_off(state)
         job = PostJob(stored, ledger)
@@ -776,6 +813,7 @@ class ResponseRun:
             await core.post.put(job)
             self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
+        self._observe(record.status)
         terminal = {
             "completed": "response.completed",
             "incomplete": "response.incomplete",
@@ -800,7 +838,28 @@ class ResponseRun:
             input_items=self._stored_input(self_contained),
             previous_response_id=request.previous_response_id,
             self_contained=self_contained,
+            tenant=self.tenant,
         )
+
+    def _observe(self, status: str) -> None:
+        """Metrics of a response that reached a terminal state."""
+        assert self.record is not None
+        metrics = self.core.metrics
+        stats = self.record.stats
+        metrics.responses.labels(self.transport, self.model_label, status).inc()
+        metrics.tokens_rendered.inc(stats.tokens_rendered)
+        metrics.tokens_reused.inc(stats.tokens_reused)
+        metrics.turn_latency.labels(self.transport, self.model_label).observe(
+            time.perf_counter() - self.received
+        )
+
+    def first_delta(self) -> None:
+        """Record time to first token, once per response."""
+        if not self._ttft_seen:
+            self._ttft_seen = True
+            self.core.metrics.ttft.labels(self.transport, self.model_label).observe(
+                time.perf_counter() - self.received
+            )
 
     def _ledger_row(self) -> LedgerRow:
         assert self.record is not None
@@ -808,7 +867,8 @@ class ResponseRun:
         request = record.request
         return LedgerRow(
             response_id=self.id,
-            tenant=request.user or "anonymous",
+            # The authenticated tenant; on an open server the token's label or the body's user.
+            tenant=self.tenant or request.user or "anonymous",
             model=request.model,
             status=record.status,
             input_tokens=self._usage.input_tokens,
@@ -831,6 +891,7 @@ class ResponseRun:
         self.record.incomplete_reason = "stream_closed"
         self.record.usage = self._usage
         self.core.counters.record(self.record.stats)
+        self._observe("cancelled")
         try:
             stored = self._stored(self.record.snapshot())
             await self.core.post.put(PostJob(stored, self._ledger_row()))
@@ -926,6 +987,7 @@ class _ItemStreamer:
         run = self.run
         item = self.current
         assert item is not None
+        run.first_delta()
         self.parts.append(text)
         self.tokens += tokens
         if item["type"] == "reasoning":

@@ -16,13 +16,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.background import BackgroundRuns
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.handoff import StateTier
+from bidi_responses.server.core.limits import TenantLimiter
 from bidi_responses.server.core.memory import IdleTrimmer
+from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
@@ -75,6 +78,13 @@ class ResponsesCore(SurfaceOps):
         # Replica failover counters (GetStats ``failover``).
         self.failover = {"idempotent_replays": 0, "states_handed_off": 0, "states_restored": 0}
         self.counters = Counters()
+        auth = config.auth
+        self.keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
+        self.metrics = Metrics(lambda: self.router.aliases)
+        self.limiter = TenantLimiter(
+            config.tenant_limits, on_reject=lambda limit: self.metrics.limited.labels(limit).inc()
+        )
+        self.metrics.post_queue_depth.set_function(lambda: self.post.depth)
         self.inflight: dict[str, ResponseRun] = {}
         self.sessions_open = 0
         self._sessions: set[Session] = set()
@@ -142,13 +152,29 @@ class ResponsesCore(SurfaceOps):
 
     # -- streams -----------------------------------------------------------------------------
 
-    def open_session(self, transport: str, *, stateful: bool = True) -> Session:
-        """A new stream session; the transport must ``close_session`` it in a finally block."""
-        session = Session(self, transport, stateful=stateful)
+    def open_session(
+        self,
+        transport: str,
+        *,
+        stateful: bool = True,
+        tenant: str | None = None,
+        quota_key: str | None = None,
+    ) -> Session:
+        """A new stream session for ``tenant`` (None on an open server); the transport must
+        ``close_session`` it in a finally block.
+
+        ``quota_key`` is whom limits count against (the tenant, or on an open server the
+        token's label); ApiError 429 if that caller has too many streams open.
+        """
+        quota = quota_key or tenant or "anonymous"
+        if stateful:
+            self.limiter.open_stream(quota)
+        session = Session(self, transport, stateful=stateful, tenant=tenant, quota_key=quota)
         self._sessions.add(session)
         self.trimmer.busy()
         if stateful:
             self.sessions_open += 1
+            self.metrics.open_streams.labels(transport).inc()
         return session
 
     async def close_session(self, session: Session) -> None:
@@ -157,6 +183,8 @@ class ResponsesCore(SurfaceOps):
             self._sessions.discard(session)
             if session.stateful:
                 self.sessions_open -= 1
+                self.limiter.close_stream(session.quota_key)
+                self.metrics.open_streams.labels(session.transport).dec()
         await session.close()
         if not self._sessions:
             self.trimmer.idle(lambda: not self._sessions and not self.inflight)
@@ -168,9 +196,11 @@ class ResponsesCore(SurfaceOps):
         async with self._idle:
             await self._idle.wait_for(lambda: not self._sessions and not self.inflight)
 
-    async def stateless(self, body: Any, transport: str) -> AsyncIterator[dict[str, Any]]:
+    async def stateless(
+        self, body: Any, transport: str, tenant: str | None = None, quota_key: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """One stateless create: its events up to and including the terminal (or error) one."""
-        session = self.open_session(transport, stateful=False)
+        session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
             await session.handle(_create_event(body))
             async for out in session.events():
@@ -182,10 +212,15 @@ class ResponsesCore(SurfaceOps):
             await self.close_session(session)
 
     async def stateless_batches(
-        self, body: Any, transport: str, max_events: int
+        self,
+        body: Any,
+        transport: str,
+        max_events: int,
+        tenant: str | None = None,
+        quota_key: str | None = None,
     ) -> AsyncGenerator[list[dict[str, Any]], None]:
         """``stateless`` as lists of the events ready together (``Session.event_batches``)."""
-        session = self.open_session(transport, stateful=False)
+        session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
             await session.handle(_create_event(body))
             async for batch in session.event_batches(max_events):
@@ -202,31 +237,44 @@ class ResponsesCore(SurfaceOps):
 
     # -- stored responses --------------------------------------------------------------------
 
-    async def get_response(self, response_id: str) -> dict[str, Any]:
+    # Every lookup takes the caller's tenant: another tenant's id is "not found", exactly like
+    # an id that never existed, so ids leak nothing across tenants.
+
+    def _inflight(self, response_id: str, tenant: str | None) -> ResponseRun | None:
+        run = self.inflight.get(response_id)
+        return run if run is not None and run.tenant == tenant else None
+
+    async def get_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """A stored response object (ApiError 404 if none)."""
-        record = await self.store.get(response_id)
+        record = await self.store.get(response_id, tenant)
         if record is None:
-            run = self.inflight.get(response_id)
+            run = self._inflight(response_id, tenant)
             if run is not None and run.record is not None:
                 return run.record.snapshot()
             raise not_found("response", response_id)
         return record.response
 
-    async def delete_response(self, response_id: str) -> dict[str, Any]:
+    async def delete_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """Delete a stored response (ApiError 404 if none)."""
-        if not await self.store.delete(response_id):
+        if not await self.store.delete(response_id, tenant):
             raise not_found("response", response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_input_items(
-        self, response_id: str, *, limit: int = 20, order: str = "desc", after: str | None = None
+        self,
+        response_id: str,
+        *,
+        limit: int = 20,
+        order: str = "desc",
+        after: str | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         """One page of a stored response's input items, OpenAI list shape."""
         if not 1 <= limit <= 100:
             raise ApiError("Invalid 'limit': expected 1 to 100.", param="limit")
         if order not in ("asc", "desc"):
             raise ApiError("Invalid 'order': expected 'asc' or 'desc'.", param="order")
-        record = await self.store.get(response_id)
+        record = await self.store.get(response_id, tenant)
         if record is None:
             raise not_found("response", response_id)
         items = list(record.input_items)
@@ -247,11 +295,11 @@ class ResponsesCore(SurfaceOps):
             "has_more": start + limit < len(items),
         }
 
-    async def cancel_response(self, response_id: str) -> dict[str, Any]:
+    async def cancel_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
         """Cancel an in-flight response from any connection; returns it as it ended."""
-        run = self.inflight.get(response_id)
+        run = self._inflight(response_id, tenant)
         if run is None or run.task is None:
-            stored = await self.store.get(response_id)
+            stored = await self.store.get(response_id, tenant)
             if stored is None:
                 raise not_found("response", response_id)
             return stored.response

@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core.errors import ApiError, server_error
-from bidi_responses.server.core.events import OutEvent, error_event
+from bidi_responses.server.core.events import OutEvent, answers_to, error_event
 from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.runner import Lane, ResponseRun
@@ -32,10 +32,23 @@ CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.cancel")
 class Session:
     """One stream (Connect call, WebSocket connection, or a one-shot stateless call)."""
 
-    def __init__(self, core: ResponsesCore, transport: str, *, stateful: bool = True) -> None:
+    def __init__(
+        self,
+        core: ResponsesCore,
+        transport: str,
+        *,
+        stateful: bool = True,
+        tenant: str | None = None,
+        quota_key: str = "anonymous",
+    ) -> None:
         self.core = core
+        self.quota_key = quota_key
         self.transport = transport
         self.stateful = stateful
+        # The authenticated tenant (None on an open server): owns what this stream creates.
+        self.tenant = tenant
+        # Why the server ended the stream (age limit, drain), for the transport's final status.
+        self.end_error: ApiError | None = None
         limits = core.config.limits
         self._out: asyncio.Queue[OutEvent | None] = asyncio.Queue(limits.outbound_queue_events)
         self._lanes: dict[str, Lane] = {}
@@ -53,13 +66,19 @@ class Session:
     async def _age_limit(self) -> None:
         limits = self.core.config.limits
         warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
+        # WebSocket mode keeps the hosted API's codes; other transports get neutral names.
+        prefix = (
+            "websocket_connection_limit"
+            if self.transport == "websocket"
+            else "connection_age_limit"
+        )
         await asyncio.sleep(warn_after)
         await self._out.put(
             OutEvent(
                 "",
                 {
                     "type": "warning",
-                    "code": "websocket_connection_limit_approaching",
+                    "code": f"{prefix}_approaching",
                     "message": f"This connection will be closed in "
                     f"{limits.connection_warning_s:g} s (limit {limits.connection_max_age_s:g} s). "
                     "Open a new one to continue.",
@@ -70,8 +89,9 @@ class Session:
         error = ApiError(
             f"The connection reached its limit of {limits.connection_max_age_s:g} s; "
             "open a new connection to continue.",
-            code="websocket_connection_limit_reached",
+            code=f"{prefix}_reached",
         )
+        self.end_error = error
         await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
         await self.finish(wait_for_runs=False)
 
@@ -84,6 +104,13 @@ class Session:
             "message": "This server is shutting down: responses in flight finish within "
             f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
         }
+        # The stream then ends UNAVAILABLE (gRPC) / 1012 (WebSocket), never OK.
+        self.end_error = ApiError(
+            "The server is shutting down; open a new stream to continue.",
+            code="server_shutting_down",
+            status=503,
+            type="server_error",
+        )
         # A client that reads nothing (a full queue) gets the stream's end as its signal.
         with contextlib.suppress(asyncio.QueueFull):
             self._out.put_nowait(OutEvent("", event))
@@ -140,6 +167,7 @@ class Session:
             if lane.cache is not None:
                 lane.cache.clear()
             await lane.affinity.aclose()
+        self.core.metrics.open_lanes.dec(len(self._lanes))
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:
@@ -199,14 +227,18 @@ class Session:
                 else None
             )
             lane = self._lanes[lane_id] = Lane(lane_id, cache)
+            self.core.metrics.open_lanes.inc()
         return lane
 
     async def emit(self, lane: str, data: dict[str, Any]) -> None:
         """Queue a server event for the transport (waits while the client is slow)."""
+        if data.get("type") == "error":
+            error = data.get("error") or {}
+            self.core.metrics.error(self.transport, data.get("status", 0), error.get("code"))
         await self._out.put(OutEvent(lane, data))
 
-    async def _error(self, lane: str, error: ApiError) -> None:
-        await self.emit(lane, error_event(error.status, error.to_error_object()))
+    async def _error(self, lane: str, error: ApiError, event: Any = None) -> None:
+        await self.emit(lane, error_event(error.status, error.to_error_object(), answers_to(event)))
 
     async def handle(self, event: Any, received: float | None = None) -> None:
         """Act on one client event; problems become error events on the stream."""
@@ -259,12 +291,12 @@ class Session:
                     param="type",
                 )
         except ApiError as error:
-            await self._error(lane_id, error)
+            await self._error(lane_id, error, event)
         except Exception:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
             self.core.log.exception("client event failed on a %s stream", self.transport)
-            await self._error(lane_id, server_error())
+            await self._error(lane_id, server_error(), event)
 
     async def _create(self, lane_id: str, event: dict[str, Any], received: float) -> None:
         lane = self._lane(lane_id)
@@ -276,7 +308,14 @@ class Session:
             )
         body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
         run = ResponseRun(
-            self.core, lane, body, partial(self.emit, lane_id), self.transport, received
+            self.core,
+            lane,
+            body,
+            partial(self.emit, lane_id),
+            self.transport,
+            received,
+            tenant=self.tenant,
+            quota_key=self.quota_key,
         )
         lane.inflight = run
         task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")

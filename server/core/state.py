@@ -116,19 +116,23 @@ class ResponseCache:
         self._bytes -= entry[1]
         return entry[0]
 
-    def put(self, response_id: str, state: ConversationState) -> None:
-        """Keep ``state`` under ``response_id``, evicting the oldest entries over budget."""
+    def put(self, response_id: str, state: ConversationState) -> int:
+        """Keep ``state`` under ``response_id``, evicting the oldest entries over budget;
+        returns how many were evicted (a state too large to keep counts as one)."""
         if self._max_entries <= 0:
-            return
+            return 0
         size = state.approx_bytes()
         if size > self._max_bytes:
-            return
+            return 1
         self.take(response_id)
+        evictions = 0
         self._entries[response_id] = (state, size)
         self._bytes += size
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._bytes -= evicted
+            evictions += 1
+        return evictions
 
     def entries(self) -> list[tuple[str, ConversationState]]:
         """(response id, state) of every entry, oldest first."""

@@ -34,7 +34,10 @@ CREATE TABLE IF NOT EXISTS responses (
     -- 1 when input_json holds the whole conversation before this response (its predecessor
     -- was not stored), 0 when it holds only the new input after previous_response_id.
     self_contained INTEGER NOT NULL,
-    instructions TEXT
+    instructions TEXT,
+    -- The authenticated owner; NULL on an open server. Reads pass the caller's tenant and see
+    -- only rows with that exact owner.
+    tenant TEXT
 );
 CREATE TABLE IF NOT EXISTS usage_ledger (
     response_id TEXT PRIMARY KEY,
@@ -86,6 +89,12 @@ class StoredResponse:
     input_items: list[dict[str, Any]]
     previous_response_id: str | None
     self_contained: bool
+    # The owner (None on an open server): another tenant reads it as not found.
+    tenant: str | None = None
+
+    def visible_to(self, tenant: str | None) -> bool:
+        """True if ``tenant`` owns this response."""
+        return self.tenant == tenant
 
 
 @dataclass(slots=True)
@@ -137,8 +146,13 @@ class Store:
         return conn
 
     def _init(self) -> None:
-        self._conn().executescript(_SCHEMA)
-        self._conn().executescript(_TOMBSTONES)
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+        if "tenant" not in columns:  # a database from before tenants
+            with conn:
+                conn.execute("ALTER TABLE responses ADD COLUMN tenant TEXT")
+        conn.executescript(_TOMBSTONES)
 
     def _run_sync(self, fn: Callable[[], T]) -> T:
         return self._executor.submit(fn).result()
@@ -171,7 +185,9 @@ class Store:
                 if record is not None:
                     resp = record.response
                     conn.execute(
-                        "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO responses (id, previous_response_id, created_at, "
+                        "response_json, input_json, self_contained, instructions, tenant) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             resp["id"],
                             record.previous_response_id,
@@ -180,6 +196,7 @@ class Store:
                             orjson.dumps(record.input_items),
                             int(record.self_contained),
                             resp.get("instructions"),
+                            record.tenant,
                         ),
                     )
                 if ledger is not None:
@@ -212,16 +229,21 @@ class Store:
             if self._pending.get(response_id) is record:
                 del self._pending[response_id]
             if response_id in self._deleted_pending:
-                await self.delete(response_id)
+                await self._delete(response_id)
                 self._deleted_pending.discard(response_id)
 
     # -- reads -----------------------------------------------------------------------------
 
     async def get(
-        self, response_id: str, *, include_deleted: bool = False
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
     ) -> StoredResponse | None:
-        """A stored response, or None. ``include_deleted`` also finds a deleted response whose
-        row a later response's history still needs (for ``chain``)."""
+        """A stored response owned by ``tenant``, or None (absent or another tenant's).
+        ``include_deleted`` also finds a deleted response whose row a later response's
+        history still needs (for ``chain``)."""
+        record = await self._get(response_id, include_deleted)
+        return record if record is not None and record.visible_to(tenant) else None
+
+    async def _get(self, response_id: str, include_deleted: bool = False) -> StoredResponse | None:
         if response_id in self._deleted_pending and not include_deleted:
             return None
         pending = self._pending.get(response_id)
@@ -233,31 +255,33 @@ class Store:
             row = (
                 self._conn()
                 .execute(
-                    "SELECT response_json, input_json, previous_response_id, self_contained "
-                    "FROM responses WHERE id = ?" + hidden,
+                    "SELECT response_json, input_json, previous_response_id, self_contained, "
+                    "tenant FROM responses WHERE id = ?" + hidden,
                     (response_id,),
                 )
                 .fetchone()
             )
             if row is None:
                 return None
-            return StoredResponse(orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]))
+            return StoredResponse(
+                orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]), row[4]
+            )
 
         return await self._run(work)
 
     async def chain(
-        self, response_id: str, max_links: int = 100_000
+        self, response_id: str, tenant: str | None = None, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
         """The stored responses from the conversation's start to ``response_id``, oldest first.
 
-        None if ``response_id`` or a link of its chain is missing.
+        None if ``response_id`` or a link of its chain is missing or not ``tenant``'s.
         """
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
             # Deleted ancestors still lend their items: deleting one response never breaks
             # continuing from a later one.
-            record = await self.get(current, include_deleted=bool(links))
+            record = await self.get(current, tenant, include_deleted=bool(links))
             if record is None:
                 return None
             links.append(record)
@@ -267,8 +291,13 @@ class Store:
         links.reverse()
         return links
 
-    async def delete(self, response_id: str) -> bool:
-        """Delete a stored response; False if there was none."""
+    async def delete(self, response_id: str, tenant: str | None = None) -> bool:
+        """Delete a stored response of ``tenant``; False if there was none."""
+        if await self.get(response_id, tenant) is None:
+            return False
+        return await self._delete(response_id)
+
+    async def _delete(self, response_id: str) -> bool:
         if response_id in self._pending:
             if response_id in self._deleted_pending:
                 return False

@@ -56,10 +56,11 @@ class SurfaceOps:
     compaction: CompactionCodec
     started_at: int
 
-    async def stored_history(self, previous: str) -> list[Item]:
-        """The conversation up to and including stored response ``previous``, checked again
-        like any input (400 ``previous_response_not_found`` if it is not stored)."""
-        chain = await self.store.chain(previous)
+    async def stored_history(self, previous: str, tenant: str | None = None) -> list[Item]:
+        """The conversation up to and including stored response ``previous`` of ``tenant``,
+        checked again like any input (400 ``previous_response_not_found`` if it is not stored,
+        or is another tenant's)."""
+        chain = await self.store.chain(previous, tenant)
         if chain is None:
             raise previous_response_not_found(previous)
         history: list[Item] = []
@@ -70,11 +71,11 @@ class SurfaceOps:
         return items
 
     async def _conversation(
-        self, previous: str | None, new_input: list[Item]
+        self, previous: str | None, new_input: list[Item], tenant: str | None
     ) -> tuple[list[Item], list[str]]:
         """History (if any) plus the new input, with the JSON path of each item; checks
         every compaction token."""
-        history = await self.stored_history(previous) if previous else []
+        history = await self.stored_history(previous, tenant) if previous else []
         items = history + new_input
         paths = [f"history[{i}]" for i in range(len(history))]
         paths += [f"input[{i}]" for i in range(len(new_input))]
@@ -85,11 +86,14 @@ class SurfaceOps:
 
     # -- POST /v1/responses/compact ------------------------------------------------------------
 
-    async def compact(self, raw: Any, transport: str = "http") -> dict[str, Any]:
+    async def compact(
+        self, raw: Any, transport: str = "http", tenant: str | None = None
+    ) -> dict[str, Any]:
         """Compact a conversation: its user messages, then one sealed ``compaction`` item.
 
         The pass is accounted in the usage ledger like a response (status ``compaction``),
-        to the body's ``user`` or the caller's tenant.
+        to the authenticated tenant (on an open server: the body's ``user`` or the token's
+        label).
         """
         body = _object_body(raw)
         model = body.get("model")
@@ -101,7 +105,7 @@ class SurfaceOps:
         instructions = _optional_str(body, "instructions")
         previous = _optional_str(body, "previous_response_id") or None
         new_input, _ = parse_input(body.get("input"), self.config.limits)
-        items, _ = await self._conversation(previous, new_input)
+        items, _ = await self._conversation(previous, new_input, tenant)
 
         prompt = self.renderer.render_conversation(instructions, [], items)
         summary = self.compaction.summarize(item for item in items if not is_kept(item))
@@ -122,7 +126,7 @@ class SurfaceOps:
         response_id = new_id("resp")
         ledger = LedgerRow(
             response_id=response_id,
-            tenant=_optional_str(body, "user") or "anonymous",
+            tenant=tenant or _optional_str(body, "user") or "anonymous",
             model=model,
             status="compaction",
             input_tokens=usage.input_tokens,
@@ -146,7 +150,7 @@ class SurfaceOps:
 
     # -- POST /v1/responses/input_tokens -------------------------------------------------------
 
-    async def count_input_tokens(self, raw: Any) -> dict[str, Any]:
+    async def count_input_tokens(self, raw: Any, tenant: str | None = None) -> dict[str, Any]:
         """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
         body = _object_body(raw)
         model = body.get("model")
@@ -158,7 +162,7 @@ class SurfaceOps:
             renderer = getattr(self.router.resolve(model).engine, "renderer", None) or renderer
         # A placeholder model satisfies the create parser.
         request = parse_create({**body, "model": model or "-"}, self.config.limits)
-        items, _ = await self._conversation(request.previous_response_id, request.input)
+        items, _ = await self._conversation(request.previous_response_id, request.input, tenant)
         tokens = renderer.render_conversation(
             request.instructions, request.tools, items, response_format(request.text)
         )

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,44 +27,39 @@ from bidi_responses.codec import (
     ProtoEncoder,
     batch_messages,
     decode_message,
-    deep_messages,
     field_bytes,
     item_to_dict,
     item_to_pb,
     usage_to_pb,
     wire_bytes,
 )
-from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.config import ServerConfig, StreamingConfig, TlsConfig
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import OutEvent, error_event
+from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.tracing import grpc_interceptors
+from bidi_responses.server.transports.grpc_status import abort, error_from_event
 from bidi_responses.server.transports.health import add_health_service, mark_draining
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+from grpc_health.v1 import health
+from grpc_reflection.v1alpha import reflection
+
+# How long a refused Connect call waits for the client's first message before its status.
+_REFUSAL_READ_S = 1.0
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ResponsesService"].full_name
+
+_SHUTTING_DOWN = ApiError(
+    "The server is shutting down and takes no new streams; retry on another replica.",
+    code="server_shutting_down",
+    status=503,
+    type="server_error",
+)
+
 
 log = logging.getLogger("bidi_responses.grpc")
-
-_STATUS = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    404: grpc.StatusCode.NOT_FOUND,
-    503: grpc.StatusCode.UNAVAILABLE,
-    409: grpc.StatusCode.FAILED_PRECONDITION,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    500: grpc.StatusCode.INTERNAL,
-}
-
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
-    """End a unary call with the status that matches the HTTP status of ``error``."""
-    context.set_trailing_metadata(
-        (
-            ("error-code", error.code),
-            ("error-param", error.param or ""),
-        )
-    )
-    await context.abort(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message)
 
 
 def _undecodable(error: MessageDecodeError, method: str) -> ApiError:
@@ -72,11 +68,10 @@ def _undecodable(error: MessageDecodeError, method: str) -> ApiError:
     return ApiError(error.message, code="invalid_message", param=error.param)
 
 
-def _tenant(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-    """The tenant named by the call's ``authorization: Bearer ...`` metadata, if any."""
+def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == "authorization":
-            return tenant_from_authorization(value if isinstance(value, str) else value.decode())
+            return value if isinstance(value, str) else value.decode()
     return None
 
 
@@ -123,6 +118,48 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     def __init__(self, core: ResponsesCore) -> None:
         self._core = core
+        # Open Connect streams per HTTP/2 connection (the peer address names the connection).
+        self._per_connection: dict[str, int] = {}
+
+    async def _caller(
+        self, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[str | None, str | None]:
+        """(tenant, quota key) of the call; ends it with UNAUTHENTICATED if keys are on and the
+        key is missing or wrong. The key itself is never logged or echoed."""
+        try:
+            return self._authenticate(context)
+        except ApiError as error:
+            await self._refuse(context, error)
+            raise
+
+    def _authenticate(
+        self, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[str | None, str | None]:
+        authorization = _authorization(context)
+        keys = self._core.keys
+        tenant = keys.authenticate(authorization)
+        return tenant, tenant or keys.label(authorization)
+
+    async def _refuse_stream(
+        self,
+        request_iterator: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext[Any, Any],
+        error: ApiError,
+    ) -> None:
+        """End a Connect call that cannot be served, after its first client message.
+
+        A status sent before the client's first write races that write, and grpcio clients
+        then report their own INTERNAL instead of our status; reading one message (or waiting
+        briefly for it) lets every client see the real code.
+        """
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_REFUSAL_READ_S):
+                await anext(aiter(request_iterator), None)
+        await self._refuse(context, error)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
+        self._core.metrics.error("grpc", error.status, error.code)
+        await abort(context, error)
 
     async def Connect(
         self,
@@ -133,12 +170,28 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         cannot be decoded becomes an ``error`` event and the stream goes on (grpc.aio would
         otherwise leave the call hanging); messages go out pre-serialized."""
         core = self._core
+        peer = context.peer()
+        per_connection = self._per_connection.get(peer, 0)
+        limit = core.config.tenant_limits.max_streams_per_connection
+        try:
+            tenant, quota = self._authenticate(context)
+            if core.draining:
+                raise _SHUTTING_DOWN
+            if limit and per_connection >= limit:
+                core.metrics.limited.labels("max_streams_per_connection").inc()
+                raise limit_exceeded(
+                    "max_streams_per_connection", limit, "open streams per connection"
+                )
+            session = core.open_session("grpc", tenant=tenant, quota_key=quota)
+        except ApiError as error:
+            await self._refuse_stream(request_iterator, context, error)
+            raise
+        self._per_connection[peer] = per_connection + 1
         streaming = core.config.streaming
-        session = core.open_session("grpc")
         decoder = ProtoDecoder()
         encoder = ProtoEncoder()
         delivery = Delivery()
-        tenant = _tenant(context)
+        label = quota if tenant is None else None
         # Tell the client at once that the stream is up (a WebSocket handshake does the same),
         # so it can pay the call's set-up when it opens the stream rather than in its first
         # turn, where 200 streams opened together would all pay it at the same moment.
@@ -169,8 +222,9 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                         if request.WhichOneof("event") is None:
                             continue  # options only
                     event = decoder.client_event(request)
-                    if tenant is not None and event.get("type") == "response.create":
-                        event.setdefault("user", tenant)
+                    if label is not None and event.get("type") == "response.create":
+                        # Open server: the token's label stands in for a tenant in the ledger.
+                        event.setdefault("user", label)
                     await session.handle(event, received)
             except Exception:
                 # Reading failed on the server's side: end the call rather than leave it open.
@@ -184,10 +238,19 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             async for ready in session.event_batches(streaming.max_batch_events):
                 for message in delivery.messages(encoder, ready):
                     yield message
+            if session.end_error is not None:
+                # The server ended the stream (age limit, drain): a status that says so, so
+                # clients and meshes retry elsewhere instead of reading it as success.
+                await abort(context, session.end_error)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             await core.close_session(session)
+            left = self._per_connection.get(peer, 1) - 1
+            if left > 0:
+                self._per_connection[peer] = left
+            else:
+                self._per_connection.pop(peer, None)
 
     async def CreateResponse(
         self,
@@ -196,44 +259,56 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> AsyncIterator[bytes]:
         """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
         core = self._core
+        tenant, quota = await self._caller(context)
         try:
             create = decode_message(pb.CreateResponseRequest, request)
         except MessageDecodeError as problem:
-            await _abort(context, _undecodable(problem, "CreateResponse"))
+            await self._refuse(context, _undecodable(problem, "CreateResponse"))
             raise
+        if core.draining:
+            await self._refuse(context, _SHUTTING_DOWN)
         try:
             delivery = Delivery.from_pb(create.delivery, core.config.streaming)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         body = ProtoDecoder().params_to_dict(create.params)
-        tenant = _tenant(context)
-        if tenant is not None:
-            body.setdefault("user", tenant)
+        if tenant is None and quota is not None:
+            body.setdefault("user", quota)  # open server: the token's label for the ledger
         encoder = ProtoEncoder(slim=delivery.slim)
         if body.get("background") is True:
             # The response runs on its own; this call only reads its event log, so dropping
             # the call leaves it running (resume with StreamResponse).
             try:
-                first = await self._core.background.start(body, "grpc-unary")
+                first = await self._core.background.start(body, "grpc-unary", tenant, quota)
             except ApiError as error:
-                await _abort(context, error)
+                await self._refuse(context, error)
                 raise
             if first["type"] == "error":
                 yield field_bytes(EVENT_FIELD, encoder.event_bytes("", first))
+                await abort(context, error_from_event(first))
                 return
-            async for data in self._core.background.events(first["response"]["id"], -1):
+            async for data in self._core.background.events(first["response"]["id"], -1, tenant):
                 yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
             return
+        failure: ApiError | None = None
         if delivery.max_events <= 1:
-            async for data in core.stateless(body, "grpc-unary"):
+            async for data in core.stateless(body, "grpc-unary", tenant, quota):
                 yield field_bytes(EVENT_FIELD, encoder.event_bytes("", data))
-            return
-        batches = core.stateless_batches(body, "grpc-unary", delivery.max_events)
-        async with contextlib.aclosing(batches):
-            async for ready in batches:
-                for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
-                    yield field_bytes(EVENT_FIELD, message)
+                if data["type"] == "error":
+                    failure = error_from_event(data)
+        else:
+            batches = core.stateless_batches(body, "grpc-unary", delivery.max_events, tenant, quota)
+            async with contextlib.aclosing(batches):
+                async for ready in batches:
+                    for message in delivery.messages(encoder, (OutEvent("", d) for d in ready)):
+                        yield field_bytes(EVENT_FIELD, message)
+                    for data in ready:
+                        if data["type"] == "error":
+                            failure = error_from_event(data)
+        if failure is not None:
+            # A request error ends the call with its status, never OK.
+            await abort(context, failure)
 
     async def GetResponse(
         self,
@@ -241,13 +316,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.GetResponseRequest, pb.GetResponseResponse],
     ) -> pb.GetResponseResponse:
         """A stored response."""
+        tenant, _ = await self._caller(context)
         try:
-            response = await self._core.get_response(request.response_id)
+            response = await self._core.get_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
-        with deep_messages():
-            return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
+        return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def DeleteResponse(
         self,
@@ -255,10 +330,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.DeleteResponseRequest, pb.DeleteResponseResponse],
     ) -> pb.DeleteResponseResponse:
         """Delete a stored response."""
+        tenant, _ = await self._caller(context)
         try:
-            result = await self._core.delete_response(request.response_id)
+            result = await self._core.delete_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.DeleteResponseResponse(
             id=result["id"], object=result["object"], deleted=result["deleted"]
@@ -270,24 +346,25 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.ListInputItemsRequest, pb.ListInputItemsResponse],
     ) -> pb.ListInputItemsResponse:
         """Page through a stored response's input items."""
+        tenant, _ = await self._caller(context)
         try:
             page = await self._core.list_input_items(
                 request.response_id,
                 limit=request.limit or 20,
                 order=request.order or "desc",
                 after=request.after or None,
+                tenant=tenant,
             )
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
-        with deep_messages():
-            return pb.ListInputItemsResponse(
-                object="list",
-                data=[item_to_pb(i) for i in page["data"]],
-                first_id=page["first_id"] or "",
-                last_id=page["last_id"] or "",
-                has_more=page["has_more"],
-            )
+        return pb.ListInputItemsResponse(
+            object="list",
+            data=[item_to_pb(i) for i in page["data"]],
+            first_id=page["first_id"] or "",
+            last_id=page["last_id"] or "",
+            has_more=page["has_more"],
+        )
 
     async def CancelResponse(
         self,
@@ -295,13 +372,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.CancelResponseRequest, pb.CancelResponseResponse],
     ) -> pb.CancelResponseResponse:
         """Cancel an in-flight response by id."""
+        tenant, _ = await self._caller(context)
         try:
-            response = await self._core.cancel_response(request.response_id)
+            response = await self._core.cancel_response(request.response_id, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
-        with deep_messages():
-            return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
+        return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def GetStats(
         self,
@@ -309,6 +386,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.GetStatsRequest, pb.GetStatsResponse],
     ) -> pb.GetStatsResponse:
         """Cumulative counters."""
+        await self._caller(context)
         return pb.GetStatsResponse(**self._core.stats())
 
     async def CompactResponse(
@@ -324,13 +402,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         for name in ("instructions", "previous_response_id"):
             if request.HasField(name):
                 body[name] = getattr(request, name)
-        tenant = _tenant(context)
-        if tenant is not None:
-            body["user"] = tenant
+        tenant, quota = await self._caller(context)
+        if tenant is None and quota is not None:
+            body["user"] = quota  # open server: the token's label stands in for a tenant
         try:
-            result = await self._core.compact(body, "grpc-unary")
+            result = await self._core.compact(body, "grpc-unary", tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.CompactResponseResponse(
             id=result["id"],
@@ -346,11 +424,12 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.CountInputTokensRequest, pb.CountInputTokensResponse],
     ) -> pb.CountInputTokensResponse:
         """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
+        tenant, _ = await self._caller(context)
         body = ProtoDecoder().params_to_dict(request.params)
         try:
-            result = await self._core.count_input_tokens(body)
+            result = await self._core.count_input_tokens(body, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.CountInputTokensResponse(**result)
 
@@ -360,6 +439,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse],
     ) -> pb.ListModelsResponse:
         """The configured models (``GET /v1/models``)."""
+        await self._caller(context)
         listing = self._core.list_models()
         return pb.ListModelsResponse(
             object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
@@ -371,10 +451,11 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.GetModelRequest, pb.GetModelResponse],
     ) -> pb.GetModelResponse:
         """One configured model (``GET /v1/models/{model}``)."""
+        await self._caller(context)
         try:
             model = self._core.get_model(request.model)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         return pb.GetModelResponse(model=pb.Model(**model))
 
@@ -384,13 +465,14 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         context: grpc.aio.ServicerContext[pb.StreamResponseRequest, pb.StreamResponseResponse],
     ) -> AsyncIterator[pb.StreamResponseResponse]:
         """Resume a background response's events after ``starting_after``."""
+        tenant, _ = await self._caller(context)
         starting_after = request.starting_after if request.HasField("starting_after") else -1
         try:
             if starting_after < -1:
                 raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
-            events = self._core.background.events(request.response_id, starting_after)
+            events = self._core.background.events(request.response_id, starting_after, tenant)
         except ApiError as error:
-            await _abort(context, error)
+            await self._refuse(context, error)
             raise
         encoder = ProtoEncoder()
         async for data in events:
@@ -398,32 +480,84 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
 
 # The streaming calls whose servicer methods yield serialized messages (bytes).
-# Calls whose handlers yield pre-serialized messages (pass-through response serializer).
 _PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
 
 
+def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """Channel arguments of the listener: message limits, keepalive, connection age."""
+    limit = config.limits.max_message_bytes
+    ka = config.keepalive
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        # Off for one process, so a port already in use is an error at start-up; on when
+        # worker processes share the port (the kernel spreads connections).
+        ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
+        # Calls that arrived but that the server has not picked up yet. Past the soft limit
+        # gRPC cancels the oldest (clients saw CANCELLED or INTERNAL in a burst of opens);
+        # past the hard limit it refuses new ones with RESOURCE_EXHAUSTED.
+        ("grpc.server.max_pending_requests", config.tenant_limits.max_pending_calls),
+        (
+            "grpc.server.max_pending_requests_hard_limit",
+            config.tenant_limits.max_pending_calls_hard,
+        ),
+        # Accept client pings down to this interval, with or without calls in flight.
+        ("grpc.http2.min_ping_interval_without_data_ms", int(ka.min_client_ping_interval_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", int(ka.permit_pings_without_calls)),
+        ("grpc.http2.max_ping_strikes", ka.max_ping_strikes),
+        # The server's own pings find dead peers behind idle NATs and load balancers.
+        ("grpc.keepalive_time_ms", int(ka.server_ping_interval_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(ka.server_ping_timeout_s * 1000)),
+        ("grpc.max_connection_age_ms", int(ka.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(ka.max_connection_age_grace_s * 1000)),
+    ]
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """TLS from PEM files; a client CA file makes client certificates mandatory (mTLS)."""
+    assert tls.cert_file and tls.key_file
+    key = Path(tls.key_file).read_bytes()
+    cert = Path(tls.cert_file).read_bytes()
+    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+@dataclass(slots=True)
+class GrpcServer:
+    """The started gRPC listener."""
+
+    server: grpc.aio.Server
+    port: int
+
+
 async def start_grpc_server(
-    core: ResponsesCore, host: str, port: int
-) -> tuple[grpc.aio.Server, int]:
-    """Start the gRPC server; returns it and the bound port (``port`` 0 picks a free one)."""
-    limit = core.config.limits.max_message_bytes
+    core: ResponsesCore, host: str, port: int, options: list[tuple[str, Any]] | None = None
+) -> GrpcServer:
+    """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
+    a free one)."""
+    config = core.config
     server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            # Off for one process, so a port already in use is an error at start-up; on
-            # when worker processes share the port (the kernel spreads connections).
-            ("grpc.so_reuseport", 1 if core.config.workers > 1 else 0),
-        ]
+        options=server_options(config) + list(options or ()),
+        interceptors=grpc_interceptors(config.tracing),
     )
     _add_servicer(ResponsesServicer(core), server)
-    health = add_health_service(server)
-    core.drain_hooks.append(lambda: mark_draining(health))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    health_servicer = await add_health_service(server)
+    # NOT_SERVING as soon as a drain begins, while the listener is still open.
+    core.drain_hooks.append(lambda: mark_draining(health_servicer))
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if config.tls.enabled:
+        bound = server.add_secure_port(address, _credentials(config.tls))
+    else:
+        bound = server.add_insecure_port(address)
     if bound == 0:
-        raise OSError(f"cannot listen for gRPC on {host}:{port}")
+        raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
-    return server, bound
+    return GrpcServer(server, bound)
 
 
 # -- registration with raw-bytes requests ---------------------------------------------------
@@ -443,7 +577,7 @@ def _unary(
         try:
             request = decode_message(request_class, raw)
         except MessageDecodeError as problem:
-            await _abort(context, _undecodable(problem, name))
+            await abort(context, _undecodable(problem, name))
             raise
         return await method(request, context)
 
@@ -460,7 +594,7 @@ def _decoding_stream(
         try:
             request = decode_message(request_class, raw)
         except MessageDecodeError as problem:
-            await _abort(context, _undecodable(problem, name))
+            await abort(context, _undecodable(problem, name))
             raise
         async for out in method(request, context):
             yield out
@@ -483,7 +617,7 @@ def _guarded_stream(
             raise
         except Exception:
             log.exception("%s failed", name)
-            await _abort(context, server_error())
+            await abort(context, server_error())
 
     return handler
 
@@ -499,7 +633,7 @@ def _guarded_unary(method: Callable[..., Any], name: str) -> Callable[..., Any]:
             raise
         except Exception:
             log.exception("%s failed", name)
-            await _abort(context, server_error())
+            await abort(context, server_error())
             raise
 
     return handler

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import ssl
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -36,9 +38,11 @@ import orjson
 import uvicorn
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import TERMINAL_TYPES, OutEvent, error_event
+from bidi_responses.server.core.metrics import CONTENT_TYPE_LATEST
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.tracing import wrap_asgi
 from bidi_responses.server.transports.http_surface import (
     background_create,
     background_stream,
@@ -130,12 +134,29 @@ def _error_response(error: ApiError, headers: Mapping[str, str] | None = None) -
     return _json(error_body(error.to_error_object()), error.status, headers)
 
 
-def _event_error_response(event: Mapping[str, Any]) -> Response:
-    """An ``error`` event from the core as an HTTP error response."""
+def _event_error_response(
+    event: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> Response:
+    """An ``error`` event from the core as an HTTP error response (a rate limit adds
+    ``retry-after``, which the openai SDKs wait for before retrying)."""
     status = event.get("status")
+    error = event.get("error") or {}
+    retry_after = error.get("retry_after_s")
+    if retry_after:
+        headers = {**(headers or {}), "retry-after": str(retry_after)}
     return _json(
-        error_body(event.get("error") or {}),
+        error_body(error),
         status if isinstance(status, int) and status >= 400 else 400,
+        headers,
+    )
+
+
+def _shutting_down() -> ApiError:
+    return ApiError(
+        "The server is shutting down and takes no new requests; retry on another replica.",
+        code="server_shutting_down",
+        status=503,
+        type="server_error",
     )
 
 
@@ -200,14 +221,17 @@ class HttpTransport:
         routes: list[BaseRoute] = [
             Route("/v1/responses", self.responses, methods=["GET", "POST"]),
             WebSocketRoute("/v1/responses", self.websocket_mode),
-            *surface_routes(core, self._read_json),
+            *surface_routes(core, self._read_json, self._caller),
             Route("/v1/responses/{response_id}", self.retrieve, methods=["GET"]),
             Route("/v1/responses/{response_id}", self.delete, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", self.input_items, methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", self.cancel, methods=["POST"]),
             Route("/v1/stats", self.stats, methods=["GET"]),
             Route("/healthz", self.health, methods=["GET"]),
+            Route("/readyz", self.ready, methods=["GET"]),
         ]
+        if core.config.metrics_path:
+            routes.append(Route(core.config.metrics_path, self.metrics, methods=["GET"]))
         self.app = Starlette(
             routes=routes,
             exception_handlers={
@@ -219,10 +243,19 @@ class HttpTransport:
 
     # -- errors ------------------------------------------------------------------------------
 
-    @staticmethod
-    async def _api_error(request: Request, exc: Exception) -> Response:
+    async def _api_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return _error_response(exc)
+        self._core.metrics.error("http", exc.status, exc.code)
+        headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+        return _error_response(exc, headers)
+
+    def _caller(self, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+        """(tenant, quota key) from ``Authorization``; ApiError 401 when keys are on and it is
+        missing or wrong. The key is never logged or echoed."""
+        authorization = headers.get("authorization")
+        keys = self._core.keys
+        tenant = keys.authenticate(authorization)
+        return tenant, tenant or keys.label(authorization)
 
     @staticmethod
     async def _http_error(request: Request, exc: Exception) -> Response:
@@ -272,26 +305,33 @@ class HttpTransport:
 
     async def create(self, request: Request) -> Response:
         """Create a response: SSE when the body says ``"stream": true``, else one JSON object."""
+        tenant, quota = self._caller(request.headers)
+        if self._core.draining:
+            raise _shutting_down()
         body = await self._read_json(request)
         if not isinstance(body, dict):
             raise ApiError("The request body must be a JSON object.", code="invalid_type")
-        tenant = tenant_from_authorization(request.headers.get("authorization"))
-        if tenant is not None and body.get("user") is None:
-            body["user"] = tenant
+        if tenant is None and quota is not None and body.get("user") is None:
+            body["user"] = quota  # open server: the token's label stands in for a tenant
         if body.get("background") is True:
-            return await background_create(self._core, body)
+            return await background_create(self._core, body, tenant, quota)
         # Only the body decides: the SDK sends Accept: application/json even when streaming.
         streaming = body.get("stream") is True
         # stateless() is an async generator; closing it early closes its session at once.
-        events = cast(AsyncGenerator[dict[str, Any], None], self._core.stateless(body, "http"))
+        events = cast(
+            AsyncGenerator[dict[str, Any], None],
+            self._core.stateless(body, "http", tenant, quota),
+        )
+        limiter = self._core.limiter
+        quota_key = quota or "anonymous"
         if not streaming:
             async with contextlib.aclosing(events):
                 async for data in events:
                     kind = data["type"]
                     if kind == "error":
-                        return _event_error_response(data)
+                        return _event_error_response(data, limiter.headers(quota_key))
                     if kind in TERMINAL_TYPES:
-                        return _json(data["response"])
+                        return _json(data["response"], headers=limiter.headers(quota_key))
             raise ApiError(
                 "The response ended without a terminal event.",
                 code="server_error",
@@ -310,9 +350,11 @@ class HttpTransport:
                     status=500,
                     type="server_error",
                 )
-            return _event_error_response(first)
+            return _event_error_response(first, limiter.headers(quota_key))
         return StreamingResponse(
-            _sse_stream(first, events), media_type="text/event-stream", headers=SSE_HEADERS
+            _sse_stream(first, events),
+            media_type="text/event-stream",
+            headers={**SSE_HEADERS, **limiter.headers(quota_key)},
         )
 
     async def upgrade_required(self, request: Request) -> Response:
@@ -328,26 +370,29 @@ class HttpTransport:
 
     async def retrieve(self, request: Request) -> Response:
         """``GET /v1/responses/{id}``."""
+        tenant, _ = self._caller(request.headers)
         if request.query_params.get("stream", "").lower() in ("true", "1"):
             # Replaying a stream is a background-mode feature: a response that did not run in
             # the background gets a clear error rather than JSON a client would not expect.
             response_id = request.path_params["response_id"]
-            if not self._core.background.is_background(response_id):
+            if not self._core.background.is_background(response_id, tenant):
                 raise ApiError(
                     f"Response '{response_id}' can be streamed again only if it was created "
                     "with 'background': true (and its events are still kept).",
                     code="unsupported_parameter",
                     param="stream",
                 )
-            return background_stream(self._core, request)
-        return _json(await self._core.get_response(request.path_params["response_id"]))
+            return background_stream(self._core, request, tenant)
+        return _json(await self._core.get_response(request.path_params["response_id"], tenant))
 
     async def delete(self, request: Request) -> Response:
         """``DELETE /v1/responses/{id}``."""
-        return _json(await self._core.delete_response(request.path_params["response_id"]))
+        tenant, _ = self._caller(request.headers)
+        return _json(await self._core.delete_response(request.path_params["response_id"], tenant))
 
     async def input_items(self, request: Request) -> Response:
         """``GET /v1/responses/{id}/input_items`` with ``limit``, ``order`` and ``after``."""
+        tenant, _ = self._caller(request.headers)
         query = request.query_params
         raw_limit = query.get("limit")
         try:
@@ -361,33 +406,63 @@ class HttpTransport:
             limit=limit,
             order=query.get("order") or "desc",
             after=query.get("after") or None,
+            tenant=tenant,
         )
         return _json(page)
 
     async def cancel(self, request: Request) -> Response:
         """``POST /v1/responses/{id}/cancel``: stop an in-flight response from any transport."""
-        return _json(await self._core.cancel_response(request.path_params["response_id"]))
+        tenant, _ = self._caller(request.headers)
+        return _json(await self._core.cancel_response(request.path_params["response_id"], tenant))
 
     async def stats(self, request: Request) -> Response:
         """``GET /v1/stats``: the core's cumulative counters."""
+        self._caller(request.headers)
         return _json(self._core.stats())
 
     async def health(self, request: Request) -> Response:
-        """``GET /healthz``."""
+        """``GET /healthz``: SERVING until shutdown begins, like grpc.health.v1's "" service."""
+        return self.ready_response()
+
+    async def ready(self, request: Request) -> Response:
+        """``GET /readyz``: 503 once the server is draining, so load balancers stop sending."""
+        return self.ready_response()
+
+    def ready_response(self) -> Response:
+        # Liveness needs no probe of its own here: a process that answers HTTP is alive, and
+        # both probes flip together when draining starts (same meaning as gRPC health).
+        if self._core.draining:
+            return _json({"status": "shutting_down"}, 503)
         return _json({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus text exposition."""
+        return Response(self._core.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     # -- WebSocket mode ----------------------------------------------------------------------
 
     async def websocket_mode(self, websocket: WebSocket) -> None:
         """One WebSocket-mode connection = one core session, like one gRPC Connect call."""
-        # Handshake headers (Authorization, OpenAI-Beta, X-Stainless-*, Codex's own) are
-        # accepted and otherwise ignored; no subprotocol is negotiated.
-        await websocket.accept()
+        # Handshake headers (OpenAI-Beta, X-Stainless-*, Codex's own) are accepted and
+        # otherwise ignored; no subprotocol is negotiated. Authorization is checked before the
+        # upgrade, so a bad key gets a plain 401 (the SDK raises InvalidStatus).
         core = self._core
-        session = core.open_session("websocket")
-        conn = _Connection(
-            websocket, session, tenant_from_authorization(websocket.headers.get("authorization"))
-        )
+        try:
+            tenant, quota = self._caller(websocket.headers)
+            if core.draining:
+                raise _shutting_down()
+            session = core.open_session("websocket", tenant=tenant, quota_key=quota)
+        except ApiError as error:
+            core.metrics.error("websocket", error.status, error.code)
+            headers = {"www-authenticate": "Bearer"} if error.status == 401 else None
+            await websocket.send_denial_response(_error_response(error, headers))
+            return
+        try:
+            await websocket.accept()
+        except BaseException:
+            await core.close_session(session)
+            raise
+        conn = _Connection(websocket, session, quota if tenant is None else None)
         self._connections.add(conn)
         session.start_age_limit()
         loop = asyncio.get_running_loop()
@@ -525,6 +600,18 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class _DenialLogFilter(logging.Filter):
+    """uvicorn's sans-io WebSocket protocol sends a denial response (our 401/429/503 before the
+    upgrade) correctly but then logs "returned without completing handshake" as if the app
+    had failed; drop that one false alarm."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "without completing handshake" not in record.getMessage()
+
+
+_DENIAL_FILTER = _DenialLogFilter()
+
+
 def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening socket, so the bound port is known before uvicorn starts serving.
 
@@ -559,8 +646,13 @@ async def start_http_server(
     """
     transport = HttpTransport(core)
     limit = core.config.limits.max_message_bytes
+    tls = core.config.tls
     config = uvicorn.Config(
-        transport.app,
+        wrap_asgi(transport.app, core.config.tracing),
+        ssl_certfile=tls.cert_file if tls.enabled else None,
+        ssl_keyfile=tls.key_file if tls.enabled else None,
+        ssl_ca_certs=tls.client_ca_file if tls.enabled else None,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if tls.enabled and tls.client_ca_file else ssl.CERT_NONE,
         lifespan="off",
         log_level="warning",
         log_config=None,
@@ -571,6 +663,9 @@ async def start_http_server(
         server_header=False,
     )
     config.load()
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if _DENIAL_FILTER not in uvicorn_log.filters:
+        uvicorn_log.addFilter(_DENIAL_FILTER)
     sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _EmbeddedServer(config)

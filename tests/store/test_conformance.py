@@ -130,6 +130,28 @@ async def test_delete_while_the_write_is_queued(store: ResponseStore) -> None:
     assert not await store.delete("resp_q")
 
 
+async def test_tenants_see_only_their_own_records(store: ResponseStore) -> None:
+    """Another tenant's record reads, chains and deletes exactly like a missing one."""
+    owned = record("resp_t1")
+    owned.tenant = "tenant-a"
+    await store.write(owned, None)
+    follow = record("resp_t2", "resp_t1")
+    follow.tenant = "tenant-a"
+    store.stage("resp_t2", follow)  # staged records are scoped too
+    for rid in ("resp_t1", "resp_t2"):
+        got = await store.get(rid, "tenant-a")
+        assert got is not None and got.tenant == "tenant-a"
+        assert await store.get(rid, "tenant-b") is None
+        assert await store.get(rid) is None  # an open-server caller is no tenant
+    chain = await store.chain("resp_t2", "tenant-a")
+    assert chain is not None and len(chain) == 2
+    assert await store.chain("resp_t2", "tenant-b") is None
+    assert not await store.delete("resp_t1", "tenant-b")
+    assert await store.get("resp_t1", "tenant-a") is not None
+    assert await store.delete("resp_t1", "tenant-a")
+    assert await store.get("resp_t1", "tenant-a") is None
+
+
 async def test_large_input_round_trips(store: ResponseStore) -> None:
     text = "x" * 2_000_000
     rec = StoredResponse(

@@ -103,6 +103,9 @@ async def test_unknown_previous_response_has_the_documented_shape(connect: Conne
                     "code": "previous_response_not_found",
                     "message": "Previous response with id 'resp_gone' not found.",
                     "param": "previous_response_id",
+                    # Which request the error answers (extra fields clients tolerate).
+                    "request_type": "response.create",
+                    "response_id": "resp_gone",
                 },
             }
         ]
