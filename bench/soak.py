@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import orjson
 import psutil
-from bidi_responses.bench.clients import ClientKit, Conn, resolve_modes
+from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
 from bidi_responses.bench.run import ServerProcess, ServerSettings
+from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.server.core.store import read_ledger
 
 TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}
@@ -43,6 +45,7 @@ TOOL: dict[str, Any] = {
         "required": ["cmd"],
     },
 }
+STREAMS_PER_CHANNEL = 50
 TOOL_OUTPUT = "Process exited with code 0\nOutput:\n" + "src/module.py:12: ok\n" * 20
 
 
@@ -217,8 +220,30 @@ async def soak_transport(
     stop = asyncio.Event()
     sampler = asyncio.ensure_future(_rss_sampler(server.proc.pid, peak, stop))
     started = time.perf_counter()
-    async with ClientKit(mode, address, None) as kit:
-        conns = [await kit.conn() for _ in range(agents)]
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "grpc":
+            # One HTTP/2 connection per STREAMS_PER_CHANNEL agents: the server caps open
+            # streams per connection (``max_streams_per_connection``, 100), and channels
+            # share connections unless each has its own subchannel pool.
+            target = f"{address.host}:{address.grpc_port}"
+            clients = [
+                await stack.enter_async_context(
+                    AsyncResponsesClient(
+                        target,
+                        channel=grpc.aio.insecure_channel(
+                            target, options=[("grpc.use_local_subchannel_pool", 1)]
+                        ),
+                    )
+                )
+                for _ in range(-(-agents // STREAMS_PER_CHANNEL))
+            ]
+            conns: list[Conn] = [
+                await GrpcConnectConn(clients[i // STREAMS_PER_CHANNEL], None).open()
+                for i in range(agents)
+            ]
+        else:
+            kit = await stack.enter_async_context(ClientKit(mode, address, None))
+            conns = [await kit.conn() for _ in range(agents)]
         try:
             results = await asyncio.gather(
                 *(
