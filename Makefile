@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench bench-compaction fuzz soak clean \
+.PHONY: all install proto lint-proto lint typecheck test test-all serve compare bench bench-compaction fuzz soak faults clean \
 	postgres replicas failover replicas-throughput handoff-bench node-deps interop burst
 
 all: test
@@ -61,6 +61,12 @@ bench: proto
 # What compaction saves on the headline rollout (docs/results.md, "Compaction").
 bench-compaction: proto
 	$(PY) -m bidi_responses.bench.compaction --repeats 5
+
+# Heavy fault runs with real processes and signals (not part of `make test`, which runs their
+# smoke versions): SIGKILL 20 times under 100 streams, a full disk under load, 2,000 streams of
+# 100k tokens under a 256 MB cache budget, 40 clients that never read. Prints the figures.
+faults: proto
+	$(PY) -m pytest -q -s -m faults tests/faults
 
 serve: proto
 	$(VENV)/bin/bidi-responses serve

@@ -8,7 +8,14 @@ gap would grow with it.
 
 Modes, each on its own server process with the same settings otherwise:
 
-* ``queued``: the server as shipped; writes queued, written by the background writer.
+* ``queued``: the server as shipped: each job made durable in the write-ahead journal (one
+  group-committed fdatasync) before the terminal event, then written to SQLite by the
+  background writer.
+* ``unjournaled``: durability off (``--no-journal``): the terminal event goes out before
+  anything is durable, as before the journal existed. The difference to ``queued`` is what
+  durability costs.
+* ``journal-nosync``: the journal without its fdatasync (survives a process crash, not a
+  machine crash), to split the cost between the append and the sync.
 * ``queued-slow``: the same with every write made ``--store-ms`` slower (a slow disk).
 * ``no-writes``: post-inference writes dropped entirely (the floor).
 * ``inline-slow``: the contrast, what the design avoids: the slow write done in line, as a
@@ -39,11 +46,11 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-MODES = ("queued", "queued-slow", "no-writes", "inline-slow")
+MODES = ("queued", "unjournaled", "journal-nosync", "queued-slow", "no-writes", "inline-slow")
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
 
 
@@ -81,16 +88,19 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
     )
     config = ServerConfig(grpc_port=0, data_dir=data_dir)
     config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+    config.durability.journal = mode != "unjournaled"
+    config.durability.fsync = mode != "journal-nosync"
     running = await start_server(config, http=False)
     core = running.core
     store = core.store
-    real_write = store.write
+    real_write = store.write_many
+    Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
 
-    async def slow_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+    async def slow_write(jobs: Jobs) -> None:
         await asyncio.sleep(store_ms / 1000)  # a slow disk: latency, not event-loop work
-        await real_write(record, ledger)
+        await real_write(jobs)
 
-    async def no_write(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+    async def no_write(jobs: Jobs) -> None:
         return None
 
     # In line: the job is kept, the terminal event goes out, and the connection's next request
@@ -107,17 +117,17 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
     async def handle_after_writes(self: Session, event: Any, received: float | None = None) -> None:
         while kept:
             job = kept.pop(0)
-            await slow_write(job.record, job.ledger)
+            await slow_write([(job.record, job.ledger)])
         await real_handle(self, event, received)
 
     if mode == "queued-slow":
-        store.write = slow_write  # type: ignore[method-assign]
+        store.write_many = slow_write  # type: ignore[method-assign]
     elif mode == "no-writes":
-        store.write = no_write  # type: ignore[method-assign]
+        store.write_many = no_write  # type: ignore[method-assign]
     elif mode == "inline-slow":
         core.post.put = keep  # type: ignore[method-assign]
         Session.handle = handle_after_writes  # type: ignore[method-assign]
-    elif mode != "queued":
+    elif mode not in ("queued", "unjournaled", "journal-nosync"):
         raise SystemExit(f"unknown mode {mode}")
     print(f"listening {running.grpc_port}", flush=True)
     stop = asyncio.Event()
@@ -141,6 +151,11 @@ class ModeResult:
     gaps_ms: list[list[float]]
     api_pre_ms: list[float]
     server_written: int | None = None
+    # Last output item done -> terminal event (where the journal's sync sits).
+    tails_ms: list[float] = field(default_factory=list)
+    # Last output item done -> the next turn's first token: the whole critical path between
+    # turns (tail + gap), with 0 ms of client tool time.
+    turnarounds_ms: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Median, p90, p99 and the spread of per-repeat medians."""
@@ -155,6 +170,10 @@ class ModeResult:
             "gap_mean_ms": statistics.fmean(flat) if flat else float("nan"),
             "repeat_medians_ms": [round(m, 3) for m in medians],
             "server_api_pre_p50_ms": _pct(sorted(self.api_pre_ms), 50),
+            "tail_p50_ms": _pct(sorted(self.tails_ms), 50),
+            "tail_p99_ms": _pct(sorted(self.tails_ms), 99),
+            "turnaround_p50_ms": _pct(sorted(self.turnarounds_ms), 50),
+            "turnaround_p99_ms": _pct(sorted(self.turnarounds_ms), 99),
             "server_jobs_written": self.server_written,
         }
 
@@ -175,12 +194,14 @@ def _free_port() -> int:
         return port
 
 
-async def _rollout(port: int, workload: Any, nonce: str) -> tuple[list[float], list[float]]:
-    """One rollout on a fresh Connect stream; the gaps and the server's api_pre_ms."""
+async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> list[float]:
+    """One rollout on a fresh Connect stream; its gaps (tails and turnarounds go to result)."""
     from bidi_responses.client import AsyncResponsesClient
 
     gaps: list[float] = []
     pre: list[float] = []
+    item_done_at: float | None = None
+    previous_item_done_at: float | None = None
     async with (
         AsyncResponsesClient(f"127.0.0.1:{port}") as client,
         client.connect() as stream,
@@ -196,12 +217,20 @@ async def _rollout(port: int, workload: Any, nonce: str) -> tuple[list[float], l
             response: dict[str, Any] | None = None
             async for event in stream.create_events(**params):
                 kind = event["type"]
+                now = time.perf_counter()
                 if kind in FIRST_TOKEN and terminal_at is not None:
-                    gaps.append((time.perf_counter() - terminal_at) * 1000)
+                    gaps.append((now - terminal_at) * 1000)
                     terminal_at = None
+                    if previous_item_done_at is not None:
+                        result.turnarounds_ms.append((now - previous_item_done_at) * 1000)
+                elif kind == "response.output_item.done":
+                    item_done_at = now
                 elif kind == "response.completed":
-                    terminal_at = time.perf_counter()
+                    terminal_at = now
                     response = event["response"]
+                    if item_done_at is not None:
+                        result.tails_ms.append((now - item_done_at) * 1000)
+                    previous_item_done_at = item_done_at
                 elif kind == "error" or kind in ("response.failed", "response.incomplete"):
                     raise RuntimeError(f"turn {turn}: {event}")
             assert response is not None
@@ -221,7 +250,8 @@ async def _rollout(port: int, workload: Any, nonce: str) -> tuple[list[float], l
                     }
                 ],
             }
-    return gaps, pre[1:]  # the first turn has no predecessor in the stream
+    result.api_pre_ms.extend(pre[1:])  # the first turn has no predecessor in the stream
+    return gaps
 
 
 async def _start_server(
@@ -294,13 +324,16 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> d
             for mode in modes:
                 servers[mode] = await _start_server(mode, settings, Path(tmp))
             for mode in modes:  # warm caches, imports and the engine
-                await _rollout(servers[mode][1], workload, f"warmup-{mode}")
+                await _rollout(
+                    servers[mode][1], workload, f"warmup-{mode}", ModeResult(mode, [], [])
+                )
             for repeat in range(settings.repeats):
                 order = modes[repeat % len(modes) :] + modes[: repeat % len(modes)]
                 for mode in order:
-                    gaps, pre = await _rollout(servers[mode][1], workload, f"{mode}-{repeat}")
+                    gaps = await _rollout(
+                        servers[mode][1], workload, f"{mode}-{repeat}", results[mode]
+                    )
                     results[mode].gaps_ms.append(gaps)
-                    results[mode].api_pre_ms.extend(pre)
             for mode in modes:
                 results[mode].server_written = await _stop_server(servers[mode][0])
         finally:
@@ -324,7 +357,19 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> d
 
 def format_table(document: dict[str, Any]) -> str:
     """The summaries as an aligned text table."""
-    header = ["mode", "turns", "gap p50 ms", "p90", "p99", "repeat medians", "jobs written"]
+    header = [
+        "mode",
+        "turns",
+        "gap p50 ms",
+        "p90",
+        "p99",
+        "tail p50",
+        "p99",
+        "turnaround p50",
+        "p99",
+        "repeat medians",
+        "jobs written",
+    ]
     rows = [
         [
             s["mode"],
@@ -332,6 +377,10 @@ def format_table(document: dict[str, Any]) -> str:
             f"{s['gap_p50_ms']:.2f}",
             f"{s['gap_p90_ms']:.2f}",
             f"{s['gap_p99_ms']:.2f}",
+            f"{s['tail_p50_ms']:.2f}",
+            f"{s['tail_p99_ms']:.2f}",
+            f"{s['turnaround_p50_ms']:.2f}",
+            f"{s['turnaround_p99_ms']:.2f}",
             " ".join(f"{m:.2f}" for m in s["repeat_medians_ms"]),
             str(s["server_jobs_written"]),
         ]

@@ -71,6 +71,25 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="on SIGTERM/SIGINT, how long in-flight responses may take to finish (10)",
     )
     p.add_argument(
+        "--cache-budget-mb",
+        type=float,
+        default=None,
+        help="memory budget of all stream caches together, MiB (1024); least recently used "
+        "entries of any stream are evicted over it",
+    )
+    p.add_argument(
+        "--write-timeout-s",
+        type=float,
+        default=None,
+        help="cut off a client that reads nothing for this long (30)",
+    )
+    p.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="acknowledge responses before their ledger row and stored form are durable "
+        "(faster by one group-committed fsync; a crash can lose acknowledged responses)",
+    )
+    p.add_argument(
         "--drain-notice-s",
         type=float,
         default=None,
@@ -179,6 +198,12 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.workers = args.workers
     if config.workers < 1:
         raise ValueError(f"--workers must be at least 1, not {config.workers}")
+    if args.cache_budget_mb is not None:
+        config.cache.global_max_bytes = int(args.cache_budget_mb * 1024 * 1024)
+    if args.write_timeout_s is not None:
+        config.limits.write_timeout_s = args.write_timeout_s
+    if args.no_journal:
+        config.durability.journal = False
     # Without API keys: loopback only unless told otherwise (every worker builds this too).
     from bidi_responses.server.app import guard_public_bind
 

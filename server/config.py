@@ -32,7 +32,11 @@ class Limits:
     # Lanes (stream_id) one connection may open.
     max_lanes: int = 64
     # Server events buffered per stream before the producer waits for the client.
-    outbound_queue_events: int = 4096
+    outbound_queue_events: int = 512
+    # A client that takes no message for this long (it stopped reading, so the transport's
+    # buffers are full) is cut off: gRPC RESOURCE_EXHAUSTED, WebSocket close 1008, SSE ends.
+    # Its in-flight responses are cancelled.
+    write_timeout_s: float = 30.0
 
 
 @dataclass(slots=True)
@@ -41,6 +45,29 @@ class CacheConfig:
 
     max_responses: int = 1
     max_bytes: int = 512 * 1024 * 1024
+    # One budget across every stream's cache, in bytes of items and tokens as held in memory;
+    # over it, the least recently used entry of any stream is evicted (a continuation from it
+    # then falls back to the store, or gets previous_response_not_found).
+    global_max_bytes: int = 1024 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class DurabilityConfig:
+    """How finished responses are made durable (see ``server/core/journal.py``)."""
+
+    # Journal each response's ledger row and stored form, durably, before its terminal event.
+    # False acknowledges before the SQLite write lands (a crash can lose acknowledged work);
+    # it exists to measure what durability costs.
+    journal: bool = True
+    # fdatasync each journal batch (False: survives a process crash, not a machine crash).
+    fsync: bool = True
+    segment_bytes: int = 4 * 1024 * 1024
+    # Longest wait between retries of a failing SQLite write.
+    max_retry_delay_s: float = 2.0
+    # While the journal cannot write, how often to check whether it can again.
+    probe_interval_s: float = 1.0
+    # At shutdown, how long to wait for queued SQLite writes (the rest stay in the journal).
+    drain_timeout_s: float = 30.0
 
 
 @dataclass(slots=True)
@@ -215,6 +242,7 @@ class ServerConfig:
     # arguments. TOML: ``[stage_settings.secrets]`` then ``block = true``.
     stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     post_queue_size: int = 1024
+    durability: DurabilityConfig = field(default_factory=DurabilityConfig)
     grace_period_s: float = 10.0
     # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
     trim_memory_idle_s: float = 1.0
@@ -240,6 +268,11 @@ class ServerConfig:
     def store_path(self) -> Path:
         """The SQLite file holding stored responses and the usage ledger."""
         return Path(self.data_dir) / "responses.db"
+
+    @property
+    def journal_dir(self) -> Path:
+        """Where each process keeps its write-ahead journal segments."""
+        return Path(self.data_dir) / "journal"
 
     @property
     def compaction_key_path(self) -> Path:

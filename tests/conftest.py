@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -134,3 +135,12 @@ async def collect_until_terminal(events: Any) -> list[dict[str, Any]]:
         ):
             break
     return seen
+
+
+async def until(predicate: Callable[[], bool], interval_s: float = 0.002) -> None:
+    """Poll ``predicate`` until it holds (callers bound the wait with ``asyncio.timeout``);
+    for state that another process or a background task changes without an event to await."""
+    while True:
+        if predicate():
+            return
+        await asyncio.sleep(interval_s)

@@ -22,6 +22,8 @@ class Counters:
     api_post_ms_total: float = 0.0
     stage_items_total: dict[str, int] = field(default_factory=dict)
     stage_ms_total: dict[str, float] = field(default_factory=dict)
+    # Streams cut off because the client stopped reading (write timeout).
+    write_timeouts: int = 0
 
     def record(self, stats: ResponseStats) -> None:
         """Add one finished response's counters."""
@@ -51,5 +53,6 @@ class Counters:
             "stage_items_total": dict(self.stage_items_total),
             "stage_ms_total": {k: round(v, 3) for k, v in self.stage_ms_total.items()},
             "process_cpu_seconds": round(times.user + times.system, 6),
+            "write_timeouts_total": self.write_timeouts,
             **extra,
         }

@@ -221,6 +221,11 @@ class PostgresStore:
         if self._pending.get(response_id) is record:
             del self._pending[response_id]
 
+    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+        """Several ``write``s (each its own transaction; each is idempotent)."""
+        for record, ledger in jobs:
+            await self.write(record, ledger)
+
     async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
         pool = self._require()

@@ -34,7 +34,12 @@ from bidi_responses.server.core.requests import (
     parse_create,
     parse_input,
 )
-from bidi_responses.server.core.state import ConversationState, ResponseCache, common_prefix
+from bidi_responses.server.core.state import (
+    ConversationState,
+    ResponseCache,
+    common_prefix,
+    object_bytes,
+)
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
@@ -48,7 +53,7 @@ from bidi_responses.server.engines.base import (
     ItemStart,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
-from bidi_responses.server.pipeline.post import PostJob
+from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
 from bidi_responses.server.pipeline.routing import Route
 
 if TYPE_CHECKING:
@@ -233,6 +238,7 @@ class ResponseRun:
                 request = self._parse()
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
+                core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
             except ApiError as error:
@@ -246,7 +252,7 @@ class ResponseRun:
                 # The stream went away (client gone, or the server stopping after its grace
                 # period): no terminal event can be sent, but a started response still gets
                 # its ledger row, so usage is never lost.
-                await self._abandon()
+                self._abandon()
                 raise
             current = asyncio.current_task()
             if current is not None:
@@ -545,9 +551,7 @@ class ResponseRun:
         added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
-            for value in item.values():
-                if isinstance(value, str):
-                    state.text_chars += len(value)
+            state.item_bytes += object_bytes(item)
         return added
 
     async def _respond(self, request: CreateRequest) -> None:
@@ -810,7 +814,21 @@ class ResponseRun:
             self._posted = True
             await core.post.write_through(job)
         else:
-            await core.post.put(job)
+            try:
+                # Durable (journal) before the terminal event; the store write comes later.
+                await core.post.put(job)
+            except StorageUnavailable as exc:
+                # What cannot be made durable is never reported done: the response fails.
+                if self.lane.cache is not None:
+                    self.lane.cache.take(self.id)
+                outcome = record.status = "failed"
+                record.completed_at = None
+                record.error = {
+                    "code": "storage_unavailable",
+                    "message": f"The response could not be stored ({exc}); it was not kept.",
+                }
+                snapshot = record.snapshot()
+                await core.post.put(PostJob(None, self._ledger_row()))
             self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
         self._observe(record.status)
@@ -882,7 +900,7 @@ class ResponseRun:
             completed_at=record.completed_at,
         )
 
-    async def _abandon(self) -> None:
+    def _abandon(self) -> None:
         """Queue the ledger row of a started response that the stream's end cut short."""
         if self.record is None or not self._started or self._posted:
             return
@@ -892,11 +910,10 @@ class ResponseRun:
         self.record.usage = self._usage
         self.core.counters.record(self.record.stats)
         self._observe("cancelled")
-        try:
-            stored = self._stored(self.record.snapshot())
-            await self.core.post.put(PostJob(stored, self._ledger_row()))
-        except asyncio.CancelledError:
-            self.core.log.warning("ledger row of %s not queued (cancelled twice)", self.id)
+        # No client waits for it, and the stream's task is being cancelled: the queue makes
+        # it durable on its own (and its drain waits for it). A ``store: true`` response is
+        # stored with the output it had.
+        self.core.post.submit(PostJob(self._stored(self.record.snapshot()), self._ledger_row()))
 
     def _stored_input(self, self_contained: bool) -> list[Item]:
         """The input items a stored response keeps (see ``Store``)."""

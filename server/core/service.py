@@ -23,19 +23,21 @@ from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.handoff import StateTier
+from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.limits import TenantLimiter
 from bidi_responses.server.core.memory import IdleTrimmer
 from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.state import MemoryBudget
 from bidi_responses.server.core.store_backend import ResponseStore, open_store
 from bidi_responses.server.core.surface import SurfaceOps
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.pipeline import build_pipeline
-from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostQueue
+from bidi_responses.server.pipeline.post import PostQueue
 from bidi_responses.server.pipeline.routing import Router
 
 
@@ -66,11 +68,26 @@ class ResponsesCore(SurfaceOps):
         self.state_tier: StateTier | None = (
             self.store if config.store.state_handoff and isinstance(self.store, StateTier) else None
         )
+        durability = config.durability
+        # Acknowledged before the store write lands: the job is made durable in this
+        # process's journal first. (A turn acknowledged only after its write needs none.)
+        journal = (
+            Journal(
+                config.journal_dir,
+                segment_bytes=durability.segment_bytes,
+                sync=durability.fsync,
+            )
+            if durability.journal and not self.ack_after_write
+            else None
+        )
         self.post = PostQueue(
             self.store,
             config.post_queue_size,
-            dead_letter=config.store_path.parent / dead_letter_name(config),
+            journal=journal,
+            max_retry_delay_s=durability.max_retry_delay_s,
+            probe_interval_s=durability.probe_interval_s,
         )
+        self.cache_budget = MemoryBudget(config.cache.global_max_bytes)
         # Set by ``begin_drain`` on shutdown: new responses are refused from then on.
         self.draining = False
         # Called once when a drain begins (the health service turns NOT_SERVING).
@@ -107,9 +124,10 @@ class ResponsesCore(SurfaceOps):
         )
 
     async def start(self) -> None:
-        """Connect the store, then start background work (the post-inference writer)."""
+        """Connect the store, replay the journal, then start background work (the
+        post-inference writer)."""
         await self.store.open()
-        self.post.start()
+        await self.post.start()
 
     def begin_drain(self) -> None:
         """From now on refuse new responses (``server_shutting_down``) and report NOT_SERVING
@@ -145,7 +163,7 @@ class ResponsesCore(SurfaceOps):
         await self.background.close()
         for session in list(self._sessions):
             await session.close()
-        await self.post.drain()
+        await self.post.drain(self.config.durability.drain_timeout_s)
         await self.router.aclose()
         await self.store.aclose()
         await self.pipeline.close()
@@ -319,13 +337,8 @@ class ResponsesCore(SurfaceOps):
             streams_open=self.sessions_open,
             route_resolutions_total=self.router.resolutions,
             post_queue_depth=self.post.depth,
-            post_queue={
-                "written": self.post.written,
-                "retried": self.post.retried,
-                "failed": self.post.failed,
-                "replayed": self.post.replayed,
-                "full_waits": self.post.full_waits,
-            },
+            post_queue=self.post.counters(),
+            cache=self.cache_budget.counters(),
             failover=dict(self.failover),
         )
 
@@ -337,11 +350,3 @@ def _create_event(body: Any) -> Any:
         event.pop("stream_id", None)
         event["type"] = "response.create"
     return event
-
-
-def dead_letter_name(config: ServerConfig) -> str:
-    """One dead-letter file per worker process, so that workers never share one."""
-    if config.workers <= 1:
-        return DEAD_LETTER_NAME
-    stem, _, suffix = DEAD_LETTER_NAME.rpartition(".")
-    return f"{stem}.w{config.worker_index}.{suffix}"

@@ -222,7 +222,9 @@ class Session:
                 )
             cache_config = self.core.config.cache
             cache = (
-                ResponseCache(cache_config.max_responses, cache_config.max_bytes)
+                ResponseCache(
+                    cache_config.max_responses, cache_config.max_bytes, self.core.cache_budget
+                )
                 if self.stateful
                 else None
             )

@@ -10,6 +10,7 @@ response it referenced, exactly as the hosted WebSocket mode does.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -17,6 +18,22 @@ from typing import Any
 
 from bidi_responses.server.core.render import Renderer, TokenArray
 from bidi_responses.server.core.requests import Item
+
+# The state object, its small containers, the last response's envelope, stage state.
+_STATE_OVERHEAD = 8192
+
+
+def object_bytes(value: Any) -> int:
+    """Bytes a JSON-shaped value holds in memory (dicts, lists, strings, numbers), counted
+    once when an item joins a conversation so the caches bound real memory, not token counts."""
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            size += sys.getsizeof(key) + object_bytes(inner)
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            size += object_bytes(inner)
+    return size
 
 
 @dataclass(slots=True)
@@ -38,14 +55,22 @@ class ConversationState:
     stored_chain: bool = True
     last_response: dict[str, Any] | None = None
     stage_state: dict[str, Any] = field(default_factory=dict)
-    text_chars: int = 0
+    # Bytes the items hold as Python objects (dicts, lists, strings), added as items join.
+    item_bytes: int = 0
     # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
     # format renders the conversation again.
     format_name: str | None = None
 
     def approx_bytes(self) -> int:
-        """Memory held, for the cache's byte budget: tokens plus item text plus overhead."""
-        return self.tokens.itemsize * len(self.tokens) + 2 * self.text_chars + 512 * len(self.items)
+        """Memory held, for the caches' byte budgets: the token array as allocated, the items
+        as Python objects, and a fixed allowance for the rest (maps, last response, stages)."""
+        return (
+            sys.getsizeof(self.tokens)
+            + self.item_bytes
+            + 8 * len(self.items)
+            + 200 * (len(self.call_names) + len(self.answered_calls))
+            + _STATE_OVERHEAD
+        )
 
     def set_prefix(
         self,
@@ -85,15 +110,61 @@ def common_prefix(a: TokenArray, b: TokenArray) -> int:
     return lo
 
 
+class MemoryBudget:
+    """One byte budget over every stream's cache, with least-recently-used eviction.
+
+    Each cache entry is charged here when stored and released when taken back, dropped or
+    evicted. Storing an entry that takes the total over the budget evicts the least recently
+    stored entries of any stream until it fits.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.evictions = 0
+        self._lru: OrderedDict[tuple[int, str], tuple[ResponseCache, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def charge(self, cache: ResponseCache, response_id: str, size: int) -> None:
+        """Account a new entry, evicting others (least recently stored first) to fit it."""
+        self._lru[(id(cache), response_id)] = (cache, size)
+        self.used += size
+        while self.used > self.max_bytes and self._lru:
+            (_, victim_id), (victim, _) = next(iter(self._lru.items()))
+            victim.drop(victim_id)
+            self.evictions += 1
+
+    def release(self, cache: ResponseCache, response_id: str) -> None:
+        """An entry left its cache."""
+        entry = self._lru.pop((id(cache), response_id), None)
+        if entry is not None:
+            self.used -= entry[1]
+
+    def counters(self) -> dict[str, int]:
+        """Budget, bytes held, entries and evictions, for the stats call."""
+        return {
+            "global_max_bytes": self.max_bytes,
+            "bytes_used": self.used,
+            "entries": len(self._lru),
+            "evictions": self.evictions,
+        }
+
+
 class ResponseCache:
     """Bounded map from response id to the conversation state after that response.
 
-    Bounded by entry count and by approximate bytes; the least recently stored entry goes first.
+    Bounded by entry count and by bytes, per lane and (with a ``MemoryBudget``) across every
+    stream; the least recently stored entry goes first.
     """
 
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
+    def __init__(
+        self, max_entries: int, max_bytes: int, budget: MemoryBudget | None = None
+    ) -> None:
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self._budget = budget
         self._entries: OrderedDict[str, tuple[ConversationState, int]] = OrderedDict()
         self._bytes = 0
 
@@ -105,7 +176,7 @@ class ResponseCache:
 
     @property
     def bytes_used(self) -> int:
-        """Approximate bytes held."""
+        """Bytes held."""
         return self._bytes
 
     def take(self, response_id: str) -> ConversationState | None:
@@ -114,24 +185,34 @@ class ResponseCache:
         if entry is None:
             return None
         self._bytes -= entry[1]
+        if self._budget is not None:
+            self._budget.release(self, response_id)
         return entry[0]
 
+    def drop(self, response_id: str) -> None:
+        """Forget an entry (evicted)."""
+        self.take(response_id)
+
     def put(self, response_id: str, state: ConversationState) -> int:
-        """Keep ``state`` under ``response_id``, evicting the oldest entries over budget;
-        returns how many were evicted (a state too large to keep counts as one)."""
+        """Keep ``state`` under ``response_id``, evicting the oldest entries over this lane's
+        budget; returns how many were evicted (a state too large to keep counts as one).
+        Entries evicted by the global budget are counted there."""
         if self._max_entries <= 0:
             return 0
-        size = state.approx_bytes()
-        if size > self._max_bytes:
-            return 1
         self.take(response_id)
+        size = state.approx_bytes()
+        if size > self._max_bytes or (self._budget is not None and size > self._budget.max_bytes):
+            return 1
         evictions = 0
+        while self._entries and (
+            len(self._entries) >= self._max_entries or self._bytes + size > self._max_bytes
+        ):
+            self.take(next(iter(self._entries)))
+            evictions += 1
         self._entries[response_id] = (state, size)
         self._bytes += size
-        while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self._bytes -= evicted
-            evictions += 1
+        if self._budget is not None:
+            self._budget.charge(self, response_id, size)
         return evictions
 
     def entries(self) -> list[tuple[str, ConversationState]]:
@@ -140,5 +221,5 @@ class ResponseCache:
 
     def clear(self) -> None:
         """Drop everything (the stream ended)."""
-        self._entries.clear()
-        self._bytes = 0
+        for response_id in list(self._entries):
+            self.take(response_id)

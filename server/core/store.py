@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,7 +61,8 @@ CREATE TABLE IF NOT EXISTS usage_ledger (
 # A deleted response disappears for clients at once (GET, input items and continuing from it
 # give not found, as in the hosted API) but its row stays, hidden, while a later stored
 # response still resolves its history through it; the last such response's deletion removes
-# the rows for good.
+# the rows for good. The tombstone itself is kept, so that replaying the journal after a crash
+# cannot bring a deleted response back.
 _TOMBSTONES = """
 CREATE TABLE IF NOT EXISTS deleted_responses (
     id TEXT PRIMARY KEY,
@@ -137,11 +139,13 @@ class Store:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             # Worker processes share the file: WAL lets readers run beside the one writer,
-            # and a writer waits for another process's write instead of failing.
+            # and a writer waits for another process's write instead of failing. FULL (below):
+            # a commit is on disk when it returns, so the journal segment that held the job
+            # can be deleted.
             conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S)
             conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
         return conn
 
@@ -178,14 +182,41 @@ class Store:
 
     async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
+        await self.write_many([(record, ledger)])
 
-        def work() -> None:
-            conn = self._conn()
-            with conn:
+    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+        """Write several responses and ledger rows in one durable transaction.
+
+        Idempotent by response id: a row already there is kept, and a deleted response stays
+        deleted (journal replay may repeat a write that already landed): its row is written
+        hidden and purged at once unless a later response's history still needs it.
+        """
+        needed = self._needed_by_pending()
+        await self._run(partial(self._write_many, jobs, needed))
+        for record, _ in jobs:
+            if record is None:
+                continue
+            response_id = record.response["id"]
+            if self._pending.get(response_id) is record:
+                del self._pending[response_id]
+            self._deleted_pending.discard(response_id)
+
+    def _needed_by_pending(self) -> set[str | None]:
+        """Responses whose rows queued continuations will need once they are written."""
+        return {r.previous_response_id for r in self._pending.values() if not r.self_contained}
+
+    def _write_many(
+        self,
+        jobs: list[tuple[StoredResponse | None, LedgerRow | None]],
+        needed: set[str | None],
+    ) -> None:
+        conn = self._conn()
+        with conn:
+            for record, ledger in jobs:
                 if record is not None:
                     resp = record.response
                     conn.execute(
-                        "INSERT OR REPLACE INTO responses (id, previous_response_id, created_at, "
+                        "INSERT OR IGNORE INTO responses (id, previous_response_id, created_at, "
                         "response_json, input_json, self_contained, instructions, tenant) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
@@ -199,6 +230,7 @@ class Store:
                             record.tenant,
                         ),
                     )
+                    _purge(conn, resp["id"], needed)
                 if ledger is not None:
                     # One row per response: the first wins, except that a finished attempt
                     # replaces the "cancelled" row of an attempt cut short (a retried turn
@@ -222,15 +254,6 @@ class Store:
                             ledger.completed_at,
                         ),
                     )
-
-        await self._run(work)
-        if record is not None:
-            response_id = record.response["id"]
-            if self._pending.get(response_id) is record:
-                del self._pending[response_id]
-            if response_id in self._deleted_pending:
-                await self._delete(response_id)
-                self._deleted_pending.discard(response_id)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -301,11 +324,22 @@ class Store:
         if response_id in self._pending:
             if response_id in self._deleted_pending:
                 return False
-            # The write is still queued: hide it now and delete once it lands.
+            # The write is still queued: hide it now; the write lands hidden and is purged
+            # unless a later response needs it. The tombstone, written now, keeps a journal
+            # replay after a crash from bringing it back.
             self._deleted_pending.add(response_id)
+
+            def tombstone() -> None:
+                conn = self._conn()
+                with conn:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO deleted_responses VALUES (?, ?)",
+                        (response_id, int(time.time())),
+                    )
+
+            await self._run(tombstone)
             return True
-        # Queued continuations that will need this response's row once they are written.
-        needed = {r.previous_response_id for r in self._pending.values() if not r.self_contained}
+        needed = self._needed_by_pending()
 
         def work() -> bool:
             conn = self._conn()
@@ -376,8 +410,8 @@ def _purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) 
         row = conn.execute(
             "SELECT previous_response_id, self_contained FROM responses WHERE id = ?", (current,)
         ).fetchone()
+        # The tombstone stays: a journal replay must not write the row back.
         conn.execute("DELETE FROM responses WHERE id = ?", (current,))
-        conn.execute("DELETE FROM deleted_responses WHERE id = ?", (current,))
         current = row[0] if row is not None and not row[1] else None
 
 
@@ -388,6 +422,7 @@ def prepare_database(path: Path) -> None:
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
+        conn.executescript(_TOMBSTONES)
     finally:
         conn.close()
 

@@ -48,6 +48,10 @@ class ResponseStore(Protocol):
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
         ...
 
+    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+        """Several ``write``s, durable when it returns (one transaction where possible)."""
+        ...
+
     # Tenancy: every record has an owner (``StoredResponse.tenant``, None on an open server).
     # Reads and deletes take the caller's tenant and treat another tenant's record exactly
     # like a missing one.

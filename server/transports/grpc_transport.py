@@ -113,6 +113,17 @@ class Delivery:
         return messages
 
 
+def _write_timeout(seconds: float) -> ApiError:
+    """The status of a stream cut off because its client stopped reading."""
+    return ApiError(
+        f"The client read nothing for {seconds:g} s (write timeout); the stream was closed "
+        "and its in-flight responses cancelled.",
+        code="write_timeout",
+        status=429,
+        type="server_error",
+    )
+
+
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """Protobuf in, core calls, protobuf out. Holds no state of its own."""
 
@@ -192,15 +203,18 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         encoder = ProtoEncoder()
         delivery = Delivery()
         label = quota if tenant is None else None
-        # Tell the client at once that the stream is up (a WebSocket handshake does the same),
-        # so it can pay the call's set-up when it opens the stream rather than in its first
-        # turn, where 200 streams opened together would all pay it at the same moment.
-        await context.send_initial_metadata(())
+        write_timeout = core.config.limits.write_timeout_s
 
         async def read() -> None:
             nonlocal delivery
             try:
-                async for raw in request_iterator:
+                # context.read() rather than request_iterator: grpc's iterator keeps the last
+                # message alive while it waits for the next, and an idle stream must not hold
+                # its last message (it may be megabytes of input the cache budget does not see).
+                while True:
+                    raw: object = await context.read()
+                    if raw is grpc.aio.EOF or not isinstance(raw, bytes):
+                        break
                     received = time.perf_counter()
                     try:
                         request = decode_message(pb.ConnectRequest, raw)
@@ -208,6 +222,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                         error = _undecodable(problem, "Connect")
                         await session.emit("", error_event(400, error.to_error_object()))
                         continue
+                    finally:
+                        del raw
                     if request.HasField("delivery"):
                         # Applies to everything the session emits from here on.
                         try:
@@ -222,30 +238,59 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
                         if request.WhichOneof("event") is None:
                             continue  # options only
                     event = decoder.client_event(request)
+                    del request
                     if label is not None and event.get("type") == "response.create":
                         # Open server: the token's label stands in for a tenant in the ledger.
                         event.setdefault("user", label)
                     await session.handle(event, received)
+                    del event
             except Exception:
                 # Reading failed on the server's side: end the call rather than leave it open.
                 log.exception("Connect: reading the client's messages failed")
             await session.finish()
 
-        reader = asyncio.get_running_loop().create_task(read(), name="connect-reader")
+        # Headers first, on their own: a stalled client must not leave them pending with a
+        # large first message, or the status that cuts it off could not be sent.
+        await context.send_initial_metadata(())
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(read(), name="connect-reader")
         session.start_age_limit()
+        # When the pending write began (None: none pending). A write waits while HTTP/2 flow
+        # control says the client's window is full: a client that stopped reading is cut off
+        # instead of held forever.
+        write_started: float | None = None
+
+        async def watch_writes() -> None:
+            while True:
+                started = write_started
+                wait = write_timeout / 4
+                if started is not None:
+                    wait = min(wait, started + write_timeout - loop.time())
+                    if wait <= 0:
+                        break
+                await asyncio.sleep(wait)
+            core.counters.write_timeouts += 1
+            await core.close_session(session)  # cancels in-flight engine work
+            with contextlib.suppress(Exception):
+                await abort(context, _write_timeout(write_timeout))
+
+        watchdog = loop.create_task(watch_writes(), name="connect-write-watch")
         try:
             # Take every event that is ready; one message each, or batched if asked for.
             async for ready in session.event_batches(streaming.max_batch_events):
                 for message in delivery.messages(encoder, ready):
+                    write_started = loop.time()
                     yield message
+                    write_started = None
             if session.end_error is not None:
                 # The server ended the stream (age limit, drain): a status that says so, so
                 # clients and meshes retry elsewhere instead of reading it as success.
                 await abort(context, session.end_error)
         finally:
+            watchdog.cancel()
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-            await core.close_session(session)
+            await asyncio.gather(reader, watchdog, return_exceptions=True)
+            await core.close_session(session)  # cancels in-flight engine work
             left = self._per_connection.get(peer, 1) - 1
             if left > 0:
                 self._per_connection[peer] = left

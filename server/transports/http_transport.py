@@ -54,6 +54,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 __all__ = [
     "HttpTransport",
@@ -70,11 +71,12 @@ __all__ = [
 # one of the codes the SDK reconnects after.
 WS_CLOSE_NORMAL = 1000
 WS_CLOSE_RESTART = 1012
+# A client that stopped reading (write timeout): "policy violation", with a reason.
+WS_CLOSE_POLICY = 1008
 
-# Frames above max_message_bytes and up to this multiple of it are read and answered with an
-# error event, keeping the socket; larger ones are refused by the WebSocket layer from the
-# frame header alone (close 1009), so a client cannot make the server buffer unbounded data.
-_WS_HARD_LIMIT_FACTOR = 2
+# After closing a stalled client, how long the close frame may wait for it before the socket
+# is dropped.
+_STALLED_CLOSE_S = 10.0
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -351,8 +353,9 @@ class HttpTransport:
                     type="server_error",
                 )
             return _event_error_response(first, limiter.headers(quota_key))
-        return StreamingResponse(
+        return _SseResponse(
             _sse_stream(first, events),
+            self._core,
             media_type="text/event-stream",
             headers={**SSE_HEADERS, **limiter.headers(quota_key)},
         )
@@ -509,6 +512,7 @@ class HttpTransport:
             if problem is not None:
                 # Through the session's queue, so it is ordered with everything else sent.
                 await session.emit("", error_event(problem.status, problem.to_error_object()))
+                del message, text
                 continue
             if isinstance(event, dict) and event.get("type") == "response.create":
                 # The socket always streams; clients (Codex, the SDK examples) still send it.
@@ -516,16 +520,32 @@ class HttpTransport:
                 if conn.tenant is not None and event.get("user") is None:
                     event["user"] = conn.tenant
             await session.handle(event, received)
+            # An idle connection must not keep its last frame (it may be megabytes of input
+            # that the cache budget does not see) alive in this frame.
+            del message, text, event
 
     async def _write(self, conn: _Connection) -> None:
         websocket = conn.websocket
+        write_timeout = self._core.config.limits.write_timeout_s
+        frames: AsyncIterator[str]
         if conn.batch_frames:
             limit = self._core.config.streaming.max_batch_events
-            async for ready in conn.session.event_batches(limit):
-                await websocket.send_text(ws_batch_frame(ready))
+            frames = (ws_batch_frame(ready) async for ready in conn.session.event_batches(limit))
         else:
-            async for out in conn.session.events():
-                await websocket.send_text(ws_frame(out))
+            frames = (ws_frame(out) async for out in conn.session.events())
+        async for frame in frames:
+            # A send waits while the socket's write buffer is full: a client that stopped
+            # reading is cut off after the write timeout instead of held forever.
+            try:
+                async with asyncio.timeout(write_timeout):
+                    await websocket.send_text(frame)
+            except TimeoutError:
+                self._core.counters.write_timeouts += 1
+                await self._core.close_session(conn.session)  # cancels in-flight engine work
+                await websocket.close(
+                    WS_CLOSE_POLICY, f"write timeout: nothing read for {write_timeout:g} s"
+                )
+                return
         # The session ended from the server side: the age limit (its error event was the last
         # frame) or a drain at shutdown.
         await websocket.close(conn.close_code, conn.close_reason)
@@ -550,6 +570,32 @@ class HttpTransport:
         for task in finishing:
             task.cancel()
         await asyncio.gather(*finishing, return_exceptions=True)
+
+
+class _SseResponse(StreamingResponse):
+    """An SSE response whose writes give up after the write timeout: a client that stopped
+    reading loses its connection, and its response is cancelled (the event iterator closes)."""
+
+    def __init__(self, content: AsyncIterator[bytes], core: ResponsesCore, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._core = core
+
+    async def stream_response(self, send: Any) -> None:
+        """Stream the events; stop (the connection drops) at a write that times out."""
+        write_timeout = self._core.config.limits.write_timeout_s
+
+        async def timed_send(message: Any) -> None:
+            async with asyncio.timeout(write_timeout):
+                await send(message)
+
+        try:
+            await super().stream_response(timed_send)
+        except TimeoutError:
+            self._core.counters.write_timeouts += 1
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 async def _sse_stream(
@@ -598,6 +644,25 @@ class _EmbeddedServer(uvicorn.Server):
     def capture_signals(self) -> Generator[None, None, None]:
         """Install no signal handlers (``app.serve`` has its own graceful stop)."""
         yield
+
+
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, except that closing never waits for a client that
+    stopped reading: the close frame joins the buffered data, and the socket is dropped if
+    the client still reads nothing for a while."""
+
+    async def send(self, message: Any) -> None:
+        """Send an ASGI message; a close goes out at once even while writing is paused."""
+        if (
+            message["type"] == "websocket.close"
+            and self.handshake_complete
+            and not self.writable.is_set()
+        ):
+            self.writable.set()
+            await super().send(message)
+            self.loop.call_later(_STALLED_CLOSE_S, self.transport.abort)
+            return
+        await super().send(message)
 
 
 class _DenialLogFilter(logging.Filter):
@@ -658,8 +723,9 @@ async def start_http_server(
         log_config=None,
         access_log=False,
         http="auto",
-        ws="websockets-sansio",
-        ws_max_size=limit * _WS_HARD_LIMIT_FACTOR,
+        ws=_WebSocketProtocol,
+        # Refused from the frame header (close 1009), before the payload is buffered.
+        ws_max_size=limit,
         server_header=False,
     )
     config.load()

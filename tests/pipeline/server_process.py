@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -60,16 +60,25 @@ class ServerLog:
 
 @asynccontextmanager
 async def serve_process(
-    data_dir: Path, *, args: Sequence[str] = FAST_FLAGS
+    data_dir: Path,
+    *,
+    args: Sequence[str] = FAST_FLAGS,
+    http_port: int | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, ServerLog]]:
-    """A server subprocess, yielded once it logs that it listens (event-driven readiness)."""
+    """A server subprocess, yielded once it logs that it listens (event-driven readiness).
+
+    gRPC only, unless ``http_port`` is given; ``preexec_fn`` runs in the child before the
+    server starts (to set resource limits, say).
+    """
     port = free_port()
+    http = ["--no-http"] if http_port is None else ["--http-port", str(http_port)]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bidi_responses.server.cli",
         "serve",
-        "--no-http",
+        *http,
         "--grpc-port",
         str(port),
         "--data-dir",
@@ -80,6 +89,7 @@ async def serve_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     log = ServerLog(process)
     try:

@@ -16,28 +16,31 @@ from typing import Any
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
-from bidi_responses.server.pipeline.post import DEAD_LETTER_NAME, PostJob, PostQueue
+from bidi_responses.server.pipeline.post import PostJob, PostQueue
 
-from tests.conftest import SHELL_TOOL, ServerFactory, make_config
+from tests.conftest import SHELL_TOOL, ServerFactory, make_config, until
 
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
-Write = Callable[[StoredResponse | None, LedgerRow | None], Awaitable[None]]
+Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
+WriteMany = Callable[[Jobs], Awaitable[None]]
 
 
 def _gate_writes(running: RunningServer) -> tuple[asyncio.Event, list[str]]:
-    """Make the server's store writes wait for the returned event; lists writes begun."""
+    """Make the server's SQLite writes wait for the returned event; lists writes begun."""
     store = running.core.store
-    real: Write = store.write
+    real: WriteMany = store.write_many
     gate = asyncio.Event()
     begun: list[str] = []
 
-    async def gated(record: StoredResponse | None, ledger: LedgerRow | None) -> None:
-        begun.append(ledger.response_id if ledger else "?")
+    async def gated(jobs: Jobs) -> None:
+        begun.extend(ledger.response_id if ledger else "?" for _, ledger in jobs)
         await gate.wait()
-        await real(record, ledger)
+        await real(jobs)
 
-    store.write = gated  # type: ignore[method-assign]
+    store.write_many = gated  # type: ignore[method-assign]
     return gate, begun
 
 
@@ -117,30 +120,21 @@ async def test_a_full_queue_makes_the_producer_wait(
 ) -> None:
     async with asyncio.timeout(30):
         config = make_config(tmp_path)
-        config.post_queue_size = 1
+        # Job 1 stays queued while the writer (gated) writes it; job 2 fills the queue.
+        config.post_queue_size = 2
         running = await server_factory(config)
         post = running.core.post
         gate, begun = _gate_writes(running)
-        real_put = post.put
-        waiting = asyncio.Event()
-
-        async def put(job: PostJob) -> None:
-            if post.depth >= post.maxsize:
-                waiting.set()  # this producer is about to wait for room
-            await real_put(job)
-
-        post.put = put  # type: ignore[method-assign]
         async with (
             AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
             client.connect() as stream,
         ):
             one = await stream.create(model="sim-model", input="1", stream_id="a")
-            # The writer holds job 1 (waiting on the gate); job 2 fills the queue.
             two = await stream.create(model="sim-model", input="2", stream_id="b")
             third = asyncio.ensure_future(
                 stream.create(model="sim-model", input="3", stream_id="c")
             )
-            await waiting.wait()  # set just before the put finds the queue full
+            await until(lambda: post.full_waits > 0)  # job 3 is durable, waits for room
             assert post.full_waits == 1
             assert not third.done()  # its terminal event waits for room in the queue
             assert begun == [one.id]
@@ -164,11 +158,11 @@ class _FlakyStore:
     def unstage(self, response_id: str, record: StoredResponse) -> None:
         self.store.unstage(response_id, record)
 
-    async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
+    async def write_many(self, jobs: Jobs) -> None:
         if self.failures:
             self.failures -= 1
-            raise sqlite3.OperationalError("database is locked")
-        await self.store.write(record, ledger)
+            raise sqlite3.OperationalError("database or disk is full")
+        await self.store.write_many(jobs)
 
 
 def _row(response_id: str) -> LedgerRow:
@@ -189,29 +183,92 @@ def _row(response_id: str) -> LedgerRow:
     )
 
 
-async def test_failed_writes_are_retried_then_kept_and_replayed(tmp_path: Path) -> None:
+async def test_failed_writes_are_retried_and_storage_says_when_it_is_down(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with asyncio.timeout(30):
         store = Store(tmp_path / "responses.db")
-        dead = tmp_path / DEAD_LETTER_NAME
-        flaky: Any = _FlakyStore(store, failures=2)
-        queue = PostQueue(flaky, 8, dead_letter=dead, retries=3, retry_delay_s=0.001)
-        queue.start()
+        flaky: Any = _FlakyStore(store, failures=0)
+        journal = Journal(tmp_path / "journal")
+        queue = PostQueue(flaky, 8, journal=journal, retry_delay_s=0.001, max_retry_delay_s=0.01)
+        await queue.start()
         await queue.put(PostJob(None, _row("resp_a")))
         await queue.join()
-        assert (queue.written, queue.retried, queue.failed) == (1, 2, 0)
-        flaky.failures = 100  # the disk is gone for good
-        await queue.put(PostJob(None, _row("resp_b")))
-        await queue.drain()
-        assert queue.failed == 1 and dead.exists()
-        assert [r for r, _ in _ledger(tmp_path / "responses.db")] == ["resp_a"]
+        assert queue.written == 1 and queue.health.ok
+        assert journal.segments == 1  # the current segment stays open for appends
 
-        # The next start replays the kept job; a replay of a written one changes nothing.
-        dead.write_bytes(dead.read_bytes() + PostJob(None, _row("resp_a")).to_json() + b"\n")
-        again = PostQueue(store, 8, dead_letter=dead)
-        again.start()
-        await again.drain()
+        flaky.failures = 5  # the disk is full for a while
+        queue.admit(store=True)  # still fine: nothing has failed yet
+        await queue.put(PostJob(None, _row("resp_b")))
+        await queue.put(PostJob(None, _row("resp_c")))
+        await queue.join()
+        assert queue.written == 3 and queue.retried == 5
+        assert queue.health.ok and queue.health.outages == 1
+        # Logged once when it broke and once when it recovered, not once per attempt.
+        lines = [r.getMessage() for r in caplog.records if "storage" in r.getMessage()]
+        assert len(lines) == 2, lines
+        assert "database or disk is full" in lines[0] and "recovered" in lines[1]
+        await queue.drain()
         store.close()
-        assert again.replayed == 2 and not dead.exists()
+        assert sorted(r for r, _ in _ledger(tmp_path / "responses.db")) == [
+            "resp_a",
+            "resp_b",
+            "resp_c",
+        ]
+        assert not list((tmp_path / "journal").glob("*.journal"))  # all written: all gone
+
+
+async def test_store_true_work_is_refused_while_the_database_is_down(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
+        store = Store(tmp_path / "responses.db")
+        flaky: Any = _FlakyStore(store, failures=10**9)
+        queue = PostQueue(flaky, 8, journal=Journal(tmp_path / "journal"), retry_delay_s=0.001)
+        await queue.start()
+        await queue.put(PostJob(None, _row("resp_a")))
+        await until(lambda: not queue.health.ok)
+        with pytest.raises(ApiError) as refused:
+            queue.admit(store=True)
+        assert refused.value.status == 503 and refused.value.code == "storage_unavailable"
+        assert "database or disk is full" in refused.value.message
+        queue.admit(store=False)  # responses that store nothing go on
+        # Many of them, without waiting for room: the queue never stalls them.
+        for n in range(50):
+            await queue.put(PostJob(None, _row(f"resp_{n}_x")))
+        assert queue.full_waits == 0
+        flaky.failures = 0  # space returns
+        await queue.join()
+        assert queue.health.ok and queue.written == 51
+        await queue.drain()
+        store.close()
+
+
+async def test_the_journal_is_replayed_once_at_start(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
+        # A process that journaled two jobs and died before writing them to SQLite.
+        journal = Journal(tmp_path / "journal")
+        await journal.append(PostJob(None, _row("resp_a")).to_json())
+        await journal.append(PostJob(None, _row("resp_b")).to_json())
+        await journal.append(PostJob(None, _row("resp_a")).to_json())  # a repeat is harmless
+        segment = next((tmp_path / "journal").glob("*.journal"))
+        # An append cut short by the crash.
+        segment.write_bytes(segment.read_bytes() + b"\x10\x00\x00\x00torn")
+        store = Store(tmp_path / "responses.db")
+        live = PostQueue(store, 8, journal=Journal(tmp_path / "journal"))
+        await live.start()
+        # The writer is alive (it holds the segment's lock): its journal is not replayed.
+        assert live.replayed == 0 and segment.exists()
+        await live.drain()
+        await journal.close()  # as the process dies: the lock goes, the file stays
+
+        again = PostQueue(store, 8, journal=Journal(tmp_path / "journal"))
+        await again.start()
+        assert again.replayed == 3 and not segment.exists()
+        await again.drain()
+        third = PostQueue(store, 8, journal=Journal(tmp_path / "journal"))
+        await third.start()
+        assert third.replayed == 0
+        await third.drain()
+        store.close()
         assert sorted(r for r, _ in _ledger(tmp_path / "responses.db")) == ["resp_a", "resp_b"]
 
 

@@ -36,7 +36,7 @@ def test_state_encoding_round_trips() -> None:
         stored_chain=True,
         last_response={"id": "resp_1"},
         stage_state={"secrets": {"seen": {b"\x00\xff": None}, "found": 1}, "x": {"t": (1, 2)}},
-        text_chars=42,
+        item_bytes=42,
         format_name="harmony",
     )
     assert decode_state(encode_state(state)) == state
