@@ -8,7 +8,7 @@ BUF := node_modules/.bin/buf
 MODULES := build/modules.txt
 TYPED := server client bench cluster tests
 
-.PHONY: all install proto lint-proto lint typecheck check test test-all serve compare bench bench-compaction faults clean \
+.PHONY: all install proto lint-proto lint typecheck check test test-all serve compare bench bench-compaction fuzz soak faults clean \
 	postgres replicas failover replicas-throughput handoff-bench node-deps interop burst
 
 all: check test
@@ -90,6 +90,16 @@ serve: proto
 
 compare: proto
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
+FUZZ_INPUTS ?= 10000
+fuzz: proto
+	$(PY) -m tests.fuzz.run --inputs $(FUZZ_INPUTS)
+
+# N agents x T turns per transport on one server; SOAK_ARGS=--full runs 200 x 25.
+SOAK_ARGS ?=
+soak: proto
+	$(PY) -m bidi_responses.bench.soak $(SOAK_ARGS)
 
 # A burst of 3,000 Connect opens: each stream completes or gets a clear status (docs/mesh.md).
 burst: proto

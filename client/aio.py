@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -23,6 +24,8 @@ from bidi_responses.client.types import TERMINAL_EVENTS, Response, ResponsesErro
 from bidi_responses.codec import (
     EventDecoder,
     canonical_item,
+    decode_message,
+    deep_messages,
     flat_message_to_dict,
     item_to_dict,
     item_to_pb,
@@ -90,6 +93,14 @@ class ConnectStream:
         self.warnings: list[dict[str, Any]] = []
         #: gRPC messages received so far (a batch is one message carrying several events).
         self.messages_received = 0
+
+    async def established(self) -> None:
+        """Wait until the server has accepted the stream (its initial metadata arrived), so
+        the call's set-up is not paid inside the first turn."""
+        try:
+            await self._call.initial_metadata()
+        except grpc.aio.AioRpcError as error:
+            raise _status_error(error) from None
 
     def _queue(self, lane: str) -> asyncio.Queue[pb.ConnectResponse | None]:
         queue = self._lanes.get(lane)
@@ -171,9 +182,9 @@ class ConnectStream:
         self, stream_id: str, params: dict[str, Any]
     ) -> AsyncIterator[pb.ConnectResponse]:
         self._queue(stream_id)  # before sending: the end of the stream must reach this lane
-        await self.send(
-            pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
-        )
+        with deep_messages():  # tool schemas may nest past protobuf's default depth
+            request = pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+        await self.send(request)
         async for message in self._until_turn_ends(stream_id):
             yield message
 
@@ -201,12 +212,13 @@ class ConnectStream:
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
-        request = pb.ConnectRequest(
-            stream_id=stream_id,
-            response_append=pb.ResponseAppend(
-                response_id=response_id, input=[item_to_pb(i) for i in input]
-            ),
-        )
+        with deep_messages():
+            request = pb.ConnectRequest(
+                stream_id=stream_id,
+                response_append=pb.ResponseAppend(
+                    response_id=response_id, input=[item_to_pb(i) for i in input]
+                ),
+            )
         await self.send(request)
         async for message in self._until_turn_ends(stream_id):
             yield self._decoder.event(message)
@@ -215,12 +227,13 @@ class ConnectStream:
         self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
     ) -> Response:
         """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
-        request = pb.ConnectRequest(
-            stream_id=stream_id,
-            response_append=pb.ResponseAppend(
-                response_id=response_id, input=[item_to_pb(i) for i in input]
-            ),
-        )
+        with deep_messages():
+            request = pb.ConnectRequest(
+                stream_id=stream_id,
+                response_append=pb.ResponseAppend(
+                    response_id=response_id, input=[item_to_pb(i) for i in input]
+                ),
+            )
         await self.send(request)
         return await self._collect(self._until_turn_ends(stream_id))
 
@@ -299,6 +312,7 @@ class AsyncResponsesClient:
         self._delivery = delivery_options(batch_events=batch_events, snapshots=snapshots)
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)
+        _accept_deep_replies(self._stub, self._channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
 
     async def __aenter__(self) -> AsyncResponsesClient:
@@ -330,6 +344,7 @@ class AsyncResponsesClient:
         """
         stream = self.open_stream()
         try:
+            await stream.established()
             yield stream
         except BaseException:
             stream.abort()
@@ -339,10 +354,9 @@ class AsyncResponsesClient:
     async def create_events(self, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
-        call = self._stub.CreateResponse(
-            pb.CreateResponseRequest(params=params_to_pb(params), delivery=self._delivery),
-            metadata=self._metadata,
-        )
+        with deep_messages():
+            request = pb.CreateResponseRequest(params=params_to_pb(params), delivery=self._delivery)
+        call = self._stub.CreateResponse(request, metadata=self._metadata)
         try:
             async for message in call:
                 for event in unbatch(message.event):
@@ -465,3 +479,29 @@ class AsyncResponsesClient:
         """The server's cumulative counters."""
         reply = await self._unary(self._stub.GetStats, pb.GetStatsRequest())
         return flat_message_to_dict(reply)
+
+
+def _accept_deep_replies(stub: Any, channel: grpc.aio.Channel) -> None:
+    """Replace the stub's calls with ones whose replies may nest past protobuf's default of
+    100 levels: the server echoes tool schemas (Structs) as deep as it accepts them."""
+    service = pb.DESCRIPTOR.services_by_name["ResponsesService"]
+    for method in service.methods:
+        request_class = getattr(pb, method.input_type.name)
+        reply_class = getattr(pb, method.output_type.name)
+        path = f"/{service.full_name}/{method.name}"
+        kind = (
+            channel.stream_stream
+            if method.client_streaming
+            else channel.unary_stream
+            if method.server_streaming
+            else channel.unary_unary
+        )
+        setattr(
+            stub,
+            method.name,
+            kind(
+                path,
+                request_serializer=request_class.SerializeToString,
+                response_deserializer=functools.partial(decode_message, reply_class),
+            ),
+        )

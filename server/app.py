@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -83,19 +84,55 @@ class RunningServer:
             await core.close()
 
 
+class StartupError(Exception):
+    """The server cannot start: bad configuration, an unusable data directory, a model route
+    whose engine cannot be built, a port in use. The message is one line for the operator."""
+
+
+async def _open_core(config: ServerConfig) -> ResponsesCore:
+    try:
+        core = ResponsesCore(config)
+    except (OSError, sqlite3.Error) as error:
+        raise StartupError(
+            f"cannot use the data directory '{config.data_dir}' (the store at "
+            f"{config.store_path}): {error}"
+        ) from error
+    try:
+        core.router.build_all()
+    except (OSError, ValueError) as error:
+        await core.store.aclose()
+        raise StartupError(f"cannot build the engine of {error}") from error
+    return core
+
+
 async def start_server(config: ServerConfig, *, http: bool = True) -> RunningServer:
-    """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket."""
-    core = ResponsesCore(config)
+    """Start the core, gRPC and (unless ``http`` is False) HTTP+WebSocket.
+
+    Raises StartupError with a one-line reason when something the server needs is unusable.
+    """
+    core = await _open_core(config)
     await core.start()
-    grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
+    try:
+        grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
+    except (OSError, RuntimeError) as error:
+        await core.close()
+        raise StartupError(
+            f"cannot serve gRPC on {config.host}:{config.grpc_port}: {error}"
+        ) from error
     running = RunningServer(core=core, grpc_port=grpc_server.port, http_port=None, grpc=grpc_server)
 
     if http:
         from bidi_responses.server.transports.http_transport import start_http_server
 
-        stop_http, http_port = await start_http_server(
-            core, config.host, config.http_port, reuse_port=config.workers > 1
-        )
+        try:
+            stop_http, http_port = await start_http_server(
+                core, config.host, config.http_port, reuse_port=config.workers > 1
+            )
+        except OSError as error:
+            await running.stop(grace=0)
+            raise StartupError(
+                f"cannot serve HTTP on {config.host}:{config.http_port}: {error}"
+            ) from error
         running.http_port = http_port
         running._stops.insert(0, stop_http)
     return running

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
+from bidi_responses.server.core.logsafe import EscapingFormatter
 from bidi_responses.server.core.store_backend import check_store_url
 from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
@@ -211,18 +212,21 @@ def _config(args: argparse.Namespace) -> ServerConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bidi_responses.server.app import serve
+    from bidi_responses.server.app import StartupError, serve
 
     try:
         config = _config(args)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if config.workers > 1:
         from bidi_responses.server.workers import run_workers
 
         return run_workers(partial(_config, args), http=not args.no_http, log_level=args.log_level)
-    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
+    handler = logging.StreamHandler()
+    # Client strings can reach log lines; escaping them keeps every line the server's own.
+    handler.setFormatter(EscapingFormatter(LOG_FORMAT))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     from bidi_responses.server.core.store_backend import StoreUnavailable
 
     try:
@@ -231,6 +235,10 @@ def _serve(args: argparse.Namespace) -> int:
     except StoreUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except StartupError as error:
+        # One line, no traceback: what is wrong and where is all the operator needs.
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

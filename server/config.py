@@ -244,6 +244,8 @@ class ServerConfig:
     post_queue_size: int = 1024
     durability: DurabilityConfig = field(default_factory=DurabilityConfig)
     grace_period_s: float = 10.0
+    # Once no stream is open for this long, freed memory goes back to the OS (0 = never).
+    trim_memory_idle_s: float = 1.0
     # On SIGTERM, how long health reports NOT_SERVING (and new work gets UNAVAILABLE / 503)
     # before in-flight streams are told to finish: time for load balancers to notice.
     drain_notice_s: float = 0.0
@@ -303,6 +305,9 @@ def load_config(path: str | Path | None, **overrides: Any) -> ServerConfig:
             for alias, route_values in models.items():
                 route = RouteConfig()
                 _apply(route, route_values, f"{path}: models.{alias}")
+                if route.script_path is not None:
+                    # A path in the file means the same wherever the server is started from.
+                    route.script_path = str(Path(path).parent / Path(route.script_path))
                 config.models[alias] = route
     _apply(config, {k: v for k, v in overrides.items() if v is not None}, "overrides")
     return config

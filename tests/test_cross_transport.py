@@ -2,9 +2,9 @@
 
 Each scenario is a list of steps: a request (which may refer to earlier steps' responses) and
 its expected outcome. Every transport must reach the expected outcomes and the *same*
-normalized results: output items, usage, statuses, error codes and params. Ids and
-timestamps differ by nature, and so does ``cached_tokens``: it counts what a stream's cache
-reused, which HTTP (state from the durable store) never has.
+normalized results: output items, usage (``cached_tokens`` included: it is the prompt prefix
+shared with the previous response's context, however that context was found), statuses, error
+codes and params. Ids and timestamps differ by nature.
 
 The stateful transports chain through their connection cache; HTTP chains through the store
 (``store`` defaults to true), so the table also checks that both ways of resolving
@@ -541,7 +541,7 @@ def _item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def normalize(outcomes: list[Outcome]) -> list[Any]:
-    """Outcomes without ids, times and cache reuse; chains as step indexes."""
+    """Outcomes without ids and times; chains as step indexes."""
     ids = {
         o.response["id"]: i
         for i, o in enumerate(outcomes)
@@ -576,7 +576,8 @@ def normalize(outcomes: list[Outcome]) -> list[Any]:
                 "output": [_item(item) for item in r["output"]],
                 "usage": {
                     key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")
-                },
+                }
+                | {"cached_tokens": usage["input_tokens_details"]["cached_tokens"]},
             }
         )
     return result

@@ -11,20 +11,202 @@ repeats every turn, so decoder and encoder each keep a small memo of the last to
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any, Literal, get_args
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, ParamSpec, TypeVar, get_args
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import message, struct_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from bidi_responses.v1 import responses_pb2 as pb
+
+_M = TypeVar("_M", bound=message.Message)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_set_allow_oversize: Callable[[bool], None] | None
+try:  # upb: lifts the parse depth limit process-wide; deep_messages sets it around one use
+    from google._upb._message import SetAllowOversizeProtos as _set_allow_oversize
+except ImportError:  # another protobuf implementation: deep messages are refused
+    _set_allow_oversize = None
+
 
 # -- decoding (client -> core) -------------------------------------------------------------
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats)."""
-    result: dict[str, Any] = json_format.MessageToDict(struct)
-    return result
+    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats).
+
+    Written out rather than ``json_format.MessageToDict``, which raises on NaN and infinite
+    numbers: those reach the core as floats, and the core refuses them with a 400 naming the
+    field, as it does for every transport.
+    """
+    return {key: _value_to_py(value) for key, value in struct.fields.items()}
+
+
+def _value_to_py(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        return value.number_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return struct_to_dict(value.struct_value)
+    if kind == "list_value":
+        return [_value_to_py(v) for v in value.list_value.values]
+    return None
+
+
+# -- decoding raw messages -------------------------------------------------------------------
+
+#: protobuf's default nesting limit for parsing (upb, C++, Java): messages within messages.
+PROTOBUF_DEFAULT_DEPTH = 100
+#: The nesting this API accepts: a Struct spends three message levels per JSON object (the
+#: Struct, its map entry, the Value), so JSON nested 64 levels (the core's limit) needs ~200.
+API_MAX_DEPTH = 3 * 64 + 16
+
+
+_deep_active = False
+
+
+@contextlib.contextmanager
+def deep_messages() -> Iterator[None]:
+    """Lift protobuf's depth limit while building messages from checked data.
+
+    upb copies a sub-message (``Outer(inner=msg)``, ``CopyFrom``) by serializing and parsing
+    it, and that parse stops at 100 levels, so composing messages that hold deep tool schemas
+    fails without this. Synchronous and re-entrant; decoding untrusted bytes never runs inside
+    it (``decode_message`` applies its own bound first).
+    """
+    global _deep_active
+    if _deep_active or _set_allow_oversize is None:
+        yield
+        return
+    _deep_active = True
+    _set_allow_oversize(True)
+    try:
+        yield
+    finally:
+        _set_allow_oversize(False)
+        _deep_active = False
+
+
+def _deep(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``fn`` inside ``deep_messages``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with deep_messages():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class MessageDecodeError(ValueError):
+    """A message that cannot be decoded; ``param`` names the field when it is known."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def decode_message(cls: type[_M], data: bytes, *, max_depth: int = API_MAX_DEPTH) -> _M:
+    """Parse ``data`` as ``cls``, accepting nesting up to ``max_depth`` message levels.
+
+    protobuf parses at most 100 levels, which a deep tool schema in a Struct exceeds. Only a
+    message that fails the ordinary parse is walked (iteratively, in Python) to find out why:
+    invalid UTF-8 in a string field or nesting beyond ``max_depth`` is reported with the field's
+    path; nesting within ``max_depth`` is parsed again with the depth limit lifted.
+    """
+    try:
+        return cls.FromString(data)
+    except message.DecodeError:
+        pass
+    problem = wire_problem(data, cls.DESCRIPTOR, max_depth)
+    if problem is not None:
+        raise MessageDecodeError(*problem)
+    if _set_allow_oversize is not None:
+        try:
+            with deep_messages():
+                return cls.FromString(data)
+        except message.DecodeError:
+            pass
+    raise MessageDecodeError(f"The message could not be decoded as {cls.DESCRIPTOR.full_name}.")
+
+
+def wire_problem(data: bytes, descriptor: Any, max_depth: int) -> tuple[str, str | None] | None:
+    """Why ``data`` is not a valid ``descriptor`` message within ``max_depth`` levels, if it can
+    tell: ``(message, field path)``; None when the structure looks valid.
+
+    Iterative: a hostile message cannot exhaust the stack while it is checked.
+    """
+    # (descriptor, end offset, depth, path) of each open message; pos is shared.
+    stack: list[tuple[Descriptor, int, int, str]] = [(descriptor, len(data), 1, "")]
+    pos = 0
+    while stack:
+        desc, end, depth, path = stack[-1]
+        if pos >= end:
+            stack.pop()
+            continue
+        try:
+            tag, pos = _read_varint(data, pos)
+            number, wire_type = tag >> 3, tag & 7
+            if wire_type == 0:
+                _, pos = _read_varint(data, pos)
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            elif wire_type == 2:
+                length, pos = _read_varint(data, pos)
+                start, pos = pos, pos + length
+                if pos > end:
+                    return "The message is truncated.", path or None
+                field = desc.fields_by_number.get(number)
+                if field is None:
+                    continue
+                where = f"{path}.{field.name}" if path else field.name
+                if len(where) > 256:  # deep paths repeat themselves: keep both ends
+                    where = where[:120] + "..." + where[-120:]
+                if field.message_type is not None:
+                    if depth + 1 > max_depth:
+                        return (
+                            f"Invalid '{where}': messages may nest at most {max_depth} levels "
+                            "(JSON values at most 64).",
+                            where,
+                        )
+                    stack.append((field.message_type, pos, depth + 1, where))
+                    pos = start
+                elif field.type == FieldDescriptor.TYPE_STRING:
+                    try:
+                        data[start:pos].decode("utf-8")
+                    except UnicodeDecodeError:
+                        return f"Invalid '{where}': the string is not valid UTF-8.", where
+            else:
+                return "The message is not valid protobuf (bad wire type).", path or None
+        except IndexError:
+            return "The message is truncated.", path or None
+        if pos > end:
+            return "The message is truncated.", path or None
+    return None
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
 
 
 def _part_to_dict(part: pb.ContentPart) -> dict[str, Any]:
@@ -287,13 +469,46 @@ class ProtoDecoder:
 # -- encoding (core -> client) -------------------------------------------------------------
 
 
+@_deep
 def dict_to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
-    """A plain dict as a Struct."""
+    """A plain dict as a Struct.
+
+    Filled in place, level by level: ``Struct.update`` copies nested values through a parse
+    that stops at protobuf's default depth, and tool schemas nest deeper than that.
+    """
     struct = struct_pb2.Struct()
-    struct.update(value)
+    _fill_struct(struct, value)
     return struct
 
 
+def _fill_struct(struct: struct_pb2.Struct, value: dict[str, Any]) -> None:
+    fields = struct.fields
+    for key, item in value.items():
+        _fill_value(fields[key], item)
+
+
+def _fill_value(target: struct_pb2.Value, value: Any) -> None:
+    if value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        target.number_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, dict):
+        target.struct_value.SetInParent()
+        _fill_struct(target.struct_value, value)
+    elif isinstance(value, list | tuple):
+        values = target.list_value
+        values.SetInParent()
+        for item in value:
+            _fill_value(values.values.add(), item)
+    else:
+        raise TypeError(f"cannot put a {type(value).__name__} in a protobuf Struct")
+
+
+@_deep
 def part_to_pb(part: dict[str, Any]) -> pb.ContentPart:
     """A JSON content part as a ContentPart."""
     kind = part.get("type")
@@ -328,6 +543,7 @@ def function_call_to_pb(item: dict[str, Any]) -> pb.FunctionCallItem:
     )
 
 
+@_deep
 def item_to_pb(item: dict[str, Any]) -> pb.Item:
     """A JSON item as an Item (kinds without a typed case travel as ``other``)."""
     kind = item.get("type")
@@ -375,6 +591,7 @@ def item_to_pb(item: dict[str, Any]) -> pb.Item:
     return pb.Item(other=dict_to_struct(item))
 
 
+@_deep
 def tool_to_pb(tool: dict[str, Any]) -> pb.Tool:
     """A JSON tool as a Tool."""
     if tool.get("type") == "function":
@@ -495,6 +712,7 @@ class ProtoEncoder:
         # Serialized request echo per in-flight response id (see ``event_bytes``).
         self._echo: dict[tuple[str, bool], bytes] = {}
 
+    @_deep
     def event_bytes(self, lane: str, e: dict[str, Any]) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), building snapshots from a once-per-response request echo."""
@@ -527,6 +745,7 @@ class ProtoEncoder:
             self._tools_ref = tools
         return self._tools_pb
 
+    @_deep
     def response_to_pb(self, r: dict[str, Any], *, slim: bool = False) -> pb.Response:
         """A Response object (``slim``: without the echoed instructions and tools)."""
         response = self._progress_pb(r, slim)
@@ -587,6 +806,7 @@ class ProtoEncoder:
             response.stats.CopyFrom(stats_to_pb(r["stats"]))
         return response
 
+    @_deep
     def connect_response(self, lane: str, e: dict[str, Any]) -> pb.ConnectResponse:
         """A core event as a ConnectResponse."""
         kind = e["type"]
@@ -951,6 +1171,7 @@ _EVENT_TYPES = {
 }
 
 
+@_deep
 def params_to_pb(body: dict[str, Any]) -> pb.ResponseCreateParams:
     """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``)."""
     params = pb.ResponseCreateParams(model=body.get("model", ""))

@@ -70,3 +70,13 @@ def previous_response_not_found(response_id: str) -> ApiError:
 def not_found(what: str, ident: str) -> ApiError:
     """A 404 for a stored object."""
     return ApiError(f"No {what} found with id '{ident}'.", code="not_found", status=404)
+
+
+def server_error() -> ApiError:
+    """A 500 for a real server fault; never carries exception text to the client."""
+    return ApiError(
+        "The server had an error processing your request.",
+        code="server_error",
+        status=500,
+        type="server_error",
+    )

@@ -93,12 +93,44 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE responses ADD COLUMN tenant TEXT;
         """,
     ),
+    Migration(
+        4,
+        "deleted responses kept, hidden, while a later response's history needs them",
+        """
+        CREATE TABLE deleted_responses (
+            id TEXT PRIMARY KEY,
+            deleted_at BIGINT NOT NULL
+        );
+        CREATE INDEX responses_previous ON responses (previous_response_id);
+        """,
+    ),
 )
 
 _LEDGER_COLUMNS = (
     "response_id, tenant, model, status, input_tokens, cached_tokens, output_tokens, "
     "engine_ms, api_pre_ms, api_post_ms, transport, created_at, completed_at"
 )
+
+
+async def _purge(conn: Any, response_id: str, needed: set[str | None]) -> None:
+    """Remove deleted rows no stored response needs any more, from ``response_id`` up its
+    chain (as ``store._purge`` does for SQLite)."""
+    current: str | None = response_id
+    while current is not None and current not in needed:
+        child = await conn.fetchrow(
+            "SELECT 1 FROM responses WHERE previous_response_id = $1 AND NOT self_contained "
+            "LIMIT 1",
+            current,
+        )
+        deleted = await conn.fetchrow("SELECT 1 FROM deleted_responses WHERE id = $1", current)
+        if child is not None or deleted is None:
+            return
+        row = await conn.fetchrow(
+            "SELECT previous_response_id, self_contained FROM responses WHERE id = $1", current
+        )
+        await conn.execute("DELETE FROM responses WHERE id = $1", current)
+        await conn.execute("DELETE FROM deleted_responses WHERE id = $1", current)
+        current = row[0] if row is not None and not row[1] else None
 
 
 async def migrate(conn: Any) -> list[int]:
@@ -247,20 +279,24 @@ class PostgresStore:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get(self, response_id: str, tenant: str | None = None) -> StoredResponse | None:
-        """A stored response owned by ``tenant``, or None (absent or another tenant's)."""
-        record = await self._get(response_id)
+    async def get(
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
+    ) -> StoredResponse | None:
+        """A stored response owned by ``tenant``, or None (absent or another tenant's);
+        ``include_deleted``: see ``ResponseStore.get``."""
+        record = await self._get(response_id, include_deleted)
         return record if record is not None and record.visible_to(tenant) else None
 
-    async def _get(self, response_id: str) -> StoredResponse | None:
-        if response_id in self._deleted_pending:
+    async def _get(self, response_id: str, include_deleted: bool = False) -> StoredResponse | None:
+        if response_id in self._deleted_pending and not include_deleted:
             return None
         pending = self._pending.get(response_id)
         if pending is not None:
             return pending
+        hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
         row = await self._require().fetchrow(
             "SELECT response_json, input_json, previous_response_id, self_contained, tenant "
-            "FROM responses WHERE id = $1",
+            "FROM responses WHERE id = $1" + hidden,
             response_id,
         )
         if row is None:
@@ -277,7 +313,8 @@ class PostgresStore:
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
-            record = await self.get(current, tenant)
+            # Deleted ancestors still lend their items (see ``delete``).
+            record = await self.get(current, tenant, include_deleted=bool(links))
             if record is None:
                 return None
             links.append(record)
@@ -295,16 +332,31 @@ class PostgresStore:
 
     async def _delete(self, response_id: str) -> bool:
         if response_id in self._pending:
+            if response_id in self._deleted_pending:
+                return False
             # The write is still queued: hide it now and delete once it lands.
             self._deleted_pending.add(response_id)
             return True
+        needed = {r.previous_response_id for r in self._pending.values() if not r.self_contained}
         async with self._require().acquire() as conn, conn.transaction():
-            status: str = await conn.execute("DELETE FROM responses WHERE id = $1", response_id)
+            found = await conn.fetchrow(
+                "SELECT 1 FROM responses WHERE id = $1 "
+                "AND id NOT IN (SELECT id FROM deleted_responses)",
+                response_id,
+            )
+            if found is None:
+                return False
+            await conn.execute(
+                "INSERT INTO deleted_responses VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                response_id,
+                int(time.time()),
+            )
             # A state left by a draining replica must not revive a deleted response.
             await conn.execute(
                 "DELETE FROM conversation_states WHERE response_id = $1", response_id
             )
-        return status != "DELETE 0"
+            await _purge(conn, response_id, needed)
+        return True
 
     async def ledger_rows(self) -> list[LedgerRow]:
         """Every ledger row, oldest first."""

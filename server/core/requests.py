@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
@@ -27,6 +28,9 @@ _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "
 # server key before the item is rendered (``core.compaction``).
 _OPAQUE_ITEMS = frozenset({"compaction"})
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+# Closed sets of the hosted API: anything else is refused, never carried along silently.
+_ITEM_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
+_IMAGE_DETAILS = frozenset({"auto", "low", "high"})
 
 
 @dataclass(slots=True)
@@ -114,8 +118,22 @@ def parse_create(body: Any, limits: Limits) -> CreateRequest:
     if len(metadata) > limits.max_metadata_pairs:
         raise invalid("metadata", f"at most {limits.max_metadata_pairs} pairs are allowed.")
     for key, value in metadata.items():
-        if not isinstance(value, str) or len(key) > 64 or len(value) > 512:
-            raise invalid(f"metadata.{key}", "values must be strings of at most 512 characters.")
+        if len(key) > 64:
+            raise invalid(
+                "metadata", f"keys may have at most 64 characters; got one of {len(key)}."
+            )
+        if not isinstance(value, str):
+            raise invalid(
+                f"metadata.{key}",
+                f"values must be strings, got {type(value).__name__}.",
+                code="invalid_type",
+            )
+        if len(value) > 512:
+            raise invalid(
+                f"metadata.{key}",
+                f"values may have at most 512 characters, got {len(value)}.",
+                code="string_above_max_length",
+            )
 
     request = CreateRequest(
         model=model,
@@ -232,6 +250,12 @@ def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) 
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for k in kinds:
+        if not isinstance(k, str):
+            raise invalid(
+                f"{where}.type",
+                "expected a JSON schema type name or an array of them.",
+                code="invalid_function_parameters",
+            )
         if k not in _SCHEMA_TYPES:
             raise invalid(
                 f"{where}.type",
@@ -332,6 +356,51 @@ def _message(role: str, content: list[dict[str, Any]], **extra: Any) -> Item:
     return item
 
 
+def _closed(value: Any, where: str, allowed: frozenset[str]) -> str | None:
+    """An optional string that must be one of ``allowed``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        shown = f"'{value}'" if isinstance(value, str) else f"a {type(value).__name__}"
+        raise invalid(where, f"expected one of {', '.join(sorted(allowed))}; got {shown}.")
+    return value
+
+
+def _opt_text(entry: dict[str, Any], key: str, where: str) -> str | None:
+    """An optional string field of an item (ids, phase, encrypted content)."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(
+            f"{where}.{key}", f"expected a string, got {type(value).__name__}.", code="invalid_type"
+        )
+    return value
+
+
+def _copy_keys(entry: dict[str, Any], item: Item, where: str, keys: tuple[str, ...]) -> None:
+    """Carry the optional ``id``/``status``/... fields over, checked."""
+    for key in keys:
+        if key == "status":
+            value = _closed(entry.get(key), f"{where}.status", _ITEM_STATUSES)
+        else:
+            value = _opt_text(entry, key, where)
+        if value:
+            item[key] = value
+
+
+def _arguments(value: Any, where: str, limits: Limits) -> str:
+    """Function-call arguments: a string holding one JSON value (the model's output)."""
+    text = _text(value, where, limits)
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise invalid(
+            where, "expected a string of JSON (such as '{}'), as the model produces it."
+        ) from None
+    return text
+
+
 def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
     """Check one input item and return its canonical form and its text size."""
     if not isinstance(entry, dict):
@@ -339,9 +408,13 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
     kind = entry.get("type")
     if kind is None and "role" in entry:
         kind = "message"
+    if kind is not None and not isinstance(kind, str):
+        raise invalid(
+            f"{where}.type", f"expected a string, got {type(kind).__name__}.", code="invalid_type"
+        )
     if kind == "message":
         role = entry.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise invalid(f"{where}.role", "expected 'user', 'assistant', 'system' or 'developer'.")
         content = entry.get("content")
         size = 0
@@ -356,30 +429,35 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         elif isinstance(content, list):
             for p_index, part in enumerate(content):
                 p_where = f"{where}.content[{p_index}]"
-                if not isinstance(part, dict) or part.get("type") not in _PART_TYPES:
+                p_type = part.get("type") if isinstance(part, dict) else None
+                if not isinstance(p_type, str) or p_type not in _PART_TYPES:
                     raise invalid(
                         f"{p_where}.type",
                         "expected 'input_text', 'output_text', 'refusal' or 'input_image'.",
                     )
-                p_type = part["type"]
+                assert isinstance(part, dict)
                 if p_type == "refusal":
                     text = _text(part.get("refusal"), f"{p_where}.refusal", limits)
                     parts.append({"type": "refusal", "refusal": text})
                 elif p_type == "input_image":
                     url = _text(part.get("image_url"), f"{p_where}.image_url", limits)
+                    detail = _closed(
+                        part.get("detail") or None, f"{p_where}.detail", _IMAGE_DETAILS
+                    )
                     parts.append(
-                        {
-                            "type": "input_image",
-                            "image_url": url,
-                            "detail": part.get("detail") or "auto",
-                        }
+                        {"type": "input_image", "image_url": url, "detail": detail or "auto"}
                     )
                     text = ""
                 else:
                     text = _text(part.get("text"), f"{p_where}.text", limits)
                     new_part: dict[str, Any] = {"type": p_type, "text": text}
                     if p_type == "output_text":
-                        new_part["annotations"] = part.get("annotations") or []
+                        annotations = part.get("annotations") or []
+                        if not isinstance(annotations, list):
+                            raise invalid(
+                                f"{p_where}.annotations", "expected an array.", code="invalid_type"
+                            )
+                        new_part["annotations"] = annotations
                     parts.append(new_part)
                 size += len(text)
         else:
@@ -388,20 +466,22 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
                 "expected a string or an array of content parts.",
                 code="invalid_type",
             )
-        item = _message(
-            role, parts, id=entry.get("id"), status=entry.get("status"), phase=entry.get("phase")
-        )
+        item = _message(role, parts)
+        _copy_keys(entry, item, where, ("id", "status", "phase"))
         return item, size
     if kind == "function_call":
         call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
         name = _text(entry.get("name"), f"{where}.name", limits)
-        arguments = _text(entry.get("arguments"), f"{where}.arguments", limits)
+        if entry.get("status") == "incomplete":  # cut short by max_output_tokens
+            arguments = _text(entry.get("arguments"), f"{where}.arguments", limits)
+        else:
+            arguments = _arguments(entry.get("arguments"), f"{where}.arguments", limits)
         if not call_id:
             raise missing(f"{where}.call_id")
+        if not name:
+            raise missing(f"{where}.name")
         item = {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
-        for key in ("id", "status"):
-            if entry.get(key):
-                item[key] = entry[key]
+        _copy_keys(entry, item, where, ("id", "status"))
         return item, len(arguments) + len(name)
     if kind == "function_call_output":
         call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
@@ -420,9 +500,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
             output = "".join(texts)
         output = _text(output, f"{where}.output", limits)
         item = {"type": "function_call_output", "call_id": call_id, "output": output}
-        for key in ("id", "status"):
-            if entry.get(key):
-                item[key] = entry[key]
+        _copy_keys(entry, item, where, ("id", "status"))
         return item, len(output)
     if kind == "reasoning":
         summary = entry.get("summary") or []
@@ -439,13 +517,12 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
             parts.append({"type": "summary_text", "text": text})
             size += len(text)
         item = {"type": "reasoning", "summary": parts}
-        for key in ("id", "encrypted_content", "status"):
-            if entry.get(key):
-                item[key] = entry[key]
+        _copy_keys(entry, item, where, ("id", "encrypted_content", "status"))
         return item, size
     if kind in _OPAQUE_ITEMS:
         return normalize_opaque_item(entry, kind, where, limits)
     if kind in _PASSTHROUGH_ITEMS:
+        _check_passthrough(kind, entry, where, limits)
         item = dict(entry)
         size = sum(len(v) for v in item.values() if isinstance(v, str))
         if size > limits.max_item_chars:
@@ -454,6 +531,35 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
     if kind is None:
         raise missing(f"{where}.type")
     raise invalid(f"{where}.type", f"unknown item type '{kind}'.")
+
+
+def _check_passthrough(kind: str, entry: dict[str, Any], where: str, limits: Limits) -> None:
+    """The fields the core itself reads from items it otherwise carries along unchanged."""
+    if kind in ("custom_tool_call", "custom_tool_call_output"):
+        call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
+        if not call_id:
+            raise missing(f"{where}.call_id")
+    if kind == "custom_tool_call":
+        if not _text(entry.get("name"), f"{where}.name", limits):
+            raise missing(f"{where}.name")
+        _text(entry.get("input"), f"{where}.input", limits, required=False)
+    elif kind == "custom_tool_call_output":
+        output = entry.get("output")
+        if not isinstance(output, str | list):
+            raise invalid(
+                f"{where}.output",
+                "expected a string or an array of content parts.",
+                code="invalid_type",
+            )
+    elif kind == "additional_tools":
+        tools = entry.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise invalid(f"{where}.tools", "expected an array of tools.", code="invalid_type")
+    for key in ("id", "status"):
+        if key == "status":
+            _closed(entry.get(key), f"{where}.status", _ITEM_STATUSES)
+        else:
+            _opt_text(entry, key, where)
 
 
 def normalize_opaque_item(

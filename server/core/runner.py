@@ -26,7 +26,7 @@ from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, canonical_json
+from bidi_responses.server.core.render import Renderer, TokenArray, canonical_json
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
@@ -34,7 +34,12 @@ from bidi_responses.server.core.requests import (
     parse_create,
     parse_input,
 )
-from bidi_responses.server.core.state import ConversationState, ResponseCache, object_bytes
+from bidi_responses.server.core.state import (
+    ConversationState,
+    ResponseCache,
+    common_prefix,
+    object_bytes,
+)
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.engines.base import (
     Delta,
@@ -265,7 +270,7 @@ class ResponseRun:
             else:
                 self.record.error = failure
                 await self._finish("failed")
-        except Exception as exc:  # an engine or pipeline bug: fail this response only
+        except Exception:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
             if self.record is None or not self._started:
                 internal = ApiError(
@@ -276,7 +281,11 @@ class ResponseRun:
                 )
                 await self.emit(error_event(500, internal.to_error_object(), self.answers))
             else:
-                self.record.error = {"code": "server_error", "message": str(exc) or repr(exc)}
+                # Logged above with its traceback; the client never sees exception text.
+                self.record.error = {
+                    "code": "server_error",
+                    "message": "The server had an error processing your request.",
+                }
                 await self._finish("failed")
         finally:
             if core.inflight.get(self.id) is self:
@@ -413,13 +422,19 @@ class ResponseRun:
         reused = 0
         previous = request.previous_response_id
         state: ConversationState | None = None
+        # The previous response's whole context (its prompt and output) as tokens, or, for a
+        # stored predecessor, the instructions, tools and output format its prompt began with:
+        # cached_tokens is the prefix of this prompt that context shares, however the state
+        # was found.
+        previous_tokens: TokenArray | None = None
+        previous_prefix: tuple[str | None, list[dict[str, Any]], Any] | None = None
         if previous is not None:
             if self.lane.cache is not None:
                 state = self.lane.cache.take(previous)
             if state is None and core.state_tier is not None:
                 state = await self._restore(previous)
             if state is not None:
-                reused = len(state.tokens)
+                previous_tokens = state.tokens
                 core.metrics.cache_hits.inc()
             else:
                 core.metrics.cache_misses.inc()
@@ -431,6 +446,14 @@ class ResponseRun:
                     history.extend(link.response.get("output", ()))
                 # Stored items are checked again like any other input: this request has no cache.
                 history, _ = parse_input(history, core.config.limits, where="history")
+                last = chain[-1].response
+                text = last.get("text")
+                fmt = response_format(text) if isinstance(text, dict) else None
+                previous_prefix = (
+                    last.get("instructions"),
+                    list(last.get("tools") or ()),
+                    canonical_json(fmt) if fmt is not None else None,
+                )
         if state is None:
             state = ConversationState()
         self.state = state
@@ -481,11 +504,31 @@ class ResponseRun:
         paths += [f"input[{i}]" for i in range(len(request.input))]
         stats.items_validated = len(items)
         await self._examine(request, items, paths)
-        rendered += self._append_items(items)
+        if previous_tokens is not None:
+            # Taken after the prefix is rebuilt: changed instructions or tools reuse only the
+            # tokens the old and new prompts still share.
+            stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
+            reused = common_prefix(previous_tokens, state.tokens)
+        history_rendered = self._append_items(history) if history else 0
+        if previous_prefix is not None:
+            reused = self._stored_reuse(previous_prefix, history_rendered)
+        rendered += history_rendered + self._append_items(request.input)
         stats.tokens_rendered += rendered
-        stats.tokens_reused = reused
         self._usage.cached_tokens += reused
         self._inputs.extend(request.input)
+
+    def _stored_reuse(
+        self, previous_prefix: tuple[str | None, list[dict[str, Any]], Any], history_tokens: int
+    ) -> int:
+        """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
+        state = self.state
+        assert state is not None
+        shared = state.prefix_len + history_tokens
+        old_prefix = self.core.renderer.render_prefix(*previous_prefix)
+        if old_prefix == state.tokens[: state.prefix_len]:
+            return shared
+        old_prefix.extend(state.tokens[state.prefix_len : shared])
+        return common_prefix(old_prefix, state.tokens[:shared])
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
@@ -665,6 +708,8 @@ class ResponseRun:
                 raise
 
         producer = asyncio.get_running_loop().create_task(produce())
+        # Merged text not yet handed to the streamer: a cancelled response keeps it too.
+        text, count = "", 0
         try:
             pending: Any = None
             while finish is None:
@@ -696,15 +741,20 @@ class ResponseRun:
                                 break
                             text += nxt.text
                             count += len(nxt.token_ids)
-                    await streamer.delta(text, count)
+                    delta, delta_count, text, count = text, count, "", 0
+                    await streamer.delta(delta, delta_count)
                 elif isinstance(event, ItemStart):
                     await streamer.start(event)
                 elif isinstance(event, ItemEnd):
-                    await streamer.end()
+                    await streamer.end(incomplete=event.incomplete)
                 elif isinstance(event, EngineFinish):
                     finish = event
                 elif isinstance(event, _Failure):
                     raise event.exc
+        except BaseException:
+            # Cancelled, cut off or failed mid-stream: the response keeps what was generated.
+            self._usage.output_tokens += streamer.keep_partial(text, count, queue)
+            raise
         finally:
             if not producer.done():
                 producer.cancel()
@@ -747,20 +797,7 @@ class ResponseRun:
             evicted = self.lane.cache.put(self.id, state)
             if evicted:
                 core.metrics.cache_evictions.inc(evicted)
-        stored = None
-        # A background response stays retrievable however it ended: its client polls for it.
-        kept = ("completed", "incomplete") + (("cancelled", "failed") if request.background else ())
-        if request.store and record.status in kept:
-            self_contained = request.previous_response_id is None or not (
-                state is not None and state.stored_chain
-            )
-            stored = StoredResponse(
-                response=snapshot,
-                input_items=self._stored_input(self_contained),
-                previous_response_id=request.previous_response_id,
-                self_contained=self_contained,
-                tenant=self.tenant,
-            )
+        stored = self._stored(snapshot)
         ledger = self._ledger_row()
         if self.lane.inflight is self:
             self.lane.inflight = None
@@ -801,6 +838,26 @@ class ResponseRun:
             "failed": "response.failed",
         }[outcome]
         await self.emit(self.seq.event(terminal, response=snapshot))
+
+    def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
+        """What ``store: true`` keeps: completed, incomplete and cancelled responses alike
+        (a cancelled one with the output it had), as the hosted API stores them; a background
+        response however it ended."""
+        assert self.record is not None
+        request = self.record.request
+        if not request.store or self.state is None:
+            return None
+        # A failed response is stored only in background mode: its client polls for it.
+        if self.record.status == "failed" and not request.background:
+            return None
+        self_contained = request.previous_response_id is None or not self.state.stored_chain
+        return StoredResponse(
+            response=snapshot,
+            input_items=self._stored_input(self_contained),
+            previous_response_id=request.previous_response_id,
+            self_contained=self_contained,
+            tenant=self.tenant,
+        )
 
     def _observe(self, status: str) -> None:
         """Metrics of a response that reached a terminal state."""
@@ -854,8 +911,9 @@ class ResponseRun:
         self.core.counters.record(self.record.stats)
         self._observe("cancelled")
         # No client waits for it, and the stream's task is being cancelled: the queue makes
-        # it durable on its own (and its drain waits for it).
-        self.core.post.submit(PostJob(None, self._ledger_row()))
+        # it durable on its own (and its drain waits for it). A ``store: true`` response is
+        # stored with the output it had.
+        self.core.post.submit(PostJob(self._stored(self.record.snapshot()), self._ledger_row()))
 
     def _stored_input(self, self_contained: bool) -> list[Item]:
         """The input items a stored response keeps (see ``Store``)."""
@@ -883,6 +941,9 @@ class _ItemStreamer:
         self.current: Item | None = None
         self.index = 0
         self.parts: list[str] = []
+        # Output tokens handed to the client so far (the engine's count is authoritative when
+        # the segment finishes; this one is what a cut-short segment is charged).
+        self.tokens = 0
 
     async def start(self, event: ItemStart) -> None:
         run = self.run
@@ -945,6 +1006,7 @@ class _ItemStreamer:
         assert item is not None
         run.first_delta()
         self.parts.append(text)
+        self.tokens += tokens
         if item["type"] == "reasoning":
             return
         if item["type"] == "message":
@@ -967,7 +1029,37 @@ class _ItemStreamer:
                 )
             )
 
-    async def end(self) -> None:
+    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[Any]) -> int:
+        """Close the item being streamed as ``incomplete`` with everything generated for it
+        (merged but unsent text, and deltas still queued); returns the segment's tokens."""
+        if self.current is not None:
+            while not queue.empty():
+                event = queue.get_nowait()
+                if not isinstance(event, Delta):
+                    break
+                text += event.text
+                tokens += len(event.token_ids)
+            self.parts.append(text)
+            self.tokens += tokens
+            self._close(self.current, "".join(self.parts))
+            self.current["status"] = "incomplete"
+            self.current = None
+        return self.tokens
+
+    @staticmethod
+    def _close(item: Item, text: str) -> dict[str, Any] | None:
+        """Put the item's final text in place; returns the message's content part."""
+        if item["type"] == "reasoning":
+            item["summary"] = [{"type": "summary_text", "text": text}]
+            return None
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            item["content"] = [part]
+            return part
+        item["arguments"] = text
+        return None
+
+    async def end(self, *, incomplete: bool = False) -> None:
         run = self.run
         item = self.current
         assert item is not None
@@ -1006,7 +1098,8 @@ class _ItemStreamer:
                     name=item["name"],
                 )
             )
-        item["status"] = "completed"
+        # A message cut short by max_output_tokens is incomplete, as the hosted API marks it.
+        item["status"] = "incomplete" if incomplete else "completed"
         await run.emit(
             run.seq.event("response.output_item.done", output_index=self.index, item=item)
         )

@@ -25,6 +25,7 @@ from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.handoff import StateTier
 from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.limits import TenantLimiter
+from bidi_responses.server.core.memory import IdleTrimmer
 from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.runner import ResponseRun
@@ -105,6 +106,7 @@ class ResponsesCore(SurfaceOps):
         self.sessions_open = 0
         self._sessions: set[Session] = set()
         self._idle = asyncio.Condition()
+        self.trimmer = IdleTrimmer(config.trim_memory_idle_s, config.trim_memory_idle_s > 0)
         self.background = BackgroundRuns(self, config.background)
         self.started_at = int(time.time())
 
@@ -187,6 +189,7 @@ class ResponsesCore(SurfaceOps):
             self.limiter.open_stream(quota)
         session = Session(self, transport, stateful=stateful, tenant=tenant, quota_key=quota)
         self._sessions.add(session)
+        self.trimmer.busy()
         if stateful:
             self.sessions_open += 1
             self.metrics.open_streams.labels(transport).inc()
@@ -201,6 +204,8 @@ class ResponsesCore(SurfaceOps):
                 self.limiter.close_stream(session.quota_key)
                 self.metrics.open_streams.labels(session.transport).dec()
         await session.close()
+        if not self._sessions:
+            self.trimmer.idle(lambda: not self._sessions and not self.inflight)
         async with self._idle:
             self._idle.notify_all()
 

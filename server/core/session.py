@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
 from bidi_responses.server.core.handoff import encode_state
+from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.runner import Lane, ResponseRun
 from bidi_responses.server.core.state import ResponseCache
 
@@ -248,6 +249,8 @@ class Session:
         try:
             if not isinstance(event, dict):
                 raise ApiError("Each client event must be a JSON object.", code="invalid_type")
+            # Nesting and numbers first: every later step may then walk the event freely.
+            check_json_shape(event)
             raw_lane = event.get("stream_id")
             if raw_lane is not None and not isinstance(raw_lane, str):
                 raise ApiError(
@@ -276,6 +279,12 @@ class Session:
                     code="missing_required_parameter",
                     param="type",
                 )
+            elif not isinstance(kind, str):
+                raise ApiError(
+                    f"Invalid 'type': expected a string, got {type(kind).__name__}.",
+                    code="invalid_type",
+                    param="type",
+                )
             else:
                 raise ApiError(
                     f"Invalid 'type': unknown client event '{kind}' (expected one of "
@@ -285,6 +294,11 @@ class Session:
                 )
         except ApiError as error:
             await self._error(lane_id, error, event)
+        except Exception:
+            # A server fault, not the client's: logged with its traceback; the client gets a
+            # generic 500 without exception text, and the stream goes on.
+            self.core.log.exception("client event failed on a %s stream", self.transport)
+            await self._error(lane_id, server_error(), event)
 
     async def _create(self, lane_id: str, event: dict[str, Any], received: float) -> None:
         lane = self._lane(lane_id)

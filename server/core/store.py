@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,8 +40,6 @@ CREATE TABLE IF NOT EXISTS responses (
     -- only rows with that exact owner.
     tenant TEXT
 );
--- Ids of deleted responses, so that replaying a journal never brings one back.
-CREATE TABLE IF NOT EXISTS deleted_responses (id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS usage_ledger (
     response_id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
@@ -58,6 +57,19 @@ CREATE TABLE IF NOT EXISTS usage_ledger (
 );
 """
 
+
+# A deleted response disappears for clients at once (GET, input items and continuing from it
+# give not found, as in the hosted API) but its row stays, hidden, while a later stored
+# response still resolves its history through it; the last such response's deletion removes
+# the rows for good. The tombstone itself is kept, so that replaying the journal after a crash
+# cannot bring a deleted response back.
+_TOMBSTONES = """
+CREATE TABLE IF NOT EXISTS deleted_responses (
+    id TEXT PRIMARY KEY,
+    deleted_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_previous ON responses (previous_response_id);
+"""
 
 # The ledger's conflict rule (the same in pg_store.py).
 LEDGER_CONFLICT_RULE = (
@@ -144,6 +156,7 @@ class Store:
         if "tenant" not in columns:  # a database from before tenants
             with conn:
                 conn.execute("ALTER TABLE responses ADD COLUMN tenant TEXT")
+        conn.executescript(_TOMBSTONES)
 
     def _run_sync(self, fn: Callable[[], T]) -> T:
         return self._executor.submit(fn).result()
@@ -174,21 +187,29 @@ class Store:
     async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
         """Write several responses and ledger rows in one durable transaction.
 
-        Idempotent by response id: a row already there is kept, and a deleted response is not
-        written again (journal replay may repeat a write that already landed).
+        Idempotent by response id: a row already there is kept, and a deleted response stays
+        deleted (journal replay may repeat a write that already landed): its row is written
+        hidden and purged at once unless a later response's history still needs it.
         """
-        await self._run(partial(self._write_many, jobs))
+        needed = self._needed_by_pending()
+        await self._run(partial(self._write_many, jobs, needed))
         for record, _ in jobs:
             if record is None:
                 continue
             response_id = record.response["id"]
             if self._pending.get(response_id) is record:
                 del self._pending[response_id]
-            if response_id in self._deleted_pending:
-                self._deleted_pending.discard(response_id)
-                await self._delete(response_id)
+            self._deleted_pending.discard(response_id)
 
-    def _write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+    def _needed_by_pending(self) -> set[str | None]:
+        """Responses whose rows queued continuations will need once they are written."""
+        return {r.previous_response_id for r in self._pending.values() if not r.self_contained}
+
+    def _write_many(
+        self,
+        jobs: list[tuple[StoredResponse | None, LedgerRow | None]],
+        needed: set[str | None],
+    ) -> None:
         conn = self._conn()
         with conn:
             for record, ledger in jobs:
@@ -197,8 +218,7 @@ class Store:
                     conn.execute(
                         "INSERT OR IGNORE INTO responses (id, previous_response_id, created_at, "
                         "response_json, input_json, self_contained, instructions, tenant) "
-                        "SELECT ?, ?, ?, ?, ?, ?, ?, ? "
-                        "WHERE NOT EXISTS (SELECT 1 FROM deleted_responses WHERE id = ?)",
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             resp["id"],
                             record.previous_response_id,
@@ -208,9 +228,9 @@ class Store:
                             int(record.self_contained),
                             resp.get("instructions"),
                             record.tenant,
-                            resp["id"],
                         ),
                     )
+                    _purge(conn, resp["id"], needed)
                 if ledger is not None:
                     # One row per response: the first wins, except that a finished attempt
                     # replaces the "cancelled" row of an attempt cut short (a retried turn
@@ -237,24 +257,29 @@ class Store:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get(self, response_id: str, tenant: str | None = None) -> StoredResponse | None:
-        """A stored response owned by ``tenant``, or None (absent or another tenant's)."""
-        record = await self._get(response_id)
+    async def get(
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
+    ) -> StoredResponse | None:
+        """A stored response owned by ``tenant``, or None (absent or another tenant's).
+        ``include_deleted`` also finds a deleted response whose row a later response's
+        history still needs (for ``chain``)."""
+        record = await self._get(response_id, include_deleted)
         return record if record is not None and record.visible_to(tenant) else None
 
-    async def _get(self, response_id: str) -> StoredResponse | None:
-        if response_id in self._deleted_pending:
+    async def _get(self, response_id: str, include_deleted: bool = False) -> StoredResponse | None:
+        if response_id in self._deleted_pending and not include_deleted:
             return None
         pending = self._pending.get(response_id)
         if pending is not None:
             return pending
+        hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
 
         def work() -> StoredResponse | None:
             row = (
                 self._conn()
                 .execute(
                     "SELECT response_json, input_json, previous_response_id, self_contained, "
-                    "tenant FROM responses WHERE id = ?",
+                    "tenant FROM responses WHERE id = ?" + hidden,
                     (response_id,),
                 )
                 .fetchone()
@@ -277,7 +302,9 @@ class Store:
         links: list[StoredResponse] = []
         current: str | None = response_id
         while current is not None and len(links) < max_links:
-            record = await self.get(current, tenant)
+            # Deleted ancestors still lend their items: deleting one response never breaks
+            # continuing from a later one.
+            record = await self.get(current, tenant, include_deleted=bool(links))
             if record is None:
                 return None
             links.append(record)
@@ -295,29 +322,41 @@ class Store:
 
     async def _delete(self, response_id: str) -> bool:
         if response_id in self._pending:
-            # The write is still queued: hide it now and delete once it lands. The tombstone
-            # keeps a journal replay after a crash from writing it back.
+            if response_id in self._deleted_pending:
+                return False
+            # The write is still queued: hide it now; the write lands hidden and is purged
+            # unless a later response needs it. The tombstone, written now, keeps a journal
+            # replay after a crash from bringing it back.
             self._deleted_pending.add(response_id)
 
             def tombstone() -> None:
                 conn = self._conn()
                 with conn:
                     conn.execute(
-                        "INSERT OR IGNORE INTO deleted_responses VALUES (?)", (response_id,)
+                        "INSERT OR IGNORE INTO deleted_responses VALUES (?, ?)",
+                        (response_id, int(time.time())),
                     )
 
             await self._run(tombstone)
             return True
+        needed = self._needed_by_pending()
 
         def work() -> bool:
             conn = self._conn()
             with conn:
-                cur = conn.execute("DELETE FROM responses WHERE id = ?", (response_id,))
-                if cur.rowcount > 0:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO deleted_responses VALUES (?)", (response_id,)
-                    )
-            return cur.rowcount > 0
+                found = conn.execute(
+                    "SELECT 1 FROM responses WHERE id = ? "
+                    "AND id NOT IN (SELECT id FROM deleted_responses)",
+                    (response_id,),
+                ).fetchone()
+                if found is None:
+                    return False
+                conn.execute(
+                    "INSERT OR IGNORE INTO deleted_responses VALUES (?, ?)",
+                    (response_id, int(time.time())),
+                )
+                _purge(conn, response_id, needed)
+            return True
 
         return await self._run(work)
 
@@ -354,6 +393,28 @@ class Store:
         self._executor.shutdown(wait=True)
 
 
+def _purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) -> None:
+    """Remove deleted rows that no stored response needs any more, from ``response_id`` up
+    its chain."""
+    current: str | None = response_id
+    while current is not None and current not in needed:
+        child = conn.execute(
+            "SELECT 1 FROM responses WHERE previous_response_id = ? AND self_contained = 0 LIMIT 1",
+            (current,),
+        ).fetchone()
+        deleted = conn.execute(
+            "SELECT 1 FROM deleted_responses WHERE id = ?", (current,)
+        ).fetchone()
+        if child is not None or deleted is None:
+            return
+        row = conn.execute(
+            "SELECT previous_response_id, self_contained FROM responses WHERE id = ?", (current,)
+        ).fetchone()
+        # The tombstone stays: a journal replay must not write the row back.
+        conn.execute("DELETE FROM responses WHERE id = ?", (current,))
+        current = row[0] if row is not None and not row[1] else None
+
+
 def prepare_database(path: Path) -> None:
     """Create the schema and switch the file to WAL once, before worker processes open it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -361,6 +422,7 @@ def prepare_database(path: Path) -> None:
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
+        conn.executescript(_TOMBSTONES)
     finally:
         conn.close()
 

@@ -56,19 +56,25 @@ class ResponseStore(Protocol):
     # Reads and deletes take the caller's tenant and treat another tenant's record exactly
     # like a missing one.
 
-    async def get(self, response_id: str, tenant: str | None = None) -> StoredResponse | None:
-        """A stored response owned by ``tenant``, or None."""
+    async def get(
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
+    ) -> StoredResponse | None:
+        """A stored response owned by ``tenant``, or None; ``include_deleted`` also finds a
+        deleted one whose row a later stored response still needs."""
         ...
 
     async def chain(
         self, response_id: str, tenant: str | None = None, max_links: int = 100_000
     ) -> list[StoredResponse] | None:
         """The stored responses of ``tenant`` from the conversation's start to
-        ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
+        ``response_id``, oldest first (deleted ancestors included); None if ``response_id`` or
+        a link is missing (or another tenant's)."""
         ...
 
     async def delete(self, response_id: str, tenant: str | None = None) -> bool:
-        """Delete a stored response of ``tenant``; False if there was none."""
+        """Delete a stored response of ``tenant``; False if there was none. Its row stays,
+        hidden, while a later stored response needs it (continuing from that one keeps
+        working)."""
         ...
 
     async def ledger_rows(self) -> list[LedgerRow]:

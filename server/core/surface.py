@@ -21,6 +21,7 @@ from bidi_responses.server.core.errors import (
 )
 from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import Item, parse_create, parse_input
@@ -33,6 +34,7 @@ from bidi_responses.server.pipeline.routing import Router
 def _object_body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
+    check_json_shape(body)  # the same nesting and number rules as a create
     return body
 
 

@@ -108,7 +108,9 @@ class Delta:
 
 @dataclass(frozen=True, slots=True)
 class ItemEnd:
-    """The current item is complete."""
+    """The current item ends; ``incomplete`` when the output budget cut it short."""
+
+    incomplete: bool = False
 
 
 @dataclass(slots=True)

@@ -348,7 +348,7 @@ async def play(
             yield delta
         if truncated:
             if started:
-                yield ItemEnd()
+                yield ItemEnd(incomplete=True)
             reason = "max_output_tokens"
             break
         if not started:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.logsafe import printable
 from bidi_responses.server.core.requests import CreateRequest, Item
 
 
@@ -277,9 +278,9 @@ class Pipeline:
                     "stage %s blocked a request: %s at %s (model %s, user %s)",
                     stage.name,
                     error.code,
-                    error.param,
-                    batch.request.model,
-                    batch.request.user or "-",
+                    printable(error.param),
+                    printable(batch.request.model),
+                    printable(batch.request.user or "-"),
                 )
                 raise
             finally:
@@ -292,9 +293,9 @@ class Pipeline:
                     "stage %s flagged %s at %s (model %s, user %s)",
                     stage.name,
                     flag.code,
-                    flag.param,
-                    batch.request.model,
-                    batch.request.user or "-",
+                    printable(flag.param),
+                    printable(batch.request.model),
+                    printable(batch.request.user or "-"),
                 )
             flags.extend(found)
         return flags

@@ -276,8 +276,17 @@ class PostQueue:
         return False
 
     def submit(self, job: PostJob) -> None:
-        """``put`` a ledger-only job in the background (nobody waits for it; ``drain`` does)."""
-        task = asyncio.get_running_loop().create_task(self.put(job), name="post-submit")
+        """``put`` a job in the background (nobody waits for it; ``drain`` does). If storage
+        cannot take its stored response, the ledger row is still kept."""
+
+        async def put_or_keep_ledger() -> None:
+            try:
+                await self.put(job)
+            except StorageUnavailable:
+                if job.ledger is not None:
+                    await self.put(PostJob(None, job.ledger))
+
+        task = asyncio.get_running_loop().create_task(put_or_keep_ledger(), name="post-submit")
         self._submitted.add(task)
         task.add_done_callback(self._submitted.discard)
 

@@ -71,6 +71,17 @@ class Router:
             engine = self._engines[model] = self._build_engine(config)
         return Route(alias=model, engine=engine, settings_key=_settings_key(config))
 
+    def build_all(self) -> None:
+        """Build every alias's engine now, so a bad route stops the server at start-up
+        instead of failing each request (ValueError/OSError naming the alias)."""
+        for alias, config in self._routes.items():
+            if alias in self._engines:
+                continue
+            try:
+                self._engines[alias] = self._build_engine(config)
+            except (OSError, ValueError) as error:
+                raise ValueError(f"model '{alias}': {error}") from error
+
     def update(self, routes: Mapping[str, RouteConfig]) -> list[str]:
         """Replace the routes; returns the aliases added, changed or removed (sorted).
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
+import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +22,11 @@ from typing import Any
 import grpc
 from bidi_responses.codec import (
     EVENT_FIELD,
+    MessageDecodeError,
     ProtoDecoder,
     ProtoEncoder,
     batch_messages,
+    decode_message,
     field_bytes,
     item_to_dict,
     item_to_pb,
@@ -29,7 +34,7 @@ from bidi_responses.codec import (
     wire_bytes,
 )
 from bidi_responses.server.config import ServerConfig, StreamingConfig, TlsConfig
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
@@ -52,6 +57,15 @@ _SHUTTING_DOWN = ApiError(
     status=503,
     type="server_error",
 )
+
+
+log = logging.getLogger("bidi_responses.grpc")
+
+
+def _undecodable(error: MessageDecodeError, method: str) -> ApiError:
+    """The 400 for a message that cannot be decoded, logged once as a WARNING."""
+    log.warning("%s: undecodable request refused: %s", method, error.message)
+    return ApiError(error.message, code="invalid_message", param=error.param)
 
 
 def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
@@ -161,10 +175,12 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     # Pre-serialized (see _PreSerialized): these yield encoded bytes, not messages.
     async def Connect(  # type: ignore[override]
         self,
-        request_iterator: AsyncIterator[pb.ConnectRequest],
-        context: grpc.aio.ServicerContext[pb.ConnectRequest, pb.ConnectResponse],
+        request_iterator: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[bytes, pb.ConnectResponse],
     ) -> AsyncIterator[bytes]:
-        """The stateful stream (messages go out pre-serialized, see ``_PreSerialized``)."""
+        """The stateful stream. Requests arrive as raw bytes and are decoded here, so one that
+        cannot be decoded becomes an ``error`` event and the stream goes on (grpc.aio would
+        otherwise leave the call hanging); messages go out pre-serialized."""
         core = self._core
         peer = context.peer()
         per_connection = self._per_connection.get(peer, 0)
@@ -192,35 +208,46 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
         async def read() -> None:
             nonlocal delivery
-            # context.read() rather than request_iterator: grpc's iterator keeps the last
-            # message alive while it waits for the next, and an idle stream must not hold its
-            # last message (it may be megabytes of input that the cache budget does not see).
-            while True:
-                message: object = await context.read()
-                if message is grpc.aio.EOF or not isinstance(message, pb.ConnectRequest):
-                    break
-                request = message
-                del message
-                received = time.perf_counter()
-                if request.HasField("delivery"):
-                    # Applies to everything the session emits from here on.
+            try:
+                # context.read() rather than request_iterator: grpc's iterator keeps the last
+                # message alive while it waits for the next, and an idle stream must not hold
+                # its last message (it may be megabytes of input the cache budget does not see).
+                while True:
+                    raw: object = await context.read()
+                    if raw is grpc.aio.EOF or not isinstance(raw, bytes):
+                        break
+                    received = time.perf_counter()
                     try:
-                        delivery = Delivery.from_pb(request.delivery, streaming)
-                    except ApiError as error:
-                        await session.emit(
-                            request.stream_id, error_event(error.status, error.to_error_object())
-                        )
+                        request = decode_message(pb.ConnectRequest, raw)
+                    except MessageDecodeError as problem:
+                        error = _undecodable(problem, "Connect")
+                        await session.emit("", error_event(400, error.to_error_object()))
                         continue
-                    encoder.slim = delivery.slim
-                    if request.WhichOneof("event") is None:
-                        continue  # options only
-                event = decoder.client_event(request)
-                del request
-                if label is not None and event.get("type") == "response.create":
-                    # Open server: the token's label stands in for a tenant in the ledger.
-                    event.setdefault("user", label)
-                await session.handle(event, received)
-                del event
+                    finally:
+                        del raw
+                    if request.HasField("delivery"):
+                        # Applies to everything the session emits from here on.
+                        try:
+                            delivery = Delivery.from_pb(request.delivery, streaming)
+                        except ApiError as error:
+                            await session.emit(
+                                request.stream_id,
+                                error_event(error.status, error.to_error_object()),
+                            )
+                            continue
+                        encoder.slim = delivery.slim
+                        if request.WhichOneof("event") is None:
+                            continue  # options only
+                    event = decoder.client_event(request)
+                    del request
+                    if label is not None and event.get("type") == "response.create":
+                        # Open server: the token's label stands in for a tenant in the ledger.
+                        event.setdefault("user", label)
+                    await session.handle(event, received)
+                    del event
+            except Exception:
+                # Reading failed on the server's side: end the call rather than leave it open.
+                log.exception("Connect: reading the client's messages failed")
             await session.finish()
 
         # Headers first, on their own: a stalled client must not leave them pending with a
@@ -273,20 +300,25 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     async def CreateResponse(  # type: ignore[override]
         self,
-        request: pb.CreateResponseRequest,
-        context: grpc.aio.ServicerContext[pb.CreateResponseRequest, pb.CreateResponseResponse],
+        request: bytes,
+        context: grpc.aio.ServicerContext[bytes, pb.CreateResponseResponse],
     ) -> AsyncIterator[bytes]:
         """The stateless baseline: one call per turn (pre-serialized, like Connect)."""
         core = self._core
         tenant, quota = await self._caller(context)
+        try:
+            create = decode_message(pb.CreateResponseRequest, request)
+        except MessageDecodeError as problem:
+            await self._refuse(context, _undecodable(problem, "CreateResponse"))
+            raise
         if core.draining:
             await self._refuse(context, _SHUTTING_DOWN)
         try:
-            delivery = Delivery.from_pb(request.delivery, core.config.streaming)
+            delivery = Delivery.from_pb(create.delivery, core.config.streaming)
         except ApiError as error:
             await self._refuse(context, error)
             raise
-        body = ProtoDecoder().params_to_dict(request.params)
+        body = ProtoDecoder().params_to_dict(create.params)
         if tenant is None and quota is not None:
             body.setdefault("user", quota)  # open server: the token's label for the ledger
         encoder = ProtoEncoder(slim=delivery.slim)
@@ -497,43 +529,6 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 _PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
 
 
-class _PreSerialized:
-    """Registers the generated service on ``server`` with a pass-through response serializer
-    for the streaming calls, so they can send bytes built by ``ProtoEncoder.event_bytes``.
-
-    The generated registration function stays the single list of RPCs (new RPCs register as
-    generated); only the handlers named in ``_PRE_SERIALIZED`` are adjusted.
-    """
-
-    def __init__(self, server: grpc.aio.Server) -> None:
-        self._server = server
-
-    @staticmethod
-    def _adjust(handlers: dict[str, Any]) -> dict[str, Any]:
-        return {
-            name: handler._replace(response_serializer=wire_bytes)
-            if name in _PRE_SERIALIZED
-            else handler
-            for name, handler in handlers.items()
-        }
-
-    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
-        adjusted = []
-        for handler in generic_handlers:
-            methods = getattr(handler, "_method_handlers", None)
-            if methods is not None:
-                # Keyed "/package.Service/Method" there; rebuilt from the short names.
-                short = {key.rsplit("/", 1)[-1]: value for key, value in methods.items()}
-                handler = grpc.method_handlers_generic_handler(
-                    handler.service_name(), self._adjust(short)
-                )
-            adjusted.append(handler)
-        self._server.add_generic_rpc_handlers(tuple(adjusted))
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        self._server.add_registered_method_handlers(service, self._adjust(handlers))
-
-
 def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     """Channel arguments of the listener: message limits, keepalive, connection age."""
     limit = config.limits.max_message_bytes
@@ -593,11 +588,7 @@ async def start_grpc_server(
         options=server_options(config) + list(options or ()),
         interceptors=grpc_interceptors(config.tracing),
     )
-    # _PreSerialized stands in for the server: it only forwards the generated registration.
-    pb_grpc.add_ResponsesServiceServicer_to_server(
-        ResponsesServicer(core),
-        _PreSerialized(server),  # type: ignore[arg-type]
-    )
+    _add_servicer(ResponsesServicer(core), server)
     health_servicer = await add_health_service(server)
     # NOT_SERVING as soon as a drain begins, while the listener is still open.
     core.drain_hooks.append(lambda: mark_draining(health_servicer))
@@ -613,3 +604,124 @@ async def start_grpc_server(
         raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
     return GrpcServer(server, bound)
+
+
+# -- registration with raw-bytes requests ---------------------------------------------------
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["ResponsesService"]
+# Methods that decode their own requests (streams must survive an undecodable message).
+_DECODES_ITSELF = frozenset({"Connect", "CreateResponse"})
+
+
+def _unary(
+    method: Callable[..., Any], request_class: Any, name: str
+) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Any]:
+    """A unary handler that decodes its request itself: undecodable → INVALID_ARGUMENT."""
+
+    @functools.wraps(method)
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            request = decode_message(request_class, raw)
+        except MessageDecodeError as problem:
+            await abort(context, _undecodable(problem, name))
+            raise
+        return await method(request, context)
+
+    return handler
+
+
+def _decoding_stream(
+    method: Callable[..., AsyncIterator[Any]], request_class: Any, name: str
+) -> Callable[..., AsyncIterator[Any]]:
+    """A server-streaming handler that decodes its request itself (→ INVALID_ARGUMENT)."""
+
+    @functools.wraps(method)
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            request = decode_message(request_class, raw)
+        except MessageDecodeError as problem:
+            await abort(context, _undecodable(problem, name))
+            raise
+        async for out in method(request, context):
+            yield out
+
+    return handler
+
+
+def _guarded_stream(
+    method: Callable[..., AsyncIterator[Any]], name: str
+) -> Callable[..., AsyncIterator[Any]]:
+    """A streaming handler whose server faults end the call with a logged, generic INTERNAL
+    (never Python exception text in the status details)."""
+
+    @functools.wraps(method)
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            async for out in method(request, context):
+                yield out
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed", name)
+            await abort(context, server_error())
+
+    return handler
+
+
+def _guarded_unary(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """A unary handler whose server faults end with a logged, generic INTERNAL."""
+
+    @functools.wraps(method)
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await method(request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed", name)
+            await abort(context, server_error())
+            raise
+
+    return handler
+
+
+def _add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
+    """Register every method with a raw-bytes request deserializer.
+
+    grpc.aio runs the request deserializer itself; when it fails on a stream-stream call the
+    call is left open with no status. Taking bytes and decoding in the handler turns every
+    undecodable message into a status (or an error event) this server chooses.
+    """
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in _SERVICE.methods:
+        name = method.name
+        request_class = getattr(pb, method.input_type.name)
+        response_class = getattr(pb, method.output_type.name)
+        impl = getattr(servicer, name)
+        # The streaming calls send bytes built by ``ProtoEncoder.event_bytes``.
+        serializer = wire_bytes if name in _PRE_SERIALIZED else response_class.SerializeToString
+        if method.client_streaming and method.server_streaming:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(
+                _guarded_stream(impl, name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+        elif method.server_streaming:
+            stream_impl = (
+                impl if name in _DECODES_ITSELF else _decoding_stream(impl, request_class, name)
+            )
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                _guarded_stream(stream_impl, name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+        else:
+            assert inspect.iscoroutinefunction(impl)
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _guarded_unary(_unary(impl, request_class, name), name),
+                request_deserializer=None,
+                response_serializer=serializer,
+            )
+    generic = grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers)
+    server.add_generic_rpc_handlers((generic,))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)

@@ -101,8 +101,14 @@ async def test_chain_walks_back_to_the_self_contained_record(store: ResponseStor
     chain = await store.chain("resp_c")
     assert chain is not None
     assert [link.response["id"] for link in chain] == ["resp_a", "resp_b", "resp_c"]
-    await store.delete("resp_a")
-    assert await store.chain("resp_c") is None  # a missing link breaks the chain
+    assert await store.delete("resp_a")
+    assert await store.get("resp_a") is None
+    # A deleted ancestor still lends its items: continuing from resp_c keeps working.
+    chain = await store.chain("resp_c")
+    assert chain is not None
+    assert [link.response["id"] for link in chain] == ["resp_a", "resp_b", "resp_c"]
+    assert await store.chain("resp_a") is None  # but not when it is asked for itself
+    assert not await store.delete("resp_a")
 
 
 async def test_delete(store: ResponseStore) -> None:

@@ -1,0 +1,357 @@
+"""Soak: N agents x T turns over each transport against one server, all agents at once.
+
+``python -m bidi_responses.bench.soak`` (``make soak``) starts ``bidi-responses serve`` as a
+subprocess and runs, one transport after another on that same server, N concurrent agents of
+T tool-calling turns each: gRPC Connect (one stream per agent on a shared channel), WebSocket
+mode (one connection per agent) and HTTP+SSE with ``previous_response_id`` (store). It reports
+per transport the responses lost (a turn that never got its terminal event), duplicated (a
+response id seen twice, or ledger rows beyond the turns), failed (error events or failed
+responses), the turn time p50/p99 (first turns and later turns apart, since all streams open
+at once), and the server's RSS before the load (after a small warm-up on every transport), at
+its peak, and after the streams close.
+
+Defaults fit a 2-core machine (50 x 10); ``--full`` runs 200 x 25.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import psutil
+from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
+from bidi_responses.bench.run import ServerProcess, ServerSettings
+from bidi_responses.client.aio import AsyncResponsesClient
+from bidi_responses.server.core.store import read_ledger
+
+TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Run a shell command and return its output.",
+    "parameters": {
+        "type": "object",
+        "properties": {"cmd": {"type": "string"}},
+        "required": ["cmd"],
+    },
+}
+STREAMS_PER_CHANNEL = 50
+TOOL_OUTPUT = "Process exited with code 0\nOutput:\n" + "src/module.py:12: ok\n" * 20
+
+
+@dataclass(slots=True)
+class AgentResult:
+    """What one agent saw."""
+
+    turn_ms: list[float] = field(default_factory=list)
+    # Of each turn: the server's own pre-inference time (from reading the request to the
+    # engine's start) and the time the server did not account for (the transport both ways,
+    # and waiting to be read at all).
+    pre_ms: list[float] = field(default_factory=list)
+    outside_ms: list[float] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    failed: int = 0
+    lost: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TransportResult:
+    """One transport's soak."""
+
+    transport: str
+    agents: int
+    turns: int
+    seconds: float
+    results: list[AgentResult]
+    ledger_rows: int
+    rss_before: int
+    rss_peak: int
+    rss_after: int
+
+    def summary(self) -> dict[str, Any]:
+        """The figures the table shows."""
+        ids = [i for r in self.results for i in r.ids]
+        first = [r.turn_ms[0] for r in self.results if r.turn_ms]
+        later = [t for r in self.results for t in r.turn_ms[1:]]
+        every = first + later
+        expected = self.agents * self.turns
+        return {
+            "transport": self.transport,
+            "responses": len(ids),
+            "expected": expected,
+            # A turn that never got its terminal event within the deadline.
+            "lost": sum(r.lost for r in self.results),
+            "duplicated": len(ids) - len(set(ids)) + max(self.ledger_rows - expected, 0),
+            "failed": sum(r.failed for r in self.results),
+            "ledger_rows": self.ledger_rows,
+            "p50_ms": _pct(every, 50),
+            "p99_ms": _pct(every, 99),
+            "first_p99_ms": _pct(first, 99),
+            "later_p99_ms": _pct(later, 99),
+            "first_pre_p99_ms": _pct([r.pre_ms[0] for r in self.results if r.pre_ms], 99),
+            "first_outside_p99_ms": _pct(
+                [r.outside_ms[0] for r in self.results if r.outside_ms], 99
+            ),
+            "later_pre_p99_ms": _pct([t for r in self.results for t in r.pre_ms[1:]], 99),
+            "later_outside_p99_ms": _pct([t for r in self.results for t in r.outside_ms[1:]], 99),
+            "seconds": self.seconds,
+            "rss_before_mb": self.rss_before / 2**20,
+            "rss_peak_mb": self.rss_peak / 2**20,
+            "rss_after_mb": self.rss_after / 2**20,
+            "errors": sorted({e for r in self.results for e in r.errors})[:5],
+        }
+
+
+def _pct(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(pct) - 1]
+
+
+async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bool) -> AgentResult:
+    result = AgentResult()
+    # Streams chain through their cache; HTTP chains through the store.
+    body: dict[str, Any] = {"model": "sim-model", "tools": [TOOL], "store": store}
+    new_input: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": f"agent {index}: fix the failing test"}
+    ]
+    previous: str | None = None
+    for _ in range(turns):
+        request = {**body, "input": new_input}
+        if previous is not None:
+            request["previous_response_id"] = previous
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout_s):
+                exchange = await conn.create(request)
+        except TimeoutError:
+            result.lost += 1
+            return result
+        except Exception as error:  # a refused or broken turn (BenchError, socket errors)
+            result.failed += 1
+            result.errors.append(f"{type(error).__name__}: {error}"[:300])
+            return result
+        event = exchange.final
+        response = event.get("response") or {}
+        if event.get("type") == "error" or response.get("status") == "failed":
+            result.failed += 1
+            return result
+        turn_ms = (time.perf_counter() - started) * 1000
+        stats = response.get("stats") or {}
+        server_ms = sum(
+            float(stats.get(k, 0.0)) for k in ("api_pre_ms", "engine_ms", "api_post_ms")
+        )
+        result.turn_ms.append(turn_ms)
+        result.pre_ms.append(float(stats.get("api_pre_ms", 0.0)))
+        result.outside_ms.append(max(turn_ms - server_ms, 0.0))
+        result.ids.append(response["id"])
+        previous = response["id"]
+        calls = [item for item in response.get("output", ()) if item["type"] == "function_call"]
+        new_input = [
+            {"type": "function_call_output", "call_id": c["call_id"], "output": TOOL_OUTPUT}
+            for c in calls
+        ] or [{"type": "message", "role": "user", "content": "go on"}]
+    return result
+
+
+async def _rss_sampler(pid: int, peak: list[int], stop: asyncio.Event) -> None:
+    process = psutil.Process(pid)
+    while not stop.is_set():
+        peak[0] = max(peak[0], process.memory_info().rss)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await stop.wait()
+
+
+async def _stats(base: str) -> dict[str, Any]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/v1/stats") as reply:
+        data: dict[str, Any] = orjson.loads(await reply.read())
+        return data
+
+
+async def _settled_rss(server: ServerProcess, base: str, deadline_s: float = 30.0) -> int:
+    """RSS once no stream is open and the post-inference queue is empty."""
+    assert server.proc is not None
+    limit = time.monotonic() + deadline_s
+    while time.monotonic() < limit:
+        stats = await _stats(base)
+        if int(stats.get("streams_open", 0)) == 0 and int(stats.get("post_queue_depth", 0)) == 0:
+            break
+        await asyncio.sleep(0.1)  # polling the server's own counters, with a deadline
+    # The server hands freed memory back a moment after it goes idle: wait for the RSS to
+    # stop falling (sampled every 0.1 s; settled when flat for 1.5 s), within the deadline.
+    process = psutil.Process(server.proc.pid)
+    samples: list[int] = [process.memory_info().rss]
+    while time.monotonic() < limit + 10:
+        await asyncio.sleep(0.1)  # sampling the RSS, not waiting for an event
+        samples.append(process.memory_info().rss)
+        window = samples[-16:]
+        if len(window) == 16 and max(window) - min(window) <= window[-1] // 100:
+            break
+    return samples[-1]
+
+
+async def soak_transport(
+    server: ServerProcess, transport: str, agents: int, turns: int, timeout_s: float
+) -> TransportResult:
+    """Run ``agents`` concurrent agents of ``turns`` turns on one transport."""
+    address = server.address
+    assert address is not None and server.proc is not None
+    base = f"http://{address.host}:{address.http_port}"
+    mode = resolve_modes([TRANSPORTS[transport]])[0]
+    rss_before = await _settled_rss(server, base)
+    rows_before = len(read_ledger(server.dir / "data" / "responses.db"))
+    peak = [rss_before]
+    stop = asyncio.Event()
+    sampler = asyncio.ensure_future(_rss_sampler(server.proc.pid, peak, stop))
+    started = time.perf_counter()
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "grpc":
+            # One HTTP/2 connection per STREAMS_PER_CHANNEL agents: the server caps open
+            # streams per connection (``max_streams_per_connection``, 100), and channels
+            # share connections unless each has its own subchannel pool.
+            target = f"{address.host}:{address.grpc_port}"
+            clients = [
+                await stack.enter_async_context(
+                    AsyncResponsesClient(
+                        target,
+                        channel=grpc.aio.insecure_channel(
+                            target, options=[("grpc.use_local_subchannel_pool", 1)]
+                        ),
+                    )
+                )
+                for _ in range(-(-agents // STREAMS_PER_CHANNEL))
+            ]
+            conns: list[Conn] = [
+                await GrpcConnectConn(clients[i // STREAMS_PER_CHANNEL], None).open()
+                for i in range(agents)
+            ]
+        else:
+            kit = await stack.enter_async_context(ClientKit(mode, address, None))
+            conns = [await kit.conn() for _ in range(agents)]
+        try:
+            results = await asyncio.gather(
+                *(
+                    _agent(conn, turns, i, timeout_s, transport == "http")
+                    for i, conn in enumerate(conns)
+                )
+            )
+        finally:
+            await asyncio.gather(*(c.aclose() for c in conns), return_exceptions=True)
+    seconds = time.perf_counter() - started
+    rss_after = await _settled_rss(server, base)
+    stop.set()
+    await sampler
+    rows = len(read_ledger(server.dir / "data" / "responses.db")) - rows_before
+    return TransportResult(
+        transport, agents, turns, seconds, list(results), rows, rss_before, peak[0], rss_after
+    )
+
+
+def run_soak(
+    agents: int,
+    turns: int,
+    transports: Sequence[str],
+    workdir: Path,
+    timeout_s: float = 120.0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Soak every transport in turn on one server; returns one summary per transport."""
+    settings = ServerSettings(tool_rounds=turns + 1, function_call_tokens=40)
+    with ServerProcess(settings, workdir, "soak") as server:
+
+        async def run_all() -> list[dict[str, Any]]:
+            # A small warm-up on every transport first, so the RSS baseline includes what a
+            # server allocates once (imports, caches, thread pools), not just an idle start.
+            for transport in transports:
+                await soak_transport(server, transport, min(agents, 8), min(turns, 3), timeout_s)
+            summaries = []
+            for transport in transports:
+                result = await soak_transport(server, transport, agents, turns, timeout_s)
+                summaries.append(result.summary())
+                if progress:
+                    print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
+            return summaries
+
+        summaries = asyncio.run(run_all())
+        alive = server.proc is not None and server.proc.poll() is None
+    for summary in summaries:
+        summary["server_alive"] = alive
+    return summaries
+
+
+def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """The soak's summary table."""
+    header = (
+        f"{'transport':<10}{'responses':>10}{'ledger':>8}{'lost':>6}{'dup':>5}{'failed':>7}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'1st p99':>9}{'rest p99':>9}{'secs':>7}"
+        f"{'RSS MB before':>15}{'peak':>8}{'after':>8}"
+        f"{'1st pre p99':>13}{'1st outside p99':>17}{'rest pre p99':>14}{'rest outside':>14}"
+    )
+    lines = [header]
+    for s in summaries:
+        lines.append(
+            f"{s['transport']:<10}{s['responses']:>10}{s['ledger_rows']:>8}{s['lost']:>6}"
+            f"{s['duplicated']:>5}"
+            f"{s['failed']:>7}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}{s['first_p99_ms']:>9.1f}"
+            f"{s['later_p99_ms']:>9.1f}{s['seconds']:>7.1f}{s['rss_before_mb']:>15.1f}"
+            f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}"
+            f"{s['first_pre_p99_ms']:>13.1f}{s['first_outside_p99_ms']:>17.1f}"
+            f"{s['later_pre_p99_ms']:>14.1f}{s['later_outside_p99_ms']:>14.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: print the table; exit 1 if anything was lost, duplicated or failed."""
+    parser = argparse.ArgumentParser(description="N agents x T turns per transport, one server")
+    parser.add_argument("--agents", type=int, default=50, help="concurrent agents (50)")
+    parser.add_argument("--turns", type=int, default=10, help="turns per agent (10)")
+    parser.add_argument("--full", action="store_true", help="200 agents x 25 turns")
+    parser.add_argument(
+        "--transports", default="grpc,websocket,http", help="comma-separated (all three)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--workdir", default=None, help="keep the server's data and log here")
+    args = parser.parse_args(argv)
+    agents, turns = (200, 25) if args.full else (args.agents, args.turns)
+    with (
+        contextlib.nullcontext(args.workdir)
+        if args.workdir
+        else tempfile.TemporaryDirectory(prefix="soak-")
+    ) as workdir:
+        if not args.json:
+            print(f"soak: {agents} agents x {turns} turns per transport, one server")
+            print(format_table([]), flush=True)
+        summaries = run_soak(
+            agents, turns, args.transports.split(","), Path(workdir), progress=not args.json
+        )
+    if args.json:
+        print(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode())
+    for summary in summaries:
+        for error in summary["errors"]:
+            print(f"{summary['transport']}: {error}")
+    bad = any(
+        s["lost"] or s["duplicated"] or s["failed"] or s["responses"] != s["expected"]
+        for s in summaries
+    )
+    return 1 if bad or not all(s["server_alive"] for s in summaries) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
