@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +86,19 @@ async def ledger_by_id(running: RunningServer) -> dict[str, LedgerRow]:
         return {row.response_id: row for row in await store.ledger_rows()}
     finally:
         store.close()
+
+
+def run_cli(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
+    """``bidi-responses ARGS`` in a child process, asserting it succeeds (with its output)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bidi_responses.server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
 
 
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:

@@ -9,13 +9,13 @@ the new input). Timings are not asserted: they depend on the machine.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bidi_responses.bench.clients import MODES
+
+from tests.conftest import run_cli
 
 FULL = ("http_new", "http_keepalive", "grpc_create")
 STATEFUL = ("ws_cache", "ws_append", "grpc_connect", "grpc_append")
@@ -24,23 +24,13 @@ STATEFUL = ("ws_cache", "ws_append", "grpc_connect", "grpc_append")
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     out = tmp_path_factory.mktemp("compare")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bidi_responses.server.cli",
-            "compare",
-            "--smoke",
-            "--no-progress",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
+    proc = run_cli(
+        "compare",
+        "--smoke",
+        "--no-progress",
+        "--out",
+        str(out),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     return out, results, proc.stdout
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from bidi_responses.bench.cli import add_compare, config_from_args
 from bidi_responses.bench.run import ServerSettings
 from bidi_responses.server.config import load_config
 
+from tests.conftest import run_cli
 from tests.llama.conftest import LlamaBackend
 
 
@@ -56,35 +55,25 @@ def test_compare_runs_the_rollout_on_a_real_backend(
     tmp_path: Path, llama_backend: LlamaBackend
 ) -> None:
     out = tmp_path / "compare"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bidi_responses.server.cli",
-            "compare",
-            "--backend-url",
-            llama_backend.base_url,
-            "--backend-format",
-            "harmony",
-            "--modes",
-            "7",
-            "--turns",
-            "2",
-            "--output-tokens",
-            "100",
-            "--repeats",
-            "1",
-            "--no-plots",
-            "--no-progress",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
+    run_cli(
+        "compare",
+        "--backend-url",
+        llama_backend.base_url,
+        "--backend-format",
+        "harmony",
+        "--modes",
+        "7",
+        "--turns",
+        "2",
+        "--output-tokens",
+        "100",
+        "--repeats",
+        "1",
+        "--no-plots",
+        "--no-progress",
+        "--out",
+        str(out),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out / "turns.csv", encoding="utf-8") as handle:
         turns = [row for row in csv.DictReader(handle) if row["cell"] == "headline"]
     rows = [t for t in turns if t["mode"] == "grpc_connect"]
