@@ -18,7 +18,8 @@ all: check test
 # removed needs a new link, so the install depends on the module list.
 $(MODULES): FORCE
 	@mkdir -p $(@D)
-	@find server client bench cluster protos -name '*.py' -not -path 'protos/bidi_responses/v1/*' | LC_ALL=C sort > $@.new
+	@find server client bench cluster protos \( -name '*.py' -o -name '*.proto' -o -name py.typed \) \
+		-not -name '*_pb2*' -not -path 'protos/bidi_responses/v1/__init__.py' | LC_ALL=C sort > $@.new
 	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
 
 $(INSTALLED): pyproject.toml setup.py tools/gen_protos.py $(MODULES)
