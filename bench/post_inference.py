@@ -41,7 +41,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -185,13 +184,6 @@ def _pct(values: list[float], q: float) -> float:
     low = int(pos)
     high = min(low + 1, len(values) - 1)
     return values[low] + (values[high] - values[low]) * (pos - low)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> list[float]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from bidi_responses.bench.clients import MODES, ModeInfo, ServerAddress, worker_main
 from bidi_responses.bench.cpu import process_cpu_clock
+from bidi_responses.bench.ports import free_port
 from bidi_responses.bench.workload import (
     HistoryWorkload,
     Workload,
@@ -130,13 +131,6 @@ def _toml_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class ServerProcess:
     """``bidi-responses serve`` in a subprocess, on free loopback ports."""
 
@@ -157,8 +151,8 @@ class ServerProcess:
         """Start and wait until every port accepts connections."""
         config = self.dir / "server.toml"
         config.write_text(self.settings.toml(), encoding="utf-8")
-        grpc_port = _free_port()
-        http_port = _free_port() if self.settings.http else None
+        grpc_port = free_port()
+        http_port = free_port() if self.settings.http else None
         command = [
             sys.executable,
             "-m",

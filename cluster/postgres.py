@@ -12,12 +12,13 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+from bidi_responses.bench.ports import free_port
 
 
 class PostgresUnavailable(RuntimeError):
@@ -41,14 +42,6 @@ def find_bin_dir() -> Path:
         "PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin): "
         "run `make postgres` (apt-get install postgresql)"
     )
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class TempPostgres:

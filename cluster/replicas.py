@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from bidi_responses.bench.ports import free_port
 from bidi_responses.cluster.envoy import EnvoyProcess, render_config
-from bidi_responses.cluster.postgres import TempPostgres, free_port
+from bidi_responses.cluster.postgres import TempPostgres
 
 
 def _accepts(port: int) -> bool:

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 
 from tests.conftest import until
-from tests.pipeline.server_process import FAST_FLAGS, free_port, serve_process
+from tests.pipeline.server_process import FAST_FLAGS, serve_process
 
 BIG_INPUT = "stored conversation text " * 800  # ~20 KB per stored response
 

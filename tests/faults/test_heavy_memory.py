@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 
 from tests.faults.slow_clients import StalledGrpc, StalledWebSocket, big_creates
-from tests.pipeline.server_process import FAST_FLAGS, free_port, serve_process
+from tests.pipeline.server_process import FAST_FLAGS, serve_process
 from tests.workload import tool_output
 
 MIB = 1024 * 1024

@@ -16,7 +16,6 @@ import asyncio
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import grpc
 import httpx
 import orjson
 import websockets
+from bidi_responses.bench.ports import free_port
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import HealthCheck, Phase, given, settings
@@ -48,20 +48,13 @@ SERVICE = "/bidi_responses.v1.ResponsesService"
 VALID = {"model": "sim-model", "input": "hi", "store": False}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class FuzzServer:
     """``bidi-responses serve`` in a subprocess, its output kept in a file."""
 
     data_dir: Path
-    grpc_port: int = field(default_factory=_free_port)
-    http_port: int = field(default_factory=_free_port)
+    grpc_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property

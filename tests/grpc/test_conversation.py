@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import (
     AsyncResponsesClient,
     Conversation,
@@ -18,7 +19,6 @@ from bidi_responses.client import (
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.pipeline.server_process import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

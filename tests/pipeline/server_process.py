@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from bidi_responses.bench.ports import free_port
+
 FAST_FLAGS = ("--sim-tps", "1000000", "--sim-ttft-ms", "0", "--sim-tool-rounds", "100")
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class ServerLog:

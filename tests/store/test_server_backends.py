@@ -16,12 +16,13 @@ from typing import Any
 
 import asyncpg
 import pytest
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.pipeline.server_process import FAST_FLAGS, free_port, serve_process
+from tests.pipeline.server_process import FAST_FLAGS, serve_process
 from tests.store.conftest import fresh_database
 
 pytestmark = pytest.mark.timeout(90)

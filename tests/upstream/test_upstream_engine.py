@@ -24,12 +24,12 @@ import httpx
 import openai
 import pytest
 from aiohttp import web
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
 
 from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory, websocket_turn
-from tests.pipeline.server_process import free_port
 
 UPSTREAM_TOML = """
 [models.sim-model]
