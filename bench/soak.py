@@ -303,8 +303,9 @@ def run_soak(
     timeout_s: float = 120.0,
     progress: bool = False,
     sim_prefix_blocks: int | None = None,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
-    """Soak every transport in turn on one server; returns one summary per transport."""
+    """Soak every transport in turn on one server, ``rounds`` times; one summary per burst."""
     settings = SoakSettings(tool_rounds=turns + 1, function_call_tokens=40)
     if sim_prefix_blocks is not None:
         settings.prefix_cache_max_blocks = sim_prefix_blocks
@@ -316,11 +317,13 @@ def run_soak(
             for transport in transports:
                 await soak_transport(server, transport, min(agents, 8), min(turns, 3), timeout_s)
             summaries = []
-            for transport in transports:
-                result = await soak_transport(server, transport, agents, turns, timeout_s)
-                summaries.append(result.summary())
-                if progress:
-                    print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
+            for round_index in range(rounds):
+                for transport in transports:
+                    result = await soak_transport(server, transport, agents, turns, timeout_s)
+                    summaries.append(result.summary())
+                    summaries[-1]["round"] = round_index + 1
+                    if progress:
+                        print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
             return summaries
 
         summaries = asyncio.run(run_all())
@@ -368,9 +371,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="size of the sim engine's prefix cache in blocks (its default; 0 = off)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every transport this many times on the same server (1); later rounds show "
+        "whether memory is reused or keeps growing",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", default=None, help="keep the server's data and log here")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     agents, turns = (200, 25) if args.full else (args.agents, args.turns)
     with (
         contextlib.nullcontext(args.workdir)
@@ -393,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(workdir),
             progress=not args.json,
             sim_prefix_blocks=args.sim_prefix_blocks,
+            rounds=args.rounds,
         )
     if args.json:
         print(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bidi_responses.bench.soak import SoakSettings, prefix_cache_note
+import pytest
+from bidi_responses.bench.soak import SoakSettings, main, prefix_cache_note
 from bidi_responses.server.config import load_config
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
 
@@ -23,3 +24,10 @@ def test_prefix_cache_note_states_the_heap_it_may_hold() -> None:
     note = prefix_cache_note(65_536)
     assert "65,536 blocks" in note
     assert f"~{65_536 * PREFIX_BLOCK_BYTES / 2**20:.1f} MiB" in note
+
+
+def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--rounds", "0"])
+    assert exit_info.value.code == 2
+    assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
