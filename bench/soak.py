@@ -383,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.sim_prefix_blocks is not None and args.sim_prefix_blocks < 0:
+        parser.error(f"--sim-prefix-blocks must be >= 0, got {args.sim_prefix_blocks}")
     agents, turns = (200, 25) if args.full else (args.agents, args.turns)
     with (
         contextlib.nullcontext(args.workdir)

@@ -26,8 +26,17 @@ def test_prefix_cache_note_states_the_heap_it_may_hold() -> None:
     assert f"~{65_536 * PREFIX_BLOCK_BYTES / 2**20:.1f} MiB" in note
 
 
-def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+        (["--sim-prefix-blocks", "-1"], "--sim-prefix-blocks must be >= 0, got -1"),
+    ],
+)
+def test_bad_arguments_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["--rounds", "0"])
+        main(argv)
     assert exit_info.value.code == 2
-    assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
