@@ -10,6 +10,11 @@ responses), the turn time p50/p99 (first turns and later turns apart, since all 
 at once), and the server's RSS before the load (after a small warm-up on every transport), at
 its peak, and after the streams close.
 
+The simulated engine keeps a bounded prefix (KV) cache in the server's process: it models GPU
+memory of an inference server, but its bookkeeping (about ``PREFIX_BLOCK_BYTES`` per block)
+is on this heap and counts in the RSS. The soak states its size in the header
+(``--sim-prefix-blocks``, the engine's default unless given; 0 turns it off).
+
 Defaults fit a 2-core machine (50 x 10); ``--full`` runs 200 x 25.
 """
 
@@ -33,6 +38,7 @@ from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resol
 from bidi_responses.bench.run import ServerProcess, ServerSettings
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.server.core.store import read_ledger
+from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
 
 TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}
 TOOL: dict[str, Any] = {
@@ -109,8 +115,34 @@ class TransportResult:
             "rss_before_mb": self.rss_before / 2**20,
             "rss_peak_mb": self.rss_peak / 2**20,
             "rss_after_mb": self.rss_after / 2**20,
+            "rss_after_pct": 100.0 * (self.rss_after - self.rss_before) / max(self.rss_before, 1),
             "errors": sorted({e for r in self.results for e in r.errors})[:5],
         }
+
+
+@dataclass(slots=True)
+class SoakSettings(ServerSettings):
+    """The soak's server: the benchmark's settings plus the sim engine's prefix-cache size."""
+
+    prefix_cache_max_blocks: int = SimConfig().prefix_cache_max_blocks
+
+    def toml(self) -> str:
+        """The server's config file, with the cache size in the sim engine's table (the last)."""
+        text = ServerSettings.toml(self)
+        tables = [line for line in text.splitlines() if line.startswith("[")]
+        assert tables[-1] == '[models."sim-model".sim]', text
+        return text + f"prefix_cache_max_blocks = {int(self.prefix_cache_max_blocks)}\n"
+
+
+def prefix_cache_note(blocks: int) -> str:
+    """The header line saying how much of the server's heap the sim engine may keep."""
+    if blocks == 0:
+        return "sim engine prefix cache: off (--sim-prefix-blocks 0)"
+    mib = blocks * PREFIX_BLOCK_BYTES / 2**20
+    return (
+        f"sim engine prefix cache: up to {blocks:,} blocks, ~{mib:.1f} MiB of the server's heap"
+        " (models KV memory of the inference server)"
+    )
 
 
 def _pct(values: Sequence[float], pct: float) -> float:
@@ -270,9 +302,13 @@ def run_soak(
     workdir: Path,
     timeout_s: float = 120.0,
     progress: bool = False,
+    sim_prefix_blocks: int | None = None,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
-    """Soak every transport in turn on one server; returns one summary per transport."""
-    settings = ServerSettings(tool_rounds=turns + 1, function_call_tokens=40)
+    """Soak every transport in turn on one server, ``rounds`` times; one summary per burst."""
+    settings = SoakSettings(tool_rounds=turns + 1, function_call_tokens=40)
+    if sim_prefix_blocks is not None:
+        settings.prefix_cache_max_blocks = sim_prefix_blocks
     with ServerProcess(settings, workdir, "soak") as server:
 
         async def run_all() -> list[dict[str, Any]]:
@@ -281,17 +317,20 @@ def run_soak(
             for transport in transports:
                 await soak_transport(server, transport, min(agents, 8), min(turns, 3), timeout_s)
             summaries = []
-            for transport in transports:
-                result = await soak_transport(server, transport, agents, turns, timeout_s)
-                summaries.append(result.summary())
-                if progress:
-                    print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
+            for round_index in range(rounds):
+                for transport in transports:
+                    result = await soak_transport(server, transport, agents, turns, timeout_s)
+                    summaries.append(result.summary())
+                    summaries[-1]["round"] = round_index + 1
+                    if progress:
+                        print(format_table(summaries[-1:]).splitlines()[-1], flush=True)
             return summaries
 
         summaries = asyncio.run(run_all())
         alive = server.proc is not None and server.proc.poll() is None
     for summary in summaries:
         summary["server_alive"] = alive
+        summary["sim_prefix_blocks"] = settings.prefix_cache_max_blocks
     return summaries
 
 
@@ -300,7 +339,7 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     header = (
         f"{'transport':<10}{'responses':>10}{'ledger':>8}{'lost':>6}{'dup':>5}{'failed':>7}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'1st p99':>9}{'rest p99':>9}{'secs':>7}"
-        f"{'RSS MB before':>15}{'peak':>8}{'after':>8}"
+        f"{'RSS MB before':>15}{'peak':>8}{'after':>8}{'after %':>9}"
         f"{'1st pre p99':>13}{'1st outside p99':>17}{'rest pre p99':>14}{'rest outside':>14}"
     )
     lines = [header]
@@ -310,7 +349,7 @@ def format_table(summaries: Sequence[dict[str, Any]]) -> str:
             f"{s['duplicated']:>5}"
             f"{s['failed']:>7}{s['p50_ms']:>9.1f}{s['p99_ms']:>9.1f}{s['first_p99_ms']:>9.1f}"
             f"{s['later_p99_ms']:>9.1f}{s['seconds']:>7.1f}{s['rss_before_mb']:>15.1f}"
-            f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}"
+            f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}{s['rss_after_pct']:>+9.1f}"
             f"{s['first_pre_p99_ms']:>13.1f}{s['first_outside_p99_ms']:>17.1f}"
             f"{s['later_pre_p99_ms']:>14.1f}{s['later_outside_p99_ms']:>14.1f}"
         )
@@ -326,9 +365,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--transports", default="grpc,websocket,http", help="comma-separated (all three)"
     )
+    parser.add_argument(
+        "--sim-prefix-blocks",
+        type=int,
+        default=None,
+        help="size of the sim engine's prefix cache in blocks (its default; 0 = off)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every transport this many times on the same server (1); later rounds show "
+        "whether memory is reused or keeps growing",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--workdir", default=None, help="keep the server's data and log here")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.sim_prefix_blocks is not None and args.sim_prefix_blocks < 0:
+        parser.error(f"--sim-prefix-blocks must be >= 0, got {args.sim_prefix_blocks}")
     agents, turns = (200, 25) if args.full else (args.agents, args.turns)
     with (
         contextlib.nullcontext(args.workdir)
@@ -337,9 +393,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as workdir:
         if not args.json:
             print(f"soak: {agents} agents x {turns} turns per transport, one server")
+            blocks = args.sim_prefix_blocks
+            print(
+                prefix_cache_note(
+                    SoakSettings().prefix_cache_max_blocks if blocks is None else blocks
+                )
+            )
             print(format_table([]), flush=True)
         summaries = run_soak(
-            agents, turns, args.transports.split(","), Path(workdir), progress=not args.json
+            agents,
+            turns,
+            args.transports.split(","),
+            Path(workdir),
+            progress=not args.json,
+            sim_prefix_blocks=args.sim_prefix_blocks,
+            rounds=args.rounds,
         )
     if args.json:
         print(orjson.dumps(summaries, option=orjson.OPT_INDENT_2).decode())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import array
 import asyncio
+import gc
 import json
 import math
 import random
 import re
 import time
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,12 @@ from bidi_responses.server.engines.base import (
     ItemStart,
 )
 from bidi_responses.server.engines.script import ScriptEngine
-from bidi_responses.server.engines.sim import SimConfig, SimEngine, schema_instance
+from bidi_responses.server.engines.sim import (
+    PREFIX_BLOCK_BYTES,
+    SimConfig,
+    SimEngine,
+    schema_instance,
+)
 from bidi_responses.server.engines.timing import (
     EngineTiming,
     Pacer,
@@ -721,3 +728,32 @@ async def test_prefix_lookup_counts_inside_the_time_to_first_token() -> None:
     # Wall (fake) time equals the modeled time: the 10 ms lookup was absorbed by the TTFT.
     assert now[0] == pytest.approx(0.06)
     assert finish_of(events).engine_seconds == pytest.approx(0.06)
+
+
+def test_held_bytes_counts_the_prefix_cache_and_is_bounded(encoding: tiktoken.Encoding) -> None:
+    engine = sim(encoding, prefix_block_tokens=4, prefix_cache_max_blocks=50)
+    assert engine.held_bytes() == 0
+    engine.prefix_cache.match_and_insert(list(range(40)))  # 10 blocks
+    assert engine.held_bytes() == 10 * PREFIX_BLOCK_BYTES
+    engine.prefix_cache.match_and_insert(list(range(1000, 2000)))  # 250 blocks, capped at 50
+    assert engine.held_bytes() == 50 * PREFIX_BLOCK_BYTES
+    off = sim(encoding, prefix_cache_max_blocks=0)
+    off.prefix_cache.match_and_insert(list(range(1000)))
+    assert off.held_bytes() == 0
+
+
+def test_prefix_block_bytes_matches_the_heap() -> None:
+    """The per-block estimate is what the heap really grows by (within 25%)."""
+    cache = PrefixCache(block_tokens=4, max_blocks=100_000)
+    prompts = [[p, *range(1, 400)] for p in range(50)]  # 50 prompts x 100 distinct blocks
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for prompt in prompts:
+            cache.match_and_insert(prompt)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == 5000
+    assert 0.75 * PREFIX_BLOCK_BYTES <= grown / len(cache) <= 1.25 * PREFIX_BLOCK_BYTES
