@@ -25,12 +25,12 @@ from bidi_responses.server.core.events import (
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, TokenArray, canonical_json
+from bidi_responses.server.core.render import Renderer, TokenArray
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
-    _parse_tool_choice,
     parse_create,
     parse_input,
 )
@@ -41,6 +41,7 @@ from bidi_responses.server.core.state import (
     object_bytes,
 )
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.tools import ToolSet
 from bidi_responses.server.engines.base import (
     Delta,
     EngineAffinity,
@@ -79,9 +80,8 @@ class Lane:
         self.id = lane_id
         self.cache = cache
         self.inflight: ResponseRun | None = None
-        self.tools_memo: tuple[Any, list[dict[str, Any]]] | None = None
-        # The engine's view of the memoized tools, built once per tool list.
-        self.functions_memo: tuple[list[dict[str, Any]], tuple[FunctionSpec, ...]] | None = None
+        # The last request's tools, reused while the client sends the same list.
+        self.toolset: ToolSet | None = None
         self.route_memo: tuple[Any, Route] | None = None
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
@@ -363,33 +363,10 @@ class ResponseRun:
     def _parse(self) -> CreateRequest:
         limits = self.core.config.limits
         lane = self.lane
-        raw_tools = self.body.get("tools")
-        memo = lane.tools_memo
-        if memo is not None and raw_tools == memo[0]:
-            # Same tool definitions as the lane's last request: skip their schema checks.
-            body = dict(self.body)
-            body.pop("tools", None)
-            # A forced function is checked against the memoized tools below, not the none
-            # left in this body.
-            forced = (
-                body.pop("tool_choice", None) if isinstance(body.get("tool_choice"), dict) else None
-            )
-            request = parse_create(body, limits)
-            request.raw_tools = raw_tools
-            request.tools = memo[1]
-            if forced is not None:
-                request.tool_choice = _parse_tool_choice(forced)
-            if isinstance(request.tool_choice, dict):
-                name = request.tool_choice["name"]
-                if not any(t.get("name") == name for t in request.tools):
-                    raise ApiError(
-                        f"Invalid 'tool_choice.name': no function tool named '{name}'.",
-                        param="tool_choice.name",
-                    )
-        else:
-            request = parse_create(self.body, limits)
-            if lane.stateful:
-                lane.tools_memo = (raw_tools, request.tools)
+        # The lane's last tool set is reused while the client sends the same tools.
+        request = parse_create(self.body, limits, lane.toolset)
+        if lane.stateful:
+            lane.toolset = request.toolset
         if request.background and lane.stateful:
             # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
@@ -535,7 +512,7 @@ class ResponseRun:
         for item, path in zip(items, paths, strict=True):
             if item["type"] == "compaction":
                 self.core.compaction.check(item, path)
-        declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
+        declared = request.toolset.function_names
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
         )
@@ -569,7 +546,7 @@ class ResponseRun:
             await self._finish("completed")
             return
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
-        functions = self._functions(request.tools)
+        functions = request.toolset.functions
         forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
         mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
         budget = request.max_output_tokens
@@ -597,24 +574,6 @@ class ResponseRun:
         clients render and sample alike."""
         fmt = response_format(request.text)
         return canonical_json(fmt) if fmt is not None else None
-
-    def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
-        """The function tools as the engine sees them, reused while the lane's tools are."""
-        memo = self.lane.functions_memo
-        if memo is not None and memo[0] is tools:
-            return memo[1]
-        functions = tuple(
-            # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
-            FunctionSpec(
-                t["name"],
-                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
-            )
-            for t in tools
-            if t["type"] == "function"
-        )
-        if self.lane.stateful:
-            self.lane.functions_memo = (tools, functions)
-        return functions
 
     async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
