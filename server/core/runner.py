@@ -10,9 +10,7 @@ the state changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core.errors import ApiError, previous_response_not_found
@@ -26,6 +24,7 @@ from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer, TokenArray
 from bidi_responses.server.core.requests import (
@@ -36,22 +35,18 @@ from bidi_responses.server.core.requests import (
 )
 from bidi_responses.server.core.state import (
     ConversationState,
-    ResponseCache,
     common_prefix,
     object_bytes,
+    observe,
 )
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
-from bidi_responses.server.core.tools import ToolSet
+from bidi_responses.server.core.streaming import Emit, ItemStreamer, stream_segment
 from bidi_responses.server.engines.base import (
-    Delta,
-    EngineAffinity,
     EngineConversation,
     EngineError,
     EngineFinish,
     EngineRequest,
     FunctionSpec,
-    ItemEnd,
-    ItemStart,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
 from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
@@ -60,7 +55,6 @@ from bidi_responses.server.pipeline.routing import Route
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 _ID_PREFIX = {
     "message": "msg",
@@ -71,51 +65,6 @@ _ID_PREFIX = {
     "custom_tool_call_output": "ctco",
     "compaction": "cmp",
 }
-
-
-class Lane:
-    """One conversation lane of a stream: its cache, route memo and in-flight response."""
-
-    def __init__(self, lane_id: str, cache: ResponseCache | None) -> None:
-        self.id = lane_id
-        self.cache = cache
-        self.inflight: ResponseRun | None = None
-        # The last request's tools, reused while the client sends the same list.
-        self.toolset: ToolSet | None = None
-        self.route_memo: tuple[Any, Route] | None = None
-        # Set when the client has said it will send nothing more (half-close): a response
-        # that would wait for tool outputs ends at once instead.
-        self.input_closed = False
-        # What engines keep for this lane between turns (an upstream connection).
-        self.affinity = EngineAffinity()
-
-    @property
-    def stateful(self) -> bool:
-        """True on Connect and WebSocket lanes; False for one-shot stateless calls."""
-        return self.cache is not None
-
-
-def observe(state: ConversationState, item: Item) -> None:
-    """Track model turns and tool rounds as items join the conversation."""
-    kind = item["type"]
-    is_model = kind in ("function_call", "custom_tool_call", "reasoning") or (
-        kind == "message" and item["role"] == "assistant"
-    )
-    last = state.items[-1] if state.items else None
-    last_kind = last["type"] if last else None
-    last_is_model = last is not None and (
-        last_kind in ("function_call", "custom_tool_call", "reasoning")
-        or (last_kind == "message" and last["role"] == "assistant")
-    )
-    if is_model and not last_is_model:
-        state.model_turns += 1
-    if kind == "function_call" and last_kind != "function_call":
-        state.tool_rounds += 1
-    elif kind == "message" and item["role"] == "user":
-        state.tool_rounds = 0
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        state.answered_calls.add(item.get("call_id", ""))
-    state.items.append(item)
 
 
 class ResponseRun:
@@ -651,74 +600,15 @@ class ResponseRun:
         if stats.engine_runs == 0:
             stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
         stats.engine_runs += 1
-        streamer = _ItemStreamer(self, record)
-        finish: EngineFinish | None = None
-        config = self.core.config.streaming
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        streamer = ItemStreamer(self.emit, self.seq, record, self.first_delta)
         assert self.route is not None
-        engine = self.route.engine
-
-        async def produce() -> None:
-            try:
-                async for event in engine.generate(engine_request):
-                    queue.put_nowait(event)
-            except BaseException as exc:
-                queue.put_nowait(_Failure(exc))
-                raise
-
-        producer = asyncio.get_running_loop().create_task(produce())
-        # Merged text not yet handed to the streamer: a cancelled response keeps it too.
-        text, count = "", 0
         try:
-            pending: Any = None
-            while finish is None:
-                event = pending if pending is not None else await queue.get()
-                pending = None
-                if isinstance(event, Delta):
-                    text = event.text
-                    count = len(event.token_ids)
-                    if config.coalesce_deltas:
-                        # Merge deltas that are already waiting (and, with a window, those
-                        # arriving within it): one message instead of several. An item's
-                        # first delta never waits, so the window costs no time to first token.
-                        window = config.delta_window_ms if streamer.parts else 0.0
-                        deadline = time.perf_counter() + window / 1000
-                        while len(text) < config.max_delta_chars:
-                            if queue.empty():
-                                wait = deadline - time.perf_counter()
-                                if wait <= 0:
-                                    break
-                                try:
-                                    async with asyncio.timeout(wait):
-                                        nxt = await queue.get()
-                                except TimeoutError:
-                                    break
-                            else:
-                                nxt = queue.get_nowait()
-                            if not isinstance(nxt, Delta):
-                                pending = nxt
-                                break
-                            text += nxt.text
-                            count += len(nxt.token_ids)
-                    delta, delta_count, text, count = text, count, "", 0
-                    await streamer.delta(delta, delta_count)
-                elif isinstance(event, ItemStart):
-                    await streamer.start(event)
-                elif isinstance(event, ItemEnd):
-                    await streamer.end(incomplete=event.incomplete)
-                elif isinstance(event, EngineFinish):
-                    finish = event
-                elif isinstance(event, _Failure):
-                    raise event.exc
+            finish = await stream_segment(
+                self.route.engine, engine_request, streamer, self.core.config.streaming
+            )
         except BaseException:
-            # Cancelled, cut off or failed mid-stream: the response keeps what was generated.
-            self._usage.output_tokens += streamer.keep_partial(text, count, queue)
+            self._usage.output_tokens += streamer.tokens
             raise
-        finally:
-            if not producer.done():
-                producer.cancel()
-            with contextlib.suppress(BaseException):  # already reported through the queue
-                await producer
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens
@@ -881,193 +771,3 @@ class ResponseRun:
             return list(self._inputs)
         output_ids = {id(item) for item in self.record.output}
         return [item for item in self.state.items if id(item) not in output_ids]
-
-
-class _Failure:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-class _ItemStreamer:
-    """Turns engine item events into Responses output events and items."""
-
-    def __init__(self, run: ResponseRun, record: ResponseRecord) -> None:
-        self.run = run
-        self.record = record
-        self.items: list[Item] = []
-        self.current: Item | None = None
-        self.index = 0
-        self.parts: list[str] = []
-        # Output tokens handed to the client so far (the engine's count is authoritative when
-        # the segment finishes; this one is what a cut-short segment is charged).
-        self.tokens = 0
-
-    async def start(self, event: ItemStart) -> None:
-        run = self.run
-        self.parts = []
-        self.index = len(self.record.output)
-        if event.kind == "message":
-            item: Item = {
-                "type": "message",
-                "id": new_id("msg"),
-                "status": "in_progress",
-                "role": "assistant",
-                "content": [],
-            }
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=_copy_item(item)
-                )
-            )
-            await run.emit(
-                run.seq.event(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            )
-        elif event.kind == "reasoning":
-            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
-            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
-                )
-            )
-        else:
-            item = {
-                "type": "function_call",
-                "id": new_id("fc"),
-                "call_id": event.call_id or new_id("call"),
-                "name": event.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
-                )
-            )
-
-    async def delta(self, text: str, tokens: int) -> None:
-        run = self.run
-        item = self.current
-        assert item is not None
-        run.first_delta()
-        self.parts.append(text)
-        self.tokens += tokens
-        if item["type"] == "reasoning":
-            return
-        if item["type"] == "message":
-            await run.emit(
-                run.seq.event(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    delta=text,
-                )
-            )
-        else:
-            await run.emit(
-                run.seq.event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    delta=text,
-                )
-            )
-
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[Any]) -> int:
-        """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still queued); returns the segment's tokens."""
-        if self.current is not None:
-            while not queue.empty():
-                event = queue.get_nowait()
-                if not isinstance(event, Delta):
-                    break
-                text += event.text
-                tokens += len(event.token_ids)
-            self.parts.append(text)
-            self.tokens += tokens
-            self._close(self.current, "".join(self.parts))
-            self.current["status"] = "incomplete"
-            self.current = None
-        return self.tokens
-
-    @staticmethod
-    def _close(item: Item, text: str) -> dict[str, Any] | None:
-        """Put the item's final text in place; returns the message's content part."""
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-            return None
-        if item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
-            item["content"] = [part]
-            return part
-        item["arguments"] = text
-        return None
-
-    async def end(self, *, incomplete: bool = False) -> None:
-        run = self.run
-        item = self.current
-        assert item is not None
-        text = "".join(self.parts)
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-        elif item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
-            await run.emit(
-                run.seq.event(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    text=text,
-                )
-            )
-            await run.emit(
-                run.seq.event(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part=part,
-                )
-            )
-            item["content"] = [part]
-        else:
-            item["arguments"] = text
-            await run.emit(
-                run.seq.event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    arguments=text,
-                    name=item["name"],
-                )
-            )
-        # A message cut short by max_output_tokens is incomplete, as the hosted API marks it.
-        item["status"] = "incomplete" if incomplete else "completed"
-        await run.emit(
-            run.seq.event("response.output_item.done", output_index=self.index, item=item)
-        )
-        self.items.append(item)
-        self.current = None
-
-
-def _copy_item(item: Item) -> Item:
-    copy = dict(item)
-    if "content" in copy:
-        copy["content"] = list(copy["content"])
-    return copy
