@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bidi_responses.server.config import Limits
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.requests import CreateRequest, parse_create
 from bidi_responses.server.core.state import ResponseCache
 from bidi_responses.server.core.tools import ToolSet
 from bidi_responses.server.engines.base import EngineAffinity
-from bidi_responses.server.pipeline.routing import Route
+from bidi_responses.server.pipeline.routing import Route, Router
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.runner import ResponseRun
@@ -40,3 +43,43 @@ class Lane:
     def stateful(self) -> bool:
         """True on Connect and WebSocket lanes; False for one-shot stateless calls."""
         return self.cache is not None
+
+    def parse(self, body: dict[str, Any], limits: Limits) -> CreateRequest:
+        """Check a create body for this lane; ApiError naming the field it cannot take."""
+        lane = self
+        # The lane's last tool set is reused while the client sends the same tools.
+        request = parse_create(body, limits, lane.toolset)
+        if lane.stateful:
+            lane.toolset = request.toolset
+        if request.background and lane.stateful:
+            # As in the hosted WebSocket mode: a connection's responses are its own turns.
+            raise ApiError(
+                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
+                "stream; use POST /v1/responses.",
+                code="unsupported_parameter",
+                param="background",
+            )
+        if request.background and not request.store:
+            raise ApiError(
+                "Invalid 'background': background mode requires 'store': true.",
+                code="invalid_value",
+                param="background",
+            )
+        if request.append_mode and not lane.stateful:
+            raise ApiError(
+                "'append_mode' needs a Connect stream or a WebSocket connection.",
+                code="unsupported_parameter",
+                param="append_mode",
+            )
+        return request
+
+    def route(self, router: Router, model: str) -> tuple[Route, bool]:
+        """The model's route, and whether it was resolved now (False: the lane's last one)."""
+        key = router.route_key(model)
+        memo = self.route_memo
+        if memo is not None and memo[0] == key:
+            return memo[1], False
+        route = router.resolve(model)
+        if self.stateful:
+            self.route_memo = (key, route)
+        return route, True

@@ -13,24 +13,24 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from bidi_responses.server.core.errors import ApiError, previous_response_not_found
+from bidi_responses.server.core import continuation
+from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import (
     EventSequence,
     ResponseRecord,
     Usage,
     error_event,
 )
-from bidi_responses.server.core.handoff import decode_state, encode_state
-from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
+from bidi_responses.server.core.idempotency import find_replay
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.outcome import ledger_row, stored_response
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
-    parse_create,
     parse_input,
 )
 from bidi_responses.server.core.state import (
@@ -184,7 +184,7 @@ class ResponseRun:
                         type="server_error",
                     )
                 core.limiter.admit_request(self.quota_key)
-                request = self._parse()
+                request = self.lane.parse(self.body, core.config.limits)
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
                 core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
@@ -242,101 +242,17 @@ class ResponseRun:
             if self.lane.inflight is self:
                 self.lane.inflight = None
 
-    async def _restore(self, previous: str) -> ConversationState | None:
-        """The state a draining replica left for ``previous`` (handoff.py), or None."""
-        core = self.core
-        assert core.state_tier is not None
-        try:
-            # Only the owner's own conversation: another tenant's id is not found.
-            if await core.store.get(previous, self.tenant) is None:
-                return None
-            blob = await core.state_tier.take_state(previous)
-            if blob is None:
-                return None
-            state = decode_state(blob)
-        except Exception:  # unreadable or unreachable: rebuild from the stored chain
-            core.log.exception("conversation state of %s not restored", previous)
-            return None
-        core.failover["states_restored"] += 1
-        return state
-
-    async def _hand_off(self, state: ConversationState) -> None:
-        """The server is draining: leave this conversation's state for the replica that gets
-        its next turn, before the terminal event lets the client move (handoff.py)."""
-        tier = self.core.state_tier
-        if tier is None or not self.lane.stateful or not state.stored_chain:
-            return
-        try:
-            await tier.save_states(
-                [(self.id, encode_state(state))], self.core.config.store.state_ttl_s
-            )
-        except Exception:  # the next replica re-renders from the store instead
-            self.core.log.exception("conversation state of %s not handed off", self.id)
-        else:
-            self.core.failover["states_handed_off"] += 1
-
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
-        assert request.idempotency_key is not None
-        # Keyed by the authenticated tenant (the body's user only on an open server), so one
-        # tenant's key never names another tenant's response.
-        owner = self.tenant or request.user
-        self.id = idempotent_response_id(owner, check_key(request.idempotency_key))
-        if self.id in self.core.inflight:
-            raise ApiError(
-                f"A response with this 'idempotency_key' ('{self.id}') is still in progress; "
-                "wait for its terminal event.",
-                code="idempotent_request_in_progress",
-                param="idempotency_key",
-                status=409,
-            )
-        stored = await self.core.store.get(self.id, self.tenant)
+        self.id, stored = await find_replay(self.core, request, self.tenant)
         if stored is None:
             return False
-        if stored.response.get("previous_response_id") != request.previous_response_id:
-            raise ApiError(
-                f"'idempotency_key' was already used for response '{self.id}', which continues "
-                f"'{stored.response.get('previous_response_id')}', not "
-                f"'{request.previous_response_id}'.",
-                code="idempotency_key_reused",
-                param="idempotency_key",
-                status=409,
-            )
         self.core.failover["idempotent_replays"] += 1
         status = stored.response.get("status")
         terminal = "response.incomplete" if status == "incomplete" else "response.completed"
         await self.emit(self.seq.event(terminal, response=stored.response))
         return True
-
-    def _parse(self) -> CreateRequest:
-        limits = self.core.config.limits
-        lane = self.lane
-        # The lane's last tool set is reused while the client sends the same tools.
-        request = parse_create(self.body, limits, lane.toolset)
-        if lane.stateful:
-            lane.toolset = request.toolset
-        if request.background and lane.stateful:
-            # As in the hosted WebSocket mode: a connection's responses are its own turns.
-            raise ApiError(
-                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
-                "stream; use POST /v1/responses.",
-                code="unsupported_parameter",
-                param="background",
-            )
-        if request.background and not request.store:
-            raise ApiError(
-                "Invalid 'background': background mode requires 'store': true.",
-                code="invalid_value",
-                param="background",
-            )
-        if request.append_mode and not lane.stateful:
-            raise ApiError(
-                "'append_mode' needs a Connect stream or a WebSocket connection.",
-                code="unsupported_parameter",
-                param="append_mode",
-            )
-        return request
 
     async def _prepare(self, request: CreateRequest) -> None:
         """Pre-inference: resolve the base state, route, check, classify and render."""
@@ -344,83 +260,20 @@ class ResponseRun:
         assert self.record is not None
         stats = self.record.stats
         stats.pre_inference_runs += 1
-        history: list[Item] = []
+        # cached_tokens is the prefix of this prompt that the previous response's context
+        # shares, however its state was found.
+        base = await continuation.resolve(
+            core, self.lane, self.tenant, request.previous_response_id
+        )
+        state = self.state = base.state
+        history = base.history
         reused = 0
-        previous = request.previous_response_id
-        state: ConversationState | None = None
-        # The previous response's whole context (its prompt and output) as tokens, or, for a
-        # stored predecessor, the instructions, tools and output format its prompt began with:
-        # cached_tokens is the prefix of this prompt that context shares, however the state
-        # was found.
-        previous_tokens: TokenArray | None = None
-        previous_prefix: tuple[str | None, list[dict[str, Any]], Any] | None = None
-        if previous is not None:
-            if self.lane.cache is not None:
-                state = self.lane.cache.take(previous)
-            if state is None and core.state_tier is not None:
-                state = await self._restore(previous)
-            if state is not None:
-                previous_tokens = state.tokens
-                core.metrics.cache_hits.inc()
-            else:
-                core.metrics.cache_misses.inc()
-                chain = await core.store.chain(previous, self.tenant)
-                if chain is None:
-                    raise previous_response_not_found(previous)
-                for link in chain:
-                    history.extend(link.input_items)
-                    history.extend(link.response.get("output", ()))
-                # Stored items are checked again like any other input: this request has no cache.
-                history, _ = parse_input(history, core.config.limits, where="history")
-                last = chain[-1].response
-                text = last.get("text")
-                fmt = response_format(text) if isinstance(text, dict) else None
-                previous_prefix = (
-                    last.get("instructions"),
-                    list(last.get("tools") or ()),
-                    canonical_json(fmt) if fmt is not None else None,
-                )
-        if state is None:
-            state = ConversationState()
-        self.state = state
 
-        route_key = core.router.route_key(request.model)
-        memo = self.lane.route_memo
-        if memo is not None and memo[0] == route_key:
-            self.route = memo[1]
-        else:
-            self.route = core.router.resolve(request.model)
-            stats.route_resolved = True
-            if self.lane.stateful:
-                self.lane.route_memo = (route_key, self.route)
+        self.route, stats.route_resolved = self.lane.route(core.router, request.model)
 
-        rendered = 0
-        fmt = self._format(request)
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
-        renderer = getattr(self.route.engine, "renderer", None) or core.renderer
-        self.renderer = renderer
-        if state.format_name is not None and state.format_name != renderer.format_name:
-            # The conversation moved to a model of another format: render it all again.
-            state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
-            state.prefix_len = len(state.tokens)
-            state.prefix_key = (request.instructions, request.tools, fmt)
-            rendered += state.prefix_len
-            rendered += renderer.render_items(state.items, {}, state.tokens)
-        state.format_name = renderer.format_name
-        key = state.prefix_key
-        if (
-            key is None
-            or key[0] != request.instructions
-            or (key[1] is not request.tools and key[1] != request.tools)
-            or key[2] != fmt
-        ):
-            rendered += state.set_prefix(
-                renderer,
-                request.instructions,
-                request.tools,
-                (request.instructions, request.tools, fmt),
-                fmt,
-            )
+        self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        rendered = continuation.sync_prefix(state, self.renderer, request, self._format(request))
 
         for item in request.input:
             if "id" not in item:
@@ -430,31 +283,20 @@ class ResponseRun:
         paths += [f"input[{i}]" for i in range(len(request.input))]
         stats.items_validated = len(items)
         await self._examine(request, items, paths)
-        if previous_tokens is not None:
+        if base.previous_tokens is not None:
             # Taken after the prefix is rebuilt: changed instructions or tools reuse only the
             # tokens the old and new prompts still share.
             stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
-            reused = common_prefix(previous_tokens, state.tokens)
+            reused = common_prefix(base.previous_tokens, state.tokens)
         history_rendered = self._append_items(history) if history else 0
-        if previous_prefix is not None:
-            reused = self._stored_reuse(previous_prefix, history_rendered)
+        if base.previous_prefix is not None:
+            reused = continuation.stored_reuse(
+                core.renderer, state, base.previous_prefix, history_rendered
+            )
         rendered += history_rendered + self._append_items(request.input)
         stats.tokens_rendered += rendered
         self._usage.cached_tokens += reused
         self._inputs.extend(request.input)
-
-    def _stored_reuse(
-        self, previous_prefix: tuple[str | None, list[dict[str, Any]], Any], history_tokens: int
-    ) -> int:
-        """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
-        state = self.state
-        assert state is not None
-        shared = state.prefix_len + history_tokens
-        old_prefix = self.core.renderer.render_prefix(*previous_prefix)
-        if old_prefix == state.tokens[: state.prefix_len]:
-            return shared
-        old_prefix.extend(state.tokens[state.prefix_len : shared])
-        return common_prefix(old_prefix, state.tokens[:shared])
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
@@ -654,7 +496,7 @@ class ResponseRun:
             self.quota_key, self._usage.input_tokens + self._usage.output_tokens
         )
         if stored is not None and state is not None and core.draining:
-            await self._hand_off(state)
+            await continuation.hand_off(core, self.lane, self.id, state)
         job = PostJob(stored, ledger)
         if core.ack_after_write or (stored is not None and core.config.workers > 1):
             # A shared store (or worker processes sharing the SQLite file, which read stored
@@ -688,26 +530,6 @@ class ResponseRun:
         }[outcome]
         await self.emit(self.seq.event(terminal, response=snapshot))
 
-    def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
-        """What ``store: true`` keeps: completed, incomplete and cancelled responses alike
-        (a cancelled one with the output it had), as the hosted API stores them; a background
-        response however it ended."""
-        assert self.record is not None
-        request = self.record.request
-        if not request.store or self.state is None:
-            return None
-        # A failed response is stored only in background mode: its client polls for it.
-        if self.record.status == "failed" and not request.background:
-            return None
-        self_contained = request.previous_response_id is None or not self.state.stored_chain
-        return StoredResponse(
-            response=snapshot,
-            input_items=self._stored_input(self_contained),
-            previous_response_id=request.previous_response_id,
-            self_contained=self_contained,
-            tenant=self.tenant,
-        )
-
     def _observe(self, status: str) -> None:
         """Metrics of a response that reached a terminal state."""
         assert self.record is not None
@@ -728,26 +550,13 @@ class ResponseRun:
                 time.perf_counter() - self.received
             )
 
+    def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
+        assert self.record is not None
+        return stored_response(self.record, snapshot, self.state, self._inputs, self.tenant)
+
     def _ledger_row(self) -> LedgerRow:
         assert self.record is not None
-        record = self.record
-        request = record.request
-        return LedgerRow(
-            response_id=self.id,
-            # The authenticated tenant; on an open server the token's label or the body's user.
-            tenant=self.tenant or request.user or "anonymous",
-            model=request.model,
-            status=record.status,
-            input_tokens=self._usage.input_tokens,
-            cached_tokens=self._usage.cached_tokens,
-            output_tokens=self._usage.output_tokens,
-            engine_ms=record.stats.engine_ms,
-            api_pre_ms=record.stats.api_pre_ms,
-            api_post_ms=record.stats.api_post_ms,
-            transport=self.transport,
-            created_at=record.created_at,
-            completed_at=record.completed_at,
-        )
+        return ledger_row(self.record, self._usage, self.tenant, self.transport)
 
     def _abandon(self) -> None:
         """Queue the ledger row of a started response that the stream's end cut short."""
@@ -763,11 +572,3 @@ class ResponseRun:
         # it durable on its own (and its drain waits for it). A ``store: true`` response is
         # stored with the output it had.
         self.core.post.submit(PostJob(self._stored(self.record.snapshot()), self._ledger_row()))
-
-    def _stored_input(self, self_contained: bool) -> list[Item]:
-        """The input items a stored response keeps (see ``Store``)."""
-        assert self.record is not None and self.state is not None
-        if not self_contained:
-            return list(self._inputs)
-        output_ids = {id(item) for item in self.record.output}
-        return [item for item in self.state.items if id(item) not in output_ids]
