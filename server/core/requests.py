@@ -14,6 +14,7 @@ import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
 
 Item = dict[str, Any]
@@ -66,6 +67,12 @@ class CreateRequest:
     def tools(self) -> list[dict[str, Any]]:
         """The checked tools, as the Response echoes them."""
         return self.toolset.tools
+
+    def output_format(self) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = params.response_format(self.text)
+        return canonical_json(fmt) if fmt is not None else None
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:

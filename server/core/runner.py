@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bidi_responses.server.core import continuation
+from bidi_responses.server.core.append import AppendWait
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import (
     EventSequence,
@@ -22,11 +23,10 @@ from bidi_responses.server.core.events import (
     error_event,
 )
 from bidi_responses.server.core.idempotency import find_replay
-from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.ids import assign_ids, new_id
 from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.metrics import ResponseMetrics
 from bidi_responses.server.core.outcome import ledger_row, stored_response
-from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import (
     CreateRequest,
@@ -40,13 +40,15 @@ from bidi_responses.server.core.state import (
     observe,
 )
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
-from bidi_responses.server.core.streaming import Emit, ItemStreamer, stream_segment
+from bidi_responses.server.core.streaming import (
+    Emit,
+    ItemStreamer,
+    engine_request_for,
+    stream_segment,
+)
 from bidi_responses.server.engines.base import (
-    EngineConversation,
     EngineError,
     EngineFinish,
-    EngineRequest,
-    FunctionSpec,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
 from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
@@ -54,17 +56,6 @@ from bidi_responses.server.pipeline.routing import Route
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
-
-
-_ID_PREFIX = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-    "custom_tool_call": "ctc",
-    "custom_tool_call_output": "ctco",
-    "compaction": "cmp",
-}
 
 
 class ResponseRun:
@@ -98,8 +89,7 @@ class ResponseRun:
         self.record: ResponseRecord | None = None
         self.state: ConversationState | None = None
         self.seq = EventSequence()
-        self.pending_calls: dict[str, Item] = {}
-        self._append_waiter: asyncio.Future[list[Item]] | None = None
+        self.appends = AppendWait()
         self._cancel_reason: str | None = None
         self._counters = StageCounters(items={}, ms={})
         self._usage = Usage()
@@ -109,8 +99,7 @@ class ResponseRun:
         self._inputs: list[Item] = []
         self.route: Route | None = None
         self.renderer: Renderer = core.renderer
-        self.model_label = "unknown"
-        self._ttft_seen = False
+        self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
 
     @property
     def answers(self) -> dict[str, Any]:
@@ -127,7 +116,7 @@ class ResponseRun:
     @property
     def waiting_for_append(self) -> bool:
         """True while the response sits in ``response.done`` waiting for tool outputs."""
-        return self._append_waiter is not None and not self._append_waiter.done()
+        return self.appends.waiting
 
     def offer_append(self, response_id: str, raw_input: Any) -> None:
         """Hand tool outputs to the waiting response; ApiError if they do not fit."""
@@ -139,26 +128,7 @@ class ResponseRun:
                 status=409,
             )
         items, _ = parse_input(raw_input, self.core.config.limits)
-        outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
-        answered = [it["call_id"] for _, it in outputs]
-        for index, item in outputs:
-            if item["call_id"] not in self.pending_calls:
-                raise ApiError(
-                    f"Invalid 'input[{index}].call_id': '{item['call_id']}' is not a pending call "
-                    f"of response '{self.id}' (pending: {', '.join(self.pending_calls)}).",
-                    code="call_id_mismatch",
-                    param=f"input[{index}].call_id",
-                )
-        missing = [c for c in self.pending_calls if c not in answered]
-        if missing or len(answered) != len(set(answered)):
-            raise ApiError(
-                f"Invalid 'input': the append must answer each pending call exactly once; "
-                f"missing or repeated: {', '.join(missing) or 'repeated call_id'}.",
-                code="call_id_mismatch",
-                param="input",
-            )
-        assert self._append_waiter is not None
-        self._append_waiter.set_result(items)
+        self.appends.offer(self.id, items)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the response promptly; it ends as incomplete with ``reason``."""
@@ -171,8 +141,7 @@ class ResponseRun:
     async def run(self) -> None:
         """Run to a terminal event (or an error event if the request is rejected)."""
         core = self.core
-        self.model_label = core.metrics.model(self.body.get("model"))
-        core.metrics.requests.labels(self.transport, self.model_label).inc()
+        self.metrics.arrived()
         try:
             try:
                 if core.draining:
@@ -273,11 +242,9 @@ class ResponseRun:
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
         self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
-        rendered = continuation.sync_prefix(state, self.renderer, request, self._format(request))
+        rendered = continuation.sync_prefix(state, self.renderer, request, request.output_format())
 
-        for item in request.input:
-            if "id" not in item:
-                item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+        assign_ids(request.input)
         items = history + request.input if history else request.input
         paths = [f"history[{i}]" for i in range(len(history))]
         paths += [f"input[{i}]" for i in range(len(request.input))]
@@ -337,12 +304,9 @@ class ResponseRun:
             await self._finish("completed")
             return
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
-        functions = request.toolset.functions
-        forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
-        mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
         budget = request.max_output_tokens
         while True:
-            finish, calls = await self._sample(functions, mode, forced, budget, request)
+            finish, calls = await self._sample(budget, request)
             if budget is not None:
                 budget -= finish.output_tokens
             if finish.reason == "max_output_tokens":
@@ -359,17 +323,10 @@ class ResponseRun:
                 return
         await self._finish("completed")
 
-    @staticmethod
-    def _format(request: CreateRequest) -> dict[str, Any] | None:
-        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
-        clients render and sample alike."""
-        fmt = response_format(request.text)
-        return canonical_json(fmt) if fmt is not None else None
-
     async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
         assert self.record is not None and self.state is not None
-        self.pending_calls = {call["call_id"]: call for call in calls}
+        self.appends.expect(calls)
         timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
         await self.emit(
@@ -380,20 +337,10 @@ class ResponseRun:
             )
         )
         while True:
-            loop = asyncio.get_running_loop()
-            self._append_waiter = loop.create_future()
-            remaining = deadline - time.monotonic()
-            try:
-                async with asyncio.timeout(max(remaining, 0)):
-                    items = await self._append_waiter
-            except TimeoutError:
-                self._append_waiter = None
-                self.pending_calls = {}
+            items = await self.appends.next(deadline)
+            if items is None:
                 return None
-            self._append_waiter = None
-            for item in items:
-                if "id" not in item:
-                    item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+            assign_ids(items)
             paths = [f"input[{i}]" for i in range(len(items))]
             try:
                 await self._examine(self.record.request, items, paths)
@@ -406,43 +353,23 @@ class ResponseRun:
             self.record.stats.tokens_rendered += self._append_items(items)
             self._usage.cached_tokens += reused
             self._inputs.extend(items)
-            self.pending_calls = {}
+            self.appends.expect([])
             return items
 
     async def _sample(
-        self,
-        functions: tuple[FunctionSpec, ...],
-        mode: str,
-        forced: str | None,
-        budget: int | None,
-        request: CreateRequest,
+        self, budget: int | None, request: CreateRequest
     ) -> tuple[EngineFinish, list[Item]]:
         """Run one engine segment, streaming its items; returns the finish and its calls."""
         assert self.record is not None and self.state is not None
         state = self.state
         record = self.record
         stats = record.stats
-        engine_request = EngineRequest(
-            prompt_tokens=state.tokens,
-            tools=functions,
-            tool_choice=mode,
-            forced_function=forced,
-            max_output_tokens=budget,
-            parallel_tool_calls=request.parallel_tool_calls,
-            tool_rounds=state.tool_rounds,
-            turn_index=state.model_turns,
-            response_format=self._format(request),
-            temperature=request.temperature,
-            top_p=request.top_p,
-            conversation=EngineConversation(
-                state.items, request.instructions, request.tools, self.lane.affinity
-            ),
-        )
+        engine_request = engine_request_for(request, state, budget, self.lane.affinity)
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
             stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
         stats.engine_runs += 1
-        streamer = ItemStreamer(self.emit, self.seq, record, self.first_delta)
+        streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)
         assert self.route is not None
         try:
             finish = await stream_segment(
@@ -522,33 +449,13 @@ class ResponseRun:
                 await core.post.put(PostJob(None, self._ledger_row()))
             self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
-        self._observe(record.status)
+        self.metrics.finished(record.status, record.stats)
         terminal = {
             "completed": "response.completed",
             "incomplete": "response.incomplete",
             "failed": "response.failed",
         }[outcome]
         await self.emit(self.seq.event(terminal, response=snapshot))
-
-    def _observe(self, status: str) -> None:
-        """Metrics of a response that reached a terminal state."""
-        assert self.record is not None
-        metrics = self.core.metrics
-        stats = self.record.stats
-        metrics.responses.labels(self.transport, self.model_label, status).inc()
-        metrics.tokens_rendered.inc(stats.tokens_rendered)
-        metrics.tokens_reused.inc(stats.tokens_reused)
-        metrics.turn_latency.labels(self.transport, self.model_label).observe(
-            time.perf_counter() - self.received
-        )
-
-    def first_delta(self) -> None:
-        """Record time to first token, once per response."""
-        if not self._ttft_seen:
-            self._ttft_seen = True
-            self.core.metrics.ttft.labels(self.transport, self.model_label).observe(
-                time.perf_counter() - self.received
-            )
 
     def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
         assert self.record is not None
@@ -567,7 +474,7 @@ class ResponseRun:
         self.record.incomplete_reason = "stream_closed"
         self.record.usage = self._usage
         self.core.counters.record(self.record.stats)
-        self._observe("cancelled")
+        self.metrics.finished("cancelled", self.record.stats)
         # No client waits for it, and the stream's task is being cancelled: the queue makes
         # it durable on its own (and its drain waits for it). A ``store: true`` response is
         # stored with the output it had.

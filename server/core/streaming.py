@@ -18,10 +18,13 @@ from typing import Any
 from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.events import EventSequence, ResponseRecord
 from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.requests import Item
+from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.engines.base import (
     Delta,
     Engine,
+    EngineAffinity,
+    EngineConversation,
     EngineFinish,
     EngineRequest,
     ItemEnd,
@@ -29,6 +32,27 @@ from bidi_responses.server.engines.base import (
 )
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def engine_request_for(
+    request: CreateRequest, state: ConversationState, budget: int | None, affinity: EngineAffinity
+) -> EngineRequest:
+    """What the engine is asked for the next segment of ``request`` on ``state``."""
+    choice = request.tool_choice
+    return EngineRequest(
+        prompt_tokens=state.tokens,
+        tools=request.toolset.functions,
+        tool_choice=choice if isinstance(choice, str) else "required",
+        forced_function=choice["name"] if isinstance(choice, dict) else None,
+        max_output_tokens=budget,
+        parallel_tool_calls=request.parallel_tool_calls,
+        tool_rounds=state.tool_rounds,
+        turn_index=state.model_turns,
+        response_format=request.output_format(),
+        temperature=request.temperature,
+        top_p=request.top_p,
+        conversation=EngineConversation(state.items, request.instructions, request.tools, affinity),
+    )
 
 
 async def stream_segment(
