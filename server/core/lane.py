@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.requests import CreateRequest, parse_create
+from bidi_responses.server.core.routing import Route, Router
 from bidi_responses.server.core.state import ResponseCache
 from bidi_responses.server.core.tools import ToolSet
 from bidi_responses.server.engines.base import EngineAffinity
-from bidi_responses.server.pipeline.routing import Route, Router
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.runner import ResponseRun

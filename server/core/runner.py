@@ -27,12 +27,14 @@ from bidi_responses.server.core.ids import assign_ids, new_id
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.metrics import ResponseMetrics
 from bidi_responses.server.core.outcome import ledger_row, stored_response
+from bidi_responses.server.core.post import PostJob, StorageUnavailable
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
     parse_input,
 )
+from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.state import (
     ConversationState,
     common_prefix,
@@ -51,8 +53,6 @@ from bidi_responses.server.engines.base import (
     EngineFinish,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
-from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
-from bidi_responses.server.pipeline.routing import Route
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
