@@ -4,7 +4,8 @@ The runner is where the per-stream cache pays off. With a cached predecessor it 
 classifies and renders only the new input and appends the tokens to the cached ones; without
 one (a stateless request, or a continuation resolved from the durable store) the same stages
 run over the whole history. Both paths share this code, so the comparison measures only what
-the state changes.
+the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
+``streaming`` (the engine segment), ``append`` (append mode), ``outcome`` (what is written).
 """
 
 from __future__ import annotations
