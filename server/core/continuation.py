@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bidi_responses.server.core.errors import previous_response_not_found
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer, TokenArray
-from bidi_responses.server.core.requests import CreateRequest, Item, parse_input
+from bidi_responses.server.core.requests import CreateRequest, Item
 from bidi_responses.server.core.state import ConversationState, common_prefix
 
 if TYPE_CHECKING:
@@ -54,16 +53,8 @@ async def resolve(
         core.metrics.cache_hits.inc()
         return Base(state, previous_tokens=state.tokens)
     core.metrics.cache_misses.inc()
-    chain = await core.store.chain(previous, tenant)
-    if chain is None:
-        raise previous_response_not_found(previous)
-    history: list[Item] = []
-    for link in chain:
-        history.extend(link.input_items)
-        history.extend(link.response.get("output", ()))
     # Stored items are checked again like any other input: this request has no cache.
-    history, _ = parse_input(history, core.config.limits, where="history")
-    last = chain[-1].response
+    history, last = await core.stored_history(previous, tenant)
     text = last.get("text")
     fmt = response_format(text) if isinstance(text, dict) else None
     prefix = (
