@@ -46,12 +46,11 @@ class Lane:
 
     def parse(self, body: dict[str, Any], limits: Limits) -> CreateRequest:
         """Check a create body for this lane; ApiError naming the field it cannot take."""
-        lane = self
         # The lane's last tool set is reused while the client sends the same tools.
-        request = parse_create(body, limits, lane.toolset)
-        if lane.stateful:
-            lane.toolset = request.toolset
-        if request.background and lane.stateful:
+        request = parse_create(body, limits, self.toolset)
+        if self.stateful:
+            self.toolset = request.toolset
+        if request.background and self.stateful:
             # As in the hosted WebSocket mode: a connection's responses are its own turns.
             raise ApiError(
                 "Unsupported parameter: 'background': not available on a WebSocket or Connect "
@@ -65,7 +64,7 @@ class Lane:
                 code="invalid_value",
                 param="background",
             )
-        if request.append_mode and not lane.stateful:
+        if request.append_mode and not self.stateful:
             raise ApiError(
                 "'append_mode' needs a Connect stream or a WebSocket connection.",
                 code="unsupported_parameter",
