@@ -73,10 +73,10 @@ class Settings:
 async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -> None:
     from bidi_responses.server.app import start_server
     from bidi_responses.server.config import RouteConfig, ServerConfig
+    from bidi_responses.server.core.post import PostJob
     from bidi_responses.server.core.session import Session
     from bidi_responses.server.core.store import LedgerRow, StoredResponse
     from bidi_responses.server.engines.sim import SimConfig
-    from bidi_responses.server.pipeline.post import PostJob
 
     sim = SimConfig(
         tokens_per_second=settings.tokens_per_second,

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.requests import CreateRequest
+from bidi_responses.server.core.store import StoredResponse
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.service import ResponsesCore
 
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
@@ -34,3 +40,35 @@ def idempotent_response_id(tenant: str | None, key: str) -> str:
     """The response id a key names, scoped to the tenant (keys of two tenants never meet)."""
     digest = hashlib.sha256(f"{tenant or ''}\x00{key}".encode()).hexdigest()
     return f"resp_{digest[:32]}"
+
+
+async def find_replay(
+    core: ResponsesCore, request: CreateRequest, tenant: str | None
+) -> tuple[str, StoredResponse | None]:
+    """The response id the request's key names, and that response if it already exists;
+    ApiError while it is still running or when the key was used for another turn."""
+    assert request.idempotency_key is not None
+    # Keyed by the authenticated tenant (the body's user only on an open server), so one
+    # tenant's key never names another tenant's response.
+    response_id = idempotent_response_id(tenant or request.user, check_key(request.idempotency_key))
+    if response_id in core.inflight:
+        raise ApiError(
+            f"A response with this 'idempotency_key' ('{response_id}') is still in progress; "
+            "wait for its terminal event.",
+            code="idempotent_request_in_progress",
+            param="idempotency_key",
+            status=409,
+        )
+    stored = await core.store.get(response_id, tenant)
+    if stored is not None and (
+        stored.response.get("previous_response_id") != request.previous_response_id
+    ):
+        raise ApiError(
+            f"'idempotency_key' was already used for response '{response_id}', which continues "
+            f"'{stored.response.get('previous_response_id')}', not "
+            f"'{request.previous_response_id}'.",
+            code="idempotency_key_reused",
+            param="idempotency_key",
+            status=409,
+        )
+    return response_id, stored

@@ -82,3 +82,20 @@ def _error(path: str, reason: str, code: str) -> ApiError:
 def _clip(path: str, limit: int = 256) -> str:
     """A param path short enough to log and echo (deep paths can be very long)."""
     return path if len(path) <= limit else path[: limit // 2] + "..." + path[-limit // 2 :]
+
+
+def canonical_json(value: Any) -> Any:
+    """A JSON value in canonical form: object keys sorted, an integral float as the integer.
+
+    JSON objects are unordered and JSON has one number type, but gRPC carries free-form JSON
+    (tool schemas, pass-through items) in protobuf ``Struct``, which keeps neither the key
+    order nor integers (every number is a double). Rendering and sampling from the canonical
+    form make the same tools give the same tokens and the same output on every transport.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: canonical_json(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical_json(item) for item in value]
+    return value

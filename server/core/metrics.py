@@ -8,7 +8,9 @@ registry; scrape each worker (or sum them in Prometheus).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,6 +20,9 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.events import ResponseStats
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -129,3 +134,37 @@ class Metrics:
     def scrape(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+class ResponseMetrics:
+    """The metrics of one response: counted when it arrives, its time to first token, and
+    its outcome once it reaches a terminal state."""
+
+    def __init__(self, metrics: Metrics, transport: str, model: object, received: float) -> None:
+        self._metrics = metrics
+        self._transport = transport
+        self._received = received
+        self.model_label = metrics.model(model)
+        self._ttft_seen = False
+
+    def arrived(self) -> None:
+        """Count the request."""
+        self._metrics.requests.labels(self._transport, self.model_label).inc()
+
+    def first_delta(self) -> None:
+        """Record time to first token, once per response."""
+        if not self._ttft_seen:
+            self._ttft_seen = True
+            self._metrics.ttft.labels(self._transport, self.model_label).observe(
+                time.perf_counter() - self._received
+            )
+
+    def finished(self, status: str, stats: ResponseStats) -> None:
+        """Metrics of a response that reached a terminal state."""
+        metrics = self._metrics
+        metrics.responses.labels(self._transport, self.model_label, status).inc()
+        metrics.tokens_rendered.inc(stats.tokens_rendered)
+        metrics.tokens_reused.inc(stats.tokens_reused)
+        metrics.turn_latency.labels(self._transport, self.model_label).observe(
+            time.perf_counter() - self._received
+        )

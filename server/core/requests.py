@@ -7,7 +7,6 @@ what the request carries: the new input, never the cached history.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,19 +14,18 @@ import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
 
 Item = dict[str, Any]
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
-_SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
 # Opaque items: their only content is a server-sealed token, which the core checks against the
 # server key before the item is rendered (``core.compaction``).
 _OPAQUE_ITEMS = frozenset({"compaction"})
-_TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
 # Closed sets of the hosted API: anything else is refused, never carried along silently.
 _ITEM_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
 _IMAGE_DETAILS = frozenset({"auto", "low", "high"})
@@ -40,8 +38,7 @@ class CreateRequest:
     model: str
     input: list[Item]
     instructions: str | None = None
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    raw_tools: Any = None
+    toolset: ToolSet = NO_TOOLS
     tool_choice: str | dict[str, Any] = "auto"
     previous_response_id: str | None = None
     store: bool = True
@@ -65,6 +62,17 @@ class CreateRequest:
     max_tool_calls: int | None = None
     # Names the response this turn creates, so a retried turn is not run twice (idempotency.py).
     idempotency_key: str | None = None
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The checked tools, as the Response echoes them."""
+        return self.toolset.tools
+
+    def output_format(self) -> dict[str, Any] | None:
+        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
+        clients render and sample alike."""
+        fmt = params.response_format(self.text)
+        return canonical_json(fmt) if fmt is not None else None
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
@@ -96,7 +104,7 @@ def _opt_number(body: dict[str, Any], key: str, default: float, lo: float, hi: f
     return float(value)
 
 
-def parse_create(body: Any, limits: Limits) -> CreateRequest:
+def parse_create(body: Any, limits: Limits, last_tools: ToolSet | None = None) -> CreateRequest:
     """Check a create body and return a CreateRequest; raise ApiError naming the bad field."""
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
@@ -155,13 +163,11 @@ def parse_create(body: Any, limits: Limits) -> CreateRequest:
         background=_opt_bool(body, "background", False),
         idempotency_key=_opt_str(body, "idempotency_key"),
     )
-    request.tool_choice = _parse_tool_choice(body.get("tool_choice"))
-    raw_tools = body.get("tools")
-    request.raw_tools = raw_tools
-    request.tools = parse_tools(raw_tools, limits)
+    request.tool_choice = parse_tool_choice(body.get("tool_choice"))
+    request.toolset = ToolSet.of(body.get("tools"), limits, last_tools)
     if isinstance(request.tool_choice, dict):
         name = request.tool_choice["name"]
-        if not any(t.get("name") == name for t in request.tools if t["type"] == "function"):
+        if name not in request.toolset.function_names:
             raise invalid("tool_choice.name", f"no function tool named '{name}' is declared.")
     request.input, _ = parse_input(body.get("input"), limits)
     parse_output_settings(request, body)
@@ -177,128 +183,6 @@ def parse_output_settings(request: CreateRequest, body: dict[str, Any]) -> None:
     request.truncation = params.parse_truncation(body.get("truncation"))
     request.include = params.parse_include(body.get("include"))
     request.max_tool_calls = params.parse_max_tool_calls(body.get("max_tool_calls"))
-
-
-def _parse_tool_choice(value: Any) -> str | dict[str, Any]:
-    if value is None:
-        return "auto"
-    if isinstance(value, str):
-        if value not in _TOOL_CHOICE_MODES:
-            raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
-        return value
-    if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("name")
-        if not isinstance(name, str) or not name:
-            raise missing("tool_choice.name")
-        return {"type": "function", "name": name}
-    raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
-
-
-def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
-    """Check tool definitions and return them normalized as the Response echoes them."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise invalid("tools", "expected an array of tools.", code="invalid_type")
-    if len(raw) > limits.max_tools:
-        raise invalid("tools", f"at most {limits.max_tools} tools are allowed.")
-    tools: list[dict[str, Any]] = []
-    names: set[str] = set()
-    for index, tool in enumerate(raw):
-        where = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise invalid(where, "expected an object.", code="invalid_type")
-        kind = tool.get("type")
-        if not isinstance(kind, str) or not kind:
-            raise missing(f"{where}.type")
-        if kind != "function":
-            tools.append(dict(tool))
-            continue
-        name = tool.get("name")
-        if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            raise invalid(f"{where}.name", "expected 1-64 characters of [A-Za-z0-9_-].")
-        if name in names:
-            raise invalid(f"{where}.name", f"duplicate function name '{name}'.")
-        names.add(name)
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            raise invalid(f"{where}.description", "expected a string.", code="invalid_type")
-        parameters = tool.get("parameters")
-        if parameters is not None:
-            check_schema(parameters, f"{where}.parameters", top=True)
-        strict = tool.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise invalid(f"{where}.strict", "expected a boolean.", code="invalid_type")
-        tools.append(
-            {
-                "type": "function",
-                "name": name,
-                "description": description,
-                "parameters": parameters,
-                "strict": strict,
-            }
-        )
-    return tools
-
-
-def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) -> None:
-    """Reject JSON schemas the model could not produce arguments for."""
-    if depth > 32:
-        raise invalid(where, "schema nesting is deeper than 32 levels.")
-    if not isinstance(schema, dict):
-        raise invalid(where, "a JSON schema must be an object.", code="invalid_function_parameters")
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
-    for k in kinds:
-        if not isinstance(k, str):
-            raise invalid(
-                f"{where}.type",
-                "expected a JSON schema type name or an array of them.",
-                code="invalid_function_parameters",
-            )
-        if k not in _SCHEMA_TYPES:
-            raise invalid(
-                f"{where}.type",
-                f"'{k}' is not a JSON schema type.",
-                code="invalid_function_parameters",
-            )
-    if top and kinds != ["object"]:
-        raise invalid(
-            f"{where}.type",
-            "function parameters must be a schema of type 'object'.",
-            code="invalid_function_parameters",
-        )
-    properties = schema.get("properties")
-    if properties is not None:
-        if not isinstance(properties, dict):
-            raise invalid(
-                f"{where}.properties", "expected an object.", code="invalid_function_parameters"
-            )
-        for name, sub in properties.items():
-            check_schema(sub, f"{where}.properties.{name}", depth=depth + 1)
-    required = schema.get("required")
-    if required is not None:
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise invalid(
-                f"{where}.required",
-                "expected an array of property names.",
-                code="invalid_function_parameters",
-            )
-        unknown = [r for r in required if r not in (properties or {})]
-        if unknown:
-            raise invalid(
-                f"{where}.required",
-                f"names undefined properties: {', '.join(unknown)}.",
-                code="invalid_function_parameters",
-            )
-    items = schema.get("items")
-    if items is not None:
-        check_schema(items, f"{where}.items", depth=depth + 1)
-    enum = schema.get("enum")
-    if enum is not None and (not isinstance(enum, list) or not enum):
-        raise invalid(
-            f"{where}.enum", "expected a non-empty array.", code="invalid_function_parameters"
-        )
 
 
 def parse_input(raw: Any, limits: Limits, *, where: str = "input") -> tuple[list[Item], int]:

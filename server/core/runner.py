@@ -4,118 +4,59 @@ The runner is where the per-stream cache pays off. With a cached predecessor it 
 classifies and renders only the new input and appends the tokens to the cached ones; without
 one (a stateless request, or a continuation resolved from the durable store) the same stages
 run over the whole history. Both paths share this code, so the comparison measures only what
-the state changes.
+the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
+``streaming`` (the engine segment), ``append`` (append mode), ``outcome`` (what is written).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from bidi_responses.server.core.errors import ApiError, previous_response_not_found
+from bidi_responses.server.core import continuation
+from bidi_responses.server.core.append import AppendWait
+from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import (
     EventSequence,
     ResponseRecord,
     Usage,
     error_event,
 )
-from bidi_responses.server.core.handoff import decode_state, encode_state
-from bidi_responses.server.core.idempotency import check_key, idempotent_response_id
-from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, TokenArray, canonical_json
+from bidi_responses.server.core.idempotency import find_replay
+from bidi_responses.server.core.ids import assign_ids, new_id
+from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.metrics import ResponseMetrics
+from bidi_responses.server.core.outcome import ledger_row, stored_response
+from bidi_responses.server.core.post import PostJob, StorageUnavailable
+from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import (
     CreateRequest,
     Item,
-    _parse_tool_choice,
-    parse_create,
     parse_input,
 )
+from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.state import (
     ConversationState,
-    ResponseCache,
     common_prefix,
     object_bytes,
+    observe,
 )
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.streaming import (
+    Emit,
+    ItemStreamer,
+    engine_request_for,
+    stream_segment,
+)
 from bidi_responses.server.engines.base import (
-    Delta,
-    EngineAffinity,
-    EngineConversation,
     EngineError,
     EngineFinish,
-    EngineRequest,
-    FunctionSpec,
-    ItemEnd,
-    ItemStart,
 )
 from bidi_responses.server.pipeline.base import StageCounters, StageInput
-from bidi_responses.server.pipeline.post import PostJob, StorageUnavailable
-from bidi_responses.server.pipeline.routing import Route
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
-
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
-
-_ID_PREFIX = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-    "custom_tool_call": "ctc",
-    "custom_tool_call_output": "ctco",
-    "compaction": "cmp",
-}
-
-
-class Lane:
-    """One conversation lane of a stream: its cache, route memo and in-flight response."""
-
-    def __init__(self, lane_id: str, cache: ResponseCache | None) -> None:
-        self.id = lane_id
-        self.cache = cache
-        self.inflight: ResponseRun | None = None
-        self.tools_memo: tuple[Any, list[dict[str, Any]]] | None = None
-        # The engine's view of the memoized tools, built once per tool list.
-        self.functions_memo: tuple[list[dict[str, Any]], tuple[FunctionSpec, ...]] | None = None
-        self.route_memo: tuple[Any, Route] | None = None
-        # Set when the client has said it will send nothing more (half-close): a response
-        # that would wait for tool outputs ends at once instead.
-        self.input_closed = False
-        # What engines keep for this lane between turns (an upstream connection).
-        self.affinity = EngineAffinity()
-
-    @property
-    def stateful(self) -> bool:
-        """True on Connect and WebSocket lanes; False for one-shot stateless calls."""
-        return self.cache is not None
-
-
-def observe(state: ConversationState, item: Item) -> None:
-    """Track model turns and tool rounds as items join the conversation."""
-    kind = item["type"]
-    is_model = kind in ("function_call", "custom_tool_call", "reasoning") or (
-        kind == "message" and item["role"] == "assistant"
-    )
-    last = state.items[-1] if state.items else None
-    last_kind = last["type"] if last else None
-    last_is_model = last is not None and (
-        last_kind in ("function_call", "custom_tool_call", "reasoning")
-        or (last_kind == "message" and last["role"] == "assistant")
-    )
-    if is_model and not last_is_model:
-        state.model_turns += 1
-    if kind == "function_call" and last_kind != "function_call":
-        state.tool_rounds += 1
-    elif kind == "message" and item["role"] == "user":
-        state.tool_rounds = 0
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        state.answered_calls.add(item.get("call_id", ""))
-    state.items.append(item)
 
 
 class ResponseRun:
@@ -149,8 +90,7 @@ class ResponseRun:
         self.record: ResponseRecord | None = None
         self.state: ConversationState | None = None
         self.seq = EventSequence()
-        self.pending_calls: dict[str, Item] = {}
-        self._append_waiter: asyncio.Future[list[Item]] | None = None
+        self.appends = AppendWait()
         self._cancel_reason: str | None = None
         self._counters = StageCounters(items={}, ms={})
         self._usage = Usage()
@@ -160,8 +100,7 @@ class ResponseRun:
         self._inputs: list[Item] = []
         self.route: Route | None = None
         self.renderer: Renderer = core.renderer
-        self.model_label = "unknown"
-        self._ttft_seen = False
+        self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
 
     @property
     def answers(self) -> dict[str, Any]:
@@ -178,7 +117,7 @@ class ResponseRun:
     @property
     def waiting_for_append(self) -> bool:
         """True while the response sits in ``response.done`` waiting for tool outputs."""
-        return self._append_waiter is not None and not self._append_waiter.done()
+        return self.appends.waiting
 
     def offer_append(self, response_id: str, raw_input: Any) -> None:
         """Hand tool outputs to the waiting response; ApiError if they do not fit."""
@@ -190,26 +129,7 @@ class ResponseRun:
                 status=409,
             )
         items, _ = parse_input(raw_input, self.core.config.limits)
-        outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
-        answered = [it["call_id"] for _, it in outputs]
-        for index, item in outputs:
-            if item["call_id"] not in self.pending_calls:
-                raise ApiError(
-                    f"Invalid 'input[{index}].call_id': '{item['call_id']}' is not a pending call "
-                    f"of response '{self.id}' (pending: {', '.join(self.pending_calls)}).",
-                    code="call_id_mismatch",
-                    param=f"input[{index}].call_id",
-                )
-        missing = [c for c in self.pending_calls if c not in answered]
-        if missing or len(answered) != len(set(answered)):
-            raise ApiError(
-                f"Invalid 'input': the append must answer each pending call exactly once; "
-                f"missing or repeated: {', '.join(missing) or 'repeated call_id'}.",
-                code="call_id_mismatch",
-                param="input",
-            )
-        assert self._append_waiter is not None
-        self._append_waiter.set_result(items)
+        self.appends.offer(self.id, items)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the response promptly; it ends as incomplete with ``reason``."""
@@ -222,8 +142,7 @@ class ResponseRun:
     async def run(self) -> None:
         """Run to a terminal event (or an error event if the request is rejected)."""
         core = self.core
-        self.model_label = core.metrics.model(self.body.get("model"))
-        core.metrics.requests.labels(self.transport, self.model_label).inc()
+        self.metrics.arrived()
         try:
             try:
                 if core.draining:
@@ -235,7 +154,7 @@ class ResponseRun:
                         type="server_error",
                     )
                 core.limiter.admit_request(self.quota_key)
-                request = self._parse()
+                request = self.lane.parse(self.body, core.config.limits)
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
                 core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
@@ -293,124 +212,17 @@ class ResponseRun:
             if self.lane.inflight is self:
                 self.lane.inflight = None
 
-    async def _restore(self, previous: str) -> ConversationState | None:
-        """The state a draining replica left for ``previous`` (handoff.py), or None."""
-        core = self.core
-        assert core.state_tier is not None
-        try:
-            # Only the owner's own conversation: another tenant's id is not found.
-            if await core.store.get(previous, self.tenant) is None:
-                return None
-            blob = await core.state_tier.take_state(previous)
-            if blob is None:
-                return None
-            state = decode_state(blob)
-        except Exception:  # unreadable or unreachable: rebuild from the stored chain
-            core.log.exception("conversation state of %s not restored", previous)
-            return None
-        core.failover["states_restored"] += 1
-        return state
-
-    async def _hand_off(self, state: ConversationState) -> None:
-        """The server is draining: leave this conversation's state for the replica that gets
-        its next turn, before the terminal event lets the client move (handoff.py)."""
-        tier = self.core.state_tier
-        if tier is None or not self.lane.stateful or not state.stored_chain:
-            return
-        try:
-            await tier.save_states(
-                [(self.id, encode_state(state))], self.core.config.store.state_ttl_s
-            )
-        except Exception:  # the next replica re-renders from the store instead
-            self.core.log.exception("conversation state of %s not handed off", self.id)
-        else:
-            self.core.failover["states_handed_off"] += 1
-
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
-        assert request.idempotency_key is not None
-        # Keyed by the authenticated tenant (the body's user only on an open server), so one
-        # tenant's key never names another tenant's response.
-        owner = self.tenant or request.user
-        self.id = idempotent_response_id(owner, check_key(request.idempotency_key))
-        if self.id in self.core.inflight:
-            raise ApiError(
-                f"A response with this 'idempotency_key' ('{self.id}') is still in progress; "
-                "wait for its terminal event.",
-                code="idempotent_request_in_progress",
-                param="idempotency_key",
-                status=409,
-            )
-        stored = await self.core.store.get(self.id, self.tenant)
+        self.id, stored = await find_replay(self.core, request, self.tenant)
         if stored is None:
             return False
-        if stored.response.get("previous_response_id") != request.previous_response_id:
-            raise ApiError(
-                f"'idempotency_key' was already used for response '{self.id}', which continues "
-                f"'{stored.response.get('previous_response_id')}', not "
-                f"'{request.previous_response_id}'.",
-                code="idempotency_key_reused",
-                param="idempotency_key",
-                status=409,
-            )
         self.core.failover["idempotent_replays"] += 1
         status = stored.response.get("status")
         terminal = "response.incomplete" if status == "incomplete" else "response.completed"
         await self.emit(self.seq.event(terminal, response=stored.response))
         return True
-
-    def _parse(self) -> CreateRequest:
-        limits = self.core.config.limits
-        lane = self.lane
-        raw_tools = self.body.get("tools")
-        memo = lane.tools_memo
-        if memo is not None and raw_tools == memo[0]:
-            # Same tool definitions as the lane's last request: skip their schema checks.
-            body = dict(self.body)
-            body.pop("tools", None)
-            # A forced function is checked against the memoized tools below, not the none
-            # left in this body.
-            forced = (
-                body.pop("tool_choice", None) if isinstance(body.get("tool_choice"), dict) else None
-            )
-            request = parse_create(body, limits)
-            request.raw_tools = raw_tools
-            request.tools = memo[1]
-            if forced is not None:
-                request.tool_choice = _parse_tool_choice(forced)
-            if isinstance(request.tool_choice, dict):
-                name = request.tool_choice["name"]
-                if not any(t.get("name") == name for t in request.tools):
-                    raise ApiError(
-                        f"Invalid 'tool_choice.name': no function tool named '{name}'.",
-                        param="tool_choice.name",
-                    )
-        else:
-            request = parse_create(self.body, limits)
-            if lane.stateful:
-                lane.tools_memo = (raw_tools, request.tools)
-        if request.background and lane.stateful:
-            # As in the hosted WebSocket mode: a connection's responses are its own turns.
-            raise ApiError(
-                "Unsupported parameter: 'background': not available on a WebSocket or Connect "
-                "stream; use POST /v1/responses.",
-                code="unsupported_parameter",
-                param="background",
-            )
-        if request.background and not request.store:
-            raise ApiError(
-                "Invalid 'background': background mode requires 'store': true.",
-                code="invalid_value",
-                param="background",
-            )
-        if request.append_mode and not lane.stateful:
-            raise ApiError(
-                "'append_mode' needs a Connect stream or a WebSocket connection.",
-                code="unsupported_parameter",
-                param="append_mode",
-            )
-        return request
 
     async def _prepare(self, request: CreateRequest) -> None:
         """Pre-inference: resolve the base state, route, check, classify and render."""
@@ -418,124 +230,48 @@ class ResponseRun:
         assert self.record is not None
         stats = self.record.stats
         stats.pre_inference_runs += 1
-        history: list[Item] = []
+        # cached_tokens is the prefix of this prompt that the previous response's context
+        # shares, however its state was found.
+        base = await continuation.resolve(
+            core, self.lane, self.tenant, request.previous_response_id
+        )
+        state = self.state = base.state
+        history = base.history
         reused = 0
-        previous = request.previous_response_id
-        state: ConversationState | None = None
-        # The previous response's whole context (its prompt and output) as tokens, or, for a
-        # stored predecessor, the instructions, tools and output format its prompt began with:
-        # cached_tokens is the prefix of this prompt that context shares, however the state
-        # was found.
-        previous_tokens: TokenArray | None = None
-        previous_prefix: tuple[str | None, list[dict[str, Any]], Any] | None = None
-        if previous is not None:
-            if self.lane.cache is not None:
-                state = self.lane.cache.take(previous)
-            if state is None and core.state_tier is not None:
-                state = await self._restore(previous)
-            if state is not None:
-                previous_tokens = state.tokens
-                core.metrics.cache_hits.inc()
-            else:
-                core.metrics.cache_misses.inc()
-                chain = await core.store.chain(previous, self.tenant)
-                if chain is None:
-                    raise previous_response_not_found(previous)
-                for link in chain:
-                    history.extend(link.input_items)
-                    history.extend(link.response.get("output", ()))
-                # Stored items are checked again like any other input: this request has no cache.
-                history, _ = parse_input(history, core.config.limits, where="history")
-                last = chain[-1].response
-                text = last.get("text")
-                fmt = response_format(text) if isinstance(text, dict) else None
-                previous_prefix = (
-                    last.get("instructions"),
-                    list(last.get("tools") or ()),
-                    canonical_json(fmt) if fmt is not None else None,
-                )
-        if state is None:
-            state = ConversationState()
-        self.state = state
 
-        route_key = core.router.route_key(request.model)
-        memo = self.lane.route_memo
-        if memo is not None and memo[0] == route_key:
-            self.route = memo[1]
-        else:
-            self.route = core.router.resolve(request.model)
-            stats.route_resolved = True
-            if self.lane.stateful:
-                self.lane.route_memo = (route_key, self.route)
+        self.route, stats.route_resolved = self.lane.route(core.router, request.model)
 
-        rendered = 0
-        fmt = self._format(request)
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
-        renderer = getattr(self.route.engine, "renderer", None) or core.renderer
-        self.renderer = renderer
-        if state.format_name is not None and state.format_name != renderer.format_name:
-            # The conversation moved to a model of another format: render it all again.
-            state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
-            state.prefix_len = len(state.tokens)
-            state.prefix_key = (request.instructions, request.tools, fmt)
-            rendered += state.prefix_len
-            rendered += renderer.render_items(state.items, {}, state.tokens)
-        state.format_name = renderer.format_name
-        key = state.prefix_key
-        if (
-            key is None
-            or key[0] != request.instructions
-            or (key[1] is not request.tools and key[1] != request.tools)
-            or key[2] != fmt
-        ):
-            rendered += state.set_prefix(
-                renderer,
-                request.instructions,
-                request.tools,
-                (request.instructions, request.tools, fmt),
-                fmt,
-            )
+        self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        rendered = continuation.sync_prefix(state, self.renderer, request, request.output_format())
 
-        for item in request.input:
-            if "id" not in item:
-                item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+        assign_ids(request.input)
         items = history + request.input if history else request.input
         paths = [f"history[{i}]" for i in range(len(history))]
         paths += [f"input[{i}]" for i in range(len(request.input))]
         stats.items_validated = len(items)
         await self._examine(request, items, paths)
-        if previous_tokens is not None:
+        if base.previous_tokens is not None:
             # Taken after the prefix is rebuilt: changed instructions or tools reuse only the
             # tokens the old and new prompts still share.
             stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
-            reused = common_prefix(previous_tokens, state.tokens)
+            reused = common_prefix(base.previous_tokens, state.tokens)
         history_rendered = self._append_items(history) if history else 0
-        if previous_prefix is not None:
-            reused = self._stored_reuse(previous_prefix, history_rendered)
+        if base.previous_prefix is not None:
+            reused = continuation.stored_reuse(
+                core.renderer, state, base.previous_prefix, history_rendered
+            )
         rendered += history_rendered + self._append_items(request.input)
         stats.tokens_rendered += rendered
         self._usage.cached_tokens += reused
         self._inputs.extend(request.input)
-
-    def _stored_reuse(
-        self, previous_prefix: tuple[str | None, list[dict[str, Any]], Any], history_tokens: int
-    ) -> int:
-        """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
-        state = self.state
-        assert state is not None
-        shared = state.prefix_len + history_tokens
-        old_prefix = self.core.renderer.render_prefix(*previous_prefix)
-        if old_prefix == state.tokens[: state.prefix_len]:
-            return shared
-        old_prefix.extend(state.tokens[state.prefix_len : shared])
-        return common_prefix(old_prefix, state.tokens[:shared])
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
         for item, path in zip(items, paths, strict=True):
             if item["type"] == "compaction":
                 self.core.compaction.check(item, path)
-        declared = frozenset(t["name"] for t in request.tools if t["type"] == "function")
+        declared = request.toolset.function_names
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
         )
@@ -569,12 +305,9 @@ class ResponseRun:
             await self._finish("completed")
             return
         await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
-        functions = self._functions(request.tools)
-        forced = request.tool_choice["name"] if isinstance(request.tool_choice, dict) else None
-        mode = request.tool_choice if isinstance(request.tool_choice, str) else "required"
         budget = request.max_output_tokens
         while True:
-            finish, calls = await self._sample(functions, mode, forced, budget, request)
+            finish, calls = await self._sample(budget, request)
             if budget is not None:
                 budget -= finish.output_tokens
             if finish.reason == "max_output_tokens":
@@ -591,35 +324,10 @@ class ResponseRun:
                 return
         await self._finish("completed")
 
-    @staticmethod
-    def _format(request: CreateRequest) -> dict[str, Any] | None:
-        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
-        clients render and sample alike."""
-        fmt = response_format(request.text)
-        return canonical_json(fmt) if fmt is not None else None
-
-    def _functions(self, tools: list[dict[str, Any]]) -> tuple[FunctionSpec, ...]:
-        """The function tools as the engine sees them, reused while the lane's tools are."""
-        memo = self.lane.functions_memo
-        if memo is not None and memo[0] is tools:
-            return memo[1]
-        functions = tuple(
-            # Canonical key order and numbers, so gRPC (Struct) and JSON clients sample alike.
-            FunctionSpec(
-                t["name"],
-                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
-            )
-            for t in tools
-            if t["type"] == "function"
-        )
-        if self.lane.stateful:
-            self.lane.functions_memo = (tools, functions)
-        return functions
-
     async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
         assert self.record is not None and self.state is not None
-        self.pending_calls = {call["call_id"]: call for call in calls}
+        self.appends.expect(calls)
         timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
         await self.emit(
@@ -630,20 +338,10 @@ class ResponseRun:
             )
         )
         while True:
-            loop = asyncio.get_running_loop()
-            self._append_waiter = loop.create_future()
-            remaining = deadline - time.monotonic()
-            try:
-                async with asyncio.timeout(max(remaining, 0)):
-                    items = await self._append_waiter
-            except TimeoutError:
-                self._append_waiter = None
-                self.pending_calls = {}
+            items = await self.appends.next(deadline)
+            if items is None:
                 return None
-            self._append_waiter = None
-            for item in items:
-                if "id" not in item:
-                    item["id"] = new_id(_ID_PREFIX.get(item["type"], "item"))
+            assign_ids(items)
             paths = [f"input[{i}]" for i in range(len(items))]
             try:
                 await self._examine(self.record.request, items, paths)
@@ -656,110 +354,31 @@ class ResponseRun:
             self.record.stats.tokens_rendered += self._append_items(items)
             self._usage.cached_tokens += reused
             self._inputs.extend(items)
-            self.pending_calls = {}
+            self.appends.expect([])
             return items
 
     async def _sample(
-        self,
-        functions: tuple[FunctionSpec, ...],
-        mode: str,
-        forced: str | None,
-        budget: int | None,
-        request: CreateRequest,
+        self, budget: int | None, request: CreateRequest
     ) -> tuple[EngineFinish, list[Item]]:
         """Run one engine segment, streaming its items; returns the finish and its calls."""
         assert self.record is not None and self.state is not None
         state = self.state
         record = self.record
         stats = record.stats
-        engine_request = EngineRequest(
-            prompt_tokens=state.tokens,
-            tools=functions,
-            tool_choice=mode,
-            forced_function=forced,
-            max_output_tokens=budget,
-            parallel_tool_calls=request.parallel_tool_calls,
-            tool_rounds=state.tool_rounds,
-            turn_index=state.model_turns,
-            response_format=self._format(request),
-            temperature=request.temperature,
-            top_p=request.top_p,
-            conversation=EngineConversation(
-                state.items, request.instructions, request.tools, self.lane.affinity
-            ),
-        )
+        engine_request = engine_request_for(request, state, budget, self.lane.affinity)
         self._usage.input_tokens += len(state.tokens)
         if stats.engine_runs == 0:
             stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
         stats.engine_runs += 1
-        streamer = _ItemStreamer(self, record)
-        finish: EngineFinish | None = None
-        config = self.core.config.streaming
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)
         assert self.route is not None
-        engine = self.route.engine
-
-        async def produce() -> None:
-            try:
-                async for event in engine.generate(engine_request):
-                    queue.put_nowait(event)
-            except BaseException as exc:
-                queue.put_nowait(_Failure(exc))
-                raise
-
-        producer = asyncio.get_running_loop().create_task(produce())
-        # Merged text not yet handed to the streamer: a cancelled response keeps it too.
-        text, count = "", 0
         try:
-            pending: Any = None
-            while finish is None:
-                event = pending if pending is not None else await queue.get()
-                pending = None
-                if isinstance(event, Delta):
-                    text = event.text
-                    count = len(event.token_ids)
-                    if config.coalesce_deltas:
-                        # Merge deltas that are already waiting (and, with a window, those
-                        # arriving within it): one message instead of several. An item's
-                        # first delta never waits, so the window costs no time to first token.
-                        window = config.delta_window_ms if streamer.parts else 0.0
-                        deadline = time.perf_counter() + window / 1000
-                        while len(text) < config.max_delta_chars:
-                            if queue.empty():
-                                wait = deadline - time.perf_counter()
-                                if wait <= 0:
-                                    break
-                                try:
-                                    async with asyncio.timeout(wait):
-                                        nxt = await queue.get()
-                                except TimeoutError:
-                                    break
-                            else:
-                                nxt = queue.get_nowait()
-                            if not isinstance(nxt, Delta):
-                                pending = nxt
-                                break
-                            text += nxt.text
-                            count += len(nxt.token_ids)
-                    delta, delta_count, text, count = text, count, "", 0
-                    await streamer.delta(delta, delta_count)
-                elif isinstance(event, ItemStart):
-                    await streamer.start(event)
-                elif isinstance(event, ItemEnd):
-                    await streamer.end(incomplete=event.incomplete)
-                elif isinstance(event, EngineFinish):
-                    finish = event
-                elif isinstance(event, _Failure):
-                    raise event.exc
+            finish = await stream_segment(
+                self.route.engine, engine_request, streamer, self.core.config.streaming
+            )
         except BaseException:
-            # Cancelled, cut off or failed mid-stream: the response keeps what was generated.
-            self._usage.output_tokens += streamer.keep_partial(text, count, queue)
+            self._usage.output_tokens += streamer.tokens
             raise
-        finally:
-            if not producer.done():
-                producer.cancel()
-            with contextlib.suppress(BaseException):  # already reported through the queue
-                await producer
         self._engine_end = time.perf_counter()
         stats.engine_ms += finish.engine_seconds * 1000
         stats.prefill_tokens += finish.prefill_tokens
@@ -805,7 +424,7 @@ class ResponseRun:
             self.quota_key, self._usage.input_tokens + self._usage.output_tokens
         )
         if stored is not None and state is not None and core.draining:
-            await self._hand_off(state)
+            await continuation.hand_off(core, self.lane, self.id, state)
         job = PostJob(stored, ledger)
         if core.ack_after_write or (stored is not None and core.config.workers > 1):
             # A shared store (or worker processes sharing the SQLite file, which read stored
@@ -831,7 +450,7 @@ class ResponseRun:
                 await core.post.put(PostJob(None, self._ledger_row()))
             self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
-        self._observe(record.status)
+        self.metrics.finished(record.status, record.stats)
         terminal = {
             "completed": "response.completed",
             "incomplete": "response.incomplete",
@@ -840,65 +459,12 @@ class ResponseRun:
         await self.emit(self.seq.event(terminal, response=snapshot))
 
     def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
-        """What ``store: true`` keeps: completed, incomplete and cancelled responses alike
-        (a cancelled one with the output it had), as the hosted API stores them; a background
-        response however it ended."""
         assert self.record is not None
-        request = self.record.request
-        if not request.store or self.state is None:
-            return None
-        # A failed response is stored only in background mode: its client polls for it.
-        if self.record.status == "failed" and not request.background:
-            return None
-        self_contained = request.previous_response_id is None or not self.state.stored_chain
-        return StoredResponse(
-            response=snapshot,
-            input_items=self._stored_input(self_contained),
-            previous_response_id=request.previous_response_id,
-            self_contained=self_contained,
-            tenant=self.tenant,
-        )
-
-    def _observe(self, status: str) -> None:
-        """Metrics of a response that reached a terminal state."""
-        assert self.record is not None
-        metrics = self.core.metrics
-        stats = self.record.stats
-        metrics.responses.labels(self.transport, self.model_label, status).inc()
-        metrics.tokens_rendered.inc(stats.tokens_rendered)
-        metrics.tokens_reused.inc(stats.tokens_reused)
-        metrics.turn_latency.labels(self.transport, self.model_label).observe(
-            time.perf_counter() - self.received
-        )
-
-    def first_delta(self) -> None:
-        """Record time to first token, once per response."""
-        if not self._ttft_seen:
-            self._ttft_seen = True
-            self.core.metrics.ttft.labels(self.transport, self.model_label).observe(
-                time.perf_counter() - self.received
-            )
+        return stored_response(self.record, snapshot, self.state, self._inputs, self.tenant)
 
     def _ledger_row(self) -> LedgerRow:
         assert self.record is not None
-        record = self.record
-        request = record.request
-        return LedgerRow(
-            response_id=self.id,
-            # The authenticated tenant; on an open server the token's label or the body's user.
-            tenant=self.tenant or request.user or "anonymous",
-            model=request.model,
-            status=record.status,
-            input_tokens=self._usage.input_tokens,
-            cached_tokens=self._usage.cached_tokens,
-            output_tokens=self._usage.output_tokens,
-            engine_ms=record.stats.engine_ms,
-            api_pre_ms=record.stats.api_pre_ms,
-            api_post_ms=record.stats.api_post_ms,
-            transport=self.transport,
-            created_at=record.created_at,
-            completed_at=record.completed_at,
-        )
+        return ledger_row(self.record, self._usage, self.tenant, self.transport)
 
     def _abandon(self) -> None:
         """Queue the ledger row of a started response that the stream's end cut short."""
@@ -909,206 +475,8 @@ class ResponseRun:
         self.record.incomplete_reason = "stream_closed"
         self.record.usage = self._usage
         self.core.counters.record(self.record.stats)
-        self._observe("cancelled")
+        self.metrics.finished("cancelled", self.record.stats)
         # No client waits for it, and the stream's task is being cancelled: the queue makes
         # it durable on its own (and its drain waits for it). A ``store: true`` response is
         # stored with the output it had.
         self.core.post.submit(PostJob(self._stored(self.record.snapshot()), self._ledger_row()))
-
-    def _stored_input(self, self_contained: bool) -> list[Item]:
-        """The input items a stored response keeps (see ``Store``)."""
-        assert self.record is not None and self.state is not None
-        if not self_contained:
-            return list(self._inputs)
-        output_ids = {id(item) for item in self.record.output}
-        return [item for item in self.state.items if id(item) not in output_ids]
-
-
-class _Failure:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-class _ItemStreamer:
-    """Turns engine item events into Responses output events and items."""
-
-    def __init__(self, run: ResponseRun, record: ResponseRecord) -> None:
-        self.run = run
-        self.record = record
-        self.items: list[Item] = []
-        self.current: Item | None = None
-        self.index = 0
-        self.parts: list[str] = []
-        # Output tokens handed to the client so far (the engine's count is authoritative when
-        # the segment finishes; this one is what a cut-short segment is charged).
-        self.tokens = 0
-
-    async def start(self, event: ItemStart) -> None:
-        run = self.run
-        self.parts = []
-        self.index = len(self.record.output)
-        if event.kind == "message":
-            item: Item = {
-                "type": "message",
-                "id": new_id("msg"),
-                "status": "in_progress",
-                "role": "assistant",
-                "content": [],
-            }
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=_copy_item(item)
-                )
-            )
-            await run.emit(
-                run.seq.event(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            )
-        elif event.kind == "reasoning":
-            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
-            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
-                )
-            )
-        else:
-            item = {
-                "type": "function_call",
-                "id": new_id("fc"),
-                "call_id": event.call_id or new_id("call"),
-                "name": event.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
-            self.current = item
-            self.record.output.append(item)
-            await run.emit(
-                run.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
-                )
-            )
-
-    async def delta(self, text: str, tokens: int) -> None:
-        run = self.run
-        item = self.current
-        assert item is not None
-        run.first_delta()
-        self.parts.append(text)
-        self.tokens += tokens
-        if item["type"] == "reasoning":
-            return
-        if item["type"] == "message":
-            await run.emit(
-                run.seq.event(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    delta=text,
-                )
-            )
-        else:
-            await run.emit(
-                run.seq.event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    delta=text,
-                )
-            )
-
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[Any]) -> int:
-        """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still queued); returns the segment's tokens."""
-        if self.current is not None:
-            while not queue.empty():
-                event = queue.get_nowait()
-                if not isinstance(event, Delta):
-                    break
-                text += event.text
-                tokens += len(event.token_ids)
-            self.parts.append(text)
-            self.tokens += tokens
-            self._close(self.current, "".join(self.parts))
-            self.current["status"] = "incomplete"
-            self.current = None
-        return self.tokens
-
-    @staticmethod
-    def _close(item: Item, text: str) -> dict[str, Any] | None:
-        """Put the item's final text in place; returns the message's content part."""
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-            return None
-        if item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
-            item["content"] = [part]
-            return part
-        item["arguments"] = text
-        return None
-
-    async def end(self, *, incomplete: bool = False) -> None:
-        run = self.run
-        item = self.current
-        assert item is not None
-        text = "".join(self.parts)
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-        elif item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
-            await run.emit(
-                run.seq.event(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    text=text,
-                )
-            )
-            await run.emit(
-                run.seq.event(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part=part,
-                )
-            )
-            item["content"] = [part]
-        else:
-            item["arguments"] = text
-            await run.emit(
-                run.seq.event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    arguments=text,
-                    name=item["name"],
-                )
-            )
-        # A message cut short by max_output_tokens is incomplete, as the hosted API marks it.
-        item["status"] = "incomplete" if incomplete else "completed"
-        await run.emit(
-            run.seq.event("response.output_item.done", output_index=self.index, item=item)
-        )
-        self.items.append(item)
-        self.current = None
-
-
-def _copy_item(item: Item) -> Item:
-    copy = dict(item)
-    if "content" in copy:
-        copy["content"] = list(copy["content"])
-    return copy

@@ -27,7 +27,9 @@ from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.limits import TenantLimiter
 from bidi_responses.server.core.memory import IdleTrimmer
 from bidi_responses.server.core.metrics import Metrics
+from bidi_responses.server.core.post import PostQueue
 from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.core.routing import Router
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.state import MemoryBudget
@@ -37,8 +39,6 @@ from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.pipeline import build_pipeline
-from bidi_responses.server.pipeline.post import PostQueue
-from bidi_responses.server.pipeline.routing import Router
 
 
 class ResponsesCore(SurfaceOps):

@@ -19,7 +19,8 @@ from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
 from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.jsonshape import check_json_shape
-from bidi_responses.server.core.runner import Lane, ResponseRun
+from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.state import ResponseCache
 
 if TYPE_CHECKING:

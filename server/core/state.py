@@ -1,11 +1,11 @@
 """Conversation state and the per-stream cache that keeps it between turns.
 
 A ``ConversationState`` is everything the next turn can reuse: the items so far, their
-rendered tokens, the call-id map, the checked tools, the resolved route and the pipeline
-stages' own carried state. A continuation *takes* its predecessor's state out of the cache and
-appends to it in place (so nothing is copied or rendered twice); on success the new response's
-id owns it, and on failure it is dropped, which is why a failed continuation evicts the
-response it referenced, exactly as the hosted WebSocket mode does.
+rendered tokens, the call-id map and the pipeline stages' own carried state (the tools and
+the route stay on the lane, ``core.lane``). A continuation *takes* its predecessor's state out
+of the cache and appends to it in place (so nothing is copied or rendered twice); on success
+the new response's id owns it, and on failure it is dropped, which is why a failed
+continuation evicts the response it referenced, exactly as the hosted WebSocket mode does.
 """
 
 from __future__ import annotations
@@ -223,3 +223,26 @@ class ResponseCache:
         """Drop everything (the stream ended)."""
         for response_id in list(self._entries):
             self.take(response_id)
+
+
+def observe(state: ConversationState, item: Item) -> None:
+    """Track model turns and tool rounds as items join the conversation."""
+    kind = item["type"]
+    is_model = kind in ("function_call", "custom_tool_call", "reasoning") or (
+        kind == "message" and item["role"] == "assistant"
+    )
+    last = state.items[-1] if state.items else None
+    last_kind = last["type"] if last else None
+    last_is_model = last is not None and (
+        last_kind in ("function_call", "custom_tool_call", "reasoning")
+        or (last_kind == "message" and last["role"] == "assistant")
+    )
+    if is_model and not last_is_model:
+        state.model_turns += 1
+    if kind == "function_call" and last_kind != "function_call":
+        state.tool_rounds += 1
+    elif kind == "message" and item["role"] == "user":
+        state.tool_rounds = 0
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        state.answered_calls.add(item.get("call_id", ""))
+    state.items.append(item)

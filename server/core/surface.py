@@ -23,12 +23,12 @@ from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.params import response_format
+from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import Item, parse_create, parse_input
+from bidi_responses.server.core.routing import Router
 from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.core.store_backend import ResponseStore
-from bidi_responses.server.pipeline.post import PostJob, PostQueue
-from bidi_responses.server.pipeline.routing import Router
 
 
 def _object_body(body: Any) -> dict[str, Any]:
@@ -56,10 +56,12 @@ class SurfaceOps:
     compaction: CompactionCodec
     started_at: int
 
-    async def stored_history(self, previous: str, tenant: str | None = None) -> list[Item]:
+    async def stored_history(
+        self, previous: str, tenant: str | None = None
+    ) -> tuple[list[Item], dict[str, Any]]:
         """The conversation up to and including stored response ``previous`` of ``tenant``,
         checked again like any input (400 ``previous_response_not_found`` if it is not stored,
-        or is another tenant's)."""
+        or is another tenant's), and that response."""
         chain = await self.store.chain(previous, tenant)
         if chain is None:
             raise previous_response_not_found(previous)
@@ -68,14 +70,14 @@ class SurfaceOps:
             history.extend(link.input_items)
             history.extend(link.response.get("output", ()))
         items, _ = parse_input(history, self.config.limits, where="history")
-        return items
+        return items, chain[-1].response
 
     async def _conversation(
         self, previous: str | None, new_input: list[Item], tenant: str | None
     ) -> tuple[list[Item], list[str]]:
         """History (if any) plus the new input, with the JSON path of each item; checks
         every compaction token."""
-        history = await self.stored_history(previous, tenant) if previous else []
+        history = (await self.stored_history(previous, tenant))[0] if previous else []
         items = history + new_input
         paths = [f"history[{i}]" for i in range(len(history))]
         paths += [f"input[{i}]" for i in range(len(new_input))]

@@ -27,7 +27,8 @@ from typing import Any
 import openai_harmony as oh
 import orjson
 from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.render import Renderer, TokenArray, canonical_json
+from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.render import Renderer, TokenArray
 from bidi_responses.server.core.requests import Item
 from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 

@@ -1,4 +1,4 @@
-"""The request pipeline around inference: validation, classifiers, routing, post-inference.
+"""The pre-inference stages: validation and classifiers, run over each batch of new items.
 
 Importing this package registers the built-in stages by name: ``validation``, ``secrets``
 and ``injection``. See docs/pipeline.md for the stage interface and how to add one.

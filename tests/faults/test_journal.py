@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from bidi_responses.server.core.journal import Journal, StorageUnavailable
+from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.store import Store, StoredResponse
-from bidi_responses.server.pipeline.post import PostJob, PostQueue
 
 from tests.conftest import until
-from tests.pipeline.test_post import _row
+from tests.core.test_post import _row
 
 
 @contextmanager

@@ -12,8 +12,9 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.requests import parse_input, parse_tools
+from bidi_responses.server.core.requests import parse_input
 from bidi_responses.server.core.state import common_prefix
+from bidi_responses.server.core.tools import parse_tools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,0 +1,147 @@
+"""What a response continues from: the cached, handed-off or stored predecessor.
+
+``resolve`` finds the base of a continuation, cheapest first: the lane's cache (the state moves
+out of it, so a failed turn leaves nothing behind), the state a draining replica handed off
+(``handoff.py``), then the durable store's chain, whose items are checked and rendered again.
+``sync_prefix`` renders the instructions, tools and output format in front of the kept item
+tokens when they changed; ``hand_off`` leaves a state for the next replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bidi_responses.server.core.handoff import decode_state, encode_state
+from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.params import response_format
+from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.state import ConversationState, common_prefix
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.service import ResponsesCore
+
+#: The instructions, tools and canonical output format a prompt begins with.
+Prefix = tuple[str | None, list[dict[str, Any]], Any]
+
+
+@dataclass(slots=True)
+class Base:
+    """The state a response starts from, and what ``cached_tokens`` is measured against."""
+
+    state: ConversationState = field(default_factory=ConversationState)
+    # Items of a stored chain, to check and render again (empty with a live state).
+    history: list[Item] = field(default_factory=list)
+    # A live predecessor's whole context (prompt and output) as tokens.
+    previous_tokens: TokenArray | None = None
+    # A stored predecessor's prompt prefix.
+    previous_prefix: Prefix | None = None
+
+
+async def resolve(
+    core: ResponsesCore, lane: Lane, tenant: str | None, previous: str | None
+) -> Base:
+    """The base of a response continuing ``previous`` (a fresh one when it is None)."""
+    if previous is None:
+        return Base()
+    state = lane.cache.take(previous) if lane.cache is not None else None
+    if state is None and core.state_tier is not None:
+        state = await _restore(core, tenant, previous)
+    if state is not None:
+        core.metrics.cache_hits.inc()
+        return Base(state, previous_tokens=state.tokens)
+    core.metrics.cache_misses.inc()
+    # Stored items are checked again like any other input: this request has no cache.
+    history, last = await core.stored_history(previous, tenant)
+    text = last.get("text")
+    fmt = response_format(text) if isinstance(text, dict) else None
+    prefix = (
+        last.get("instructions"),
+        list(last.get("tools") or ()),
+        canonical_json(fmt) if fmt is not None else None,
+    )
+    return Base(history=history, previous_prefix=prefix)
+
+
+async def _restore(
+    core: ResponsesCore, tenant: str | None, previous: str
+) -> ConversationState | None:
+    """The state a draining replica left for ``previous`` (handoff.py), or None."""
+    assert core.state_tier is not None
+    try:
+        # Only the owner's own conversation: another tenant's id is not found.
+        if await core.store.get(previous, tenant) is None:
+            return None
+        blob = await core.state_tier.take_state(previous)
+        if blob is None:
+            return None
+        state = decode_state(blob)
+    except Exception:  # unreadable or unreachable: rebuild from the stored chain
+        core.log.exception("conversation state of %s not restored", previous)
+        return None
+    core.failover["states_restored"] += 1
+    return state
+
+
+async def hand_off(
+    core: ResponsesCore, lane: Lane, response_id: str, state: ConversationState
+) -> None:
+    """The server is draining: leave this conversation's state for the replica that gets
+    its next turn, before the terminal event lets the client move (handoff.py)."""
+    tier = core.state_tier
+    if tier is None or not lane.stateful or not state.stored_chain:
+        return
+    try:
+        await tier.save_states([(response_id, encode_state(state))], core.config.store.state_ttl_s)
+    except Exception:  # the next replica re-renders from the store instead
+        core.log.exception("conversation state of %s not handed off", response_id)
+    else:
+        core.failover["states_handed_off"] += 1
+
+
+def sync_prefix(
+    state: ConversationState,
+    renderer: Renderer,
+    request: CreateRequest,
+    fmt: dict[str, Any] | None,
+) -> int:
+    """Bring the state's tokens to ``renderer``'s format and the request's prefix; returns
+    the tokens rendered (none when nothing changed)."""
+    rendered = 0
+    if state.format_name is not None and state.format_name != renderer.format_name:
+        # The conversation moved to a model of another format: render it all again.
+        state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
+        state.prefix_len = len(state.tokens)
+        state.prefix_key = (request.instructions, request.tools, fmt)
+        rendered += state.prefix_len
+        rendered += renderer.render_items(state.items, {}, state.tokens)
+    state.format_name = renderer.format_name
+    key = state.prefix_key
+    if (
+        key is None
+        or key[0] != request.instructions
+        or (key[1] is not request.tools and key[1] != request.tools)
+        or key[2] != fmt
+    ):
+        rendered += state.set_prefix(
+            renderer,
+            request.instructions,
+            request.tools,
+            (request.instructions, request.tools, fmt),
+            fmt,
+        )
+    return rendered
+
+
+def stored_reuse(
+    renderer: Renderer, state: ConversationState, previous_prefix: Prefix, history_tokens: int
+) -> int:
+    """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
+    shared = state.prefix_len + history_tokens
+    old_prefix = renderer.render_prefix(*previous_prefix)
+    if old_prefix == state.tokens[: state.prefix_len]:
+        return shared
+    old_prefix.extend(state.tokens[state.prefix_len : shared])
+    return common_prefix(old_prefix, state.tokens[:shared])

@@ -1,0 +1,195 @@
+"""The tools of a request, checked once per distinct tool list.
+
+Clients send the same tool definitions with every turn of a conversation. A ``ToolSet`` holds
+everything the core derives from one list (the checked tools as the Response echoes them, the
+function names, the engine's function specs) and is immutable, so a lane can keep the last one
+and hand it to the next request whose tools have the same fingerprint, skipping the schema checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from bidi_responses.server.config import Limits
+from bidi_responses.server.core.errors import invalid, missing
+from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.engines.base import FunctionSpec
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    """One checked tool list and what the core derives from it; never mutated once built."""
+
+    #: Digest of the list's canonical JSON (sorted keys), as the client sent it.
+    fingerprint: bytes | None
+    #: The checked tools, normalized as the Response echoes them.
+    tools: list[dict[str, Any]]
+    #: Names of the function tools, which ``tool_choice`` and function calls must name.
+    function_names: frozenset[str]
+    #: The function tools as the engine sees them, with canonical key order and numbers so
+    #: that gRPC (Struct) and JSON clients sample alike.
+    functions: tuple[FunctionSpec, ...]
+
+    @classmethod
+    def of(cls, raw: Any, limits: Limits, last: ToolSet | None = None) -> ToolSet:
+        """The tool set of ``raw``: ``last`` again when the list is the same, else a new one."""
+        key = fingerprint(raw)
+        if last is not None and key is not None and last.fingerprint == key:
+            return last
+        tools = parse_tools(raw, limits)
+        functions = tuple(
+            FunctionSpec(
+                t["name"],
+                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
+            )
+            for t in tools
+            if t["type"] == "function"
+        )
+        return cls(key, tools, frozenset(f.name for f in functions), functions)
+
+
+#: The tool set of a request without tools.
+NO_TOOLS = ToolSet(None, [], frozenset(), ())
+
+
+def fingerprint(raw: Any) -> bytes | None:
+    """A digest of a tool list's canonical JSON; None when it cannot be serialized (the checks
+    then run and name the bad field)."""
+    if raw is None:
+        return None
+    try:
+        data = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def parse_tool_choice(value: Any) -> str | dict[str, Any]:
+    """``tool_choice`` as a mode, or ``{"type": "function", "name": ...}`` for a forced one."""
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in _TOOL_CHOICE_MODES:
+            raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise missing("tool_choice.name")
+        return {"type": "function", "name": name}
+    raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
+
+
+def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
+    """Check tool definitions and return them normalized as the Response echoes them."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid("tools", "expected an array of tools.", code="invalid_type")
+    if len(raw) > limits.max_tools:
+        raise invalid("tools", f"at most {limits.max_tools} tools are allowed.")
+    tools: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for index, tool in enumerate(raw):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise invalid(where, "expected an object.", code="invalid_type")
+        kind = tool.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise missing(f"{where}.type")
+        if kind != "function":
+            tools.append(dict(tool))
+            continue
+        name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise invalid(f"{where}.name", "expected 1-64 characters of [A-Za-z0-9_-].")
+        if name in names:
+            raise invalid(f"{where}.name", f"duplicate function name '{name}'.")
+        names.add(name)
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise invalid(f"{where}.description", "expected a string.", code="invalid_type")
+        parameters = tool.get("parameters")
+        if parameters is not None:
+            check_schema(parameters, f"{where}.parameters", top=True)
+        strict = tool.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise invalid(f"{where}.strict", "expected a boolean.", code="invalid_type")
+        tools.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": parameters,
+                "strict": strict,
+            }
+        )
+    return tools
+
+
+def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) -> None:
+    """Reject JSON schemas the model could not produce arguments for."""
+    if depth > 32:
+        raise invalid(where, "schema nesting is deeper than 32 levels.")
+    if not isinstance(schema, dict):
+        raise invalid(where, "a JSON schema must be an object.", code="invalid_function_parameters")
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for k in kinds:
+        if not isinstance(k, str):
+            raise invalid(
+                f"{where}.type",
+                "expected a JSON schema type name or an array of them.",
+                code="invalid_function_parameters",
+            )
+        if k not in _SCHEMA_TYPES:
+            raise invalid(
+                f"{where}.type",
+                f"'{k}' is not a JSON schema type.",
+                code="invalid_function_parameters",
+            )
+    if top and kinds != ["object"]:
+        raise invalid(
+            f"{where}.type",
+            "function parameters must be a schema of type 'object'.",
+            code="invalid_function_parameters",
+        )
+    properties = schema.get("properties")
+    if properties is not None:
+        if not isinstance(properties, dict):
+            raise invalid(
+                f"{where}.properties", "expected an object.", code="invalid_function_parameters"
+            )
+        for name, sub in properties.items():
+            check_schema(sub, f"{where}.properties.{name}", depth=depth + 1)
+    required = schema.get("required")
+    if required is not None:
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise invalid(
+                f"{where}.required",
+                "expected an array of property names.",
+                code="invalid_function_parameters",
+            )
+        unknown = [r for r in required if r not in (properties or {})]
+        if unknown:
+            raise invalid(
+                f"{where}.required",
+                f"names undefined properties: {', '.join(unknown)}.",
+                code="invalid_function_parameters",
+            )
+    items = schema.get("items")
+    if items is not None:
+        check_schema(items, f"{where}.items", depth=depth + 1)
+    enum = schema.get("enum")
+    if enum is not None and (not isinstance(enum, list) or not enum):
+        raise invalid(
+            f"{where}.enum", "expected a non-empty array.", code="invalid_function_parameters"
+        )

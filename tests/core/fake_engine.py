@@ -1,0 +1,79 @@
+"""A scripted engine and a core that routes every model to it, for driving the core directly.
+
+The engine is the one thing these tests fake: it plays back a script per turn (text deltas,
+an engine error, or a pause that only cancellation ends) and records each request, so the
+tests can check the prompt tokens the core hands it. Everything else (session, runner, cache,
+SQLite store, post-inference queue) is the real core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bidi_responses.server.config import RouteConfig
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.engines.base import (
+    Delta,
+    Engine,
+    EngineError,
+    EngineEvent,
+    EngineFinish,
+    EngineRequest,
+    ItemEnd,
+    ItemStart,
+)
+
+from tests.conftest import make_config
+
+
+@dataclass
+class Turn:
+    """What the engine does for one request: stream ``deltas`` as one message, then finish,
+    fail with ``fail`` after them, or wait on ``hold`` (set by the test) after them."""
+
+    deltas: tuple[str, ...] = ("Hello", " world")
+    fail: str | None = None
+    hold: asyncio.Event | None = None
+
+
+@dataclass
+class ScriptedEngine:
+    """Plays ``turns`` in order, one per request; records every request."""
+
+    turns: list[Turn] = field(default_factory=list)
+    requests: list[EngineRequest] = field(default_factory=list)
+    # Each request's prompt as it was asked (the core keeps extending its token array).
+    prompts: list[list[int]] = field(default_factory=list)
+    # Set once a held turn has streamed its deltas.
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
+    name: str = "scripted"
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+        self.requests.append(request)
+        self.prompts.append(list(request.prompt_tokens))
+        turn = self.turns.pop(0)
+        yield ItemStart("message")
+        for index, text in enumerate(turn.deltas):
+            yield Delta(text, (index,))
+        if turn.fail is not None:
+            raise EngineError("backend_failed", turn.fail)
+        if turn.hold is not None:
+            self.holding.set()
+            await turn.hold.wait()
+        yield ItemEnd()
+        yield EngineFinish("stop", len(turn.deltas), len(request.prompt_tokens), 0.0)
+
+
+class ScriptedCore(ResponsesCore):
+    """The real core, with every route served by one scripted engine."""
+
+    def __init__(self, tmp_path: Path, engine: ScriptedEngine, **kwargs: Any) -> None:
+        self.engine = engine
+        super().__init__(make_config(tmp_path), **kwargs)
+
+    def _build_engine(self, route: RouteConfig) -> Engine:
+        return self.engine

@@ -1,0 +1,232 @@
+"""``ResponseRun`` and ``Session`` driven directly: a scripted engine, events collected in a list.
+
+No transport and no client: what these tests see is what the core hands every transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.runner import ResponseRun
+from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.state import ResponseCache
+
+from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
+
+TIMEOUT_S = 20
+
+MESSAGE_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+@pytest.fixture
+async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
+    engine = ScriptedEngine()
+    core = ScriptedCore(tmp_path, engine)
+    await core.start()
+    try:
+        yield engine, core
+    finally:
+        await core.close()
+
+
+def _lane(core: ScriptedCore) -> Lane:
+    cache = core.config.cache
+    return Lane("", ResponseCache(cache.max_responses, cache.max_bytes, core.cache_budget))
+
+
+async def _run(core: ScriptedCore, lane: Lane, **body: Any) -> list[dict[str, Any]]:
+    """One response run to its end on ``lane``; the events it emitted, in order."""
+    events: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+
+    request = {"model": "sim-model", "input": "hi", **body}
+    run = ResponseRun(core, lane, request, emit, "test", time.perf_counter())
+    lane.inflight = run
+    async with asyncio.timeout(TIMEOUT_S):
+        await run.run()
+    return events
+
+
+async def test_events_come_in_order_with_usage(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn(("Hello", " world")))
+    events = await _run(core, _lane(core))
+
+    # Deltas already waiting are merged into one event (streaming.coalesce_deltas).
+    kinds = [e["type"] for e in events]
+    assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == MESSAGE_EVENTS
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert "".join(deltas) == "Hello world"
+    response = events[-1]["response"]
+    assert response["status"] == "completed"
+    assert response["output"][0]["content"][0]["text"] == "Hello world"
+    assert response["usage"]["input_tokens"] == len(engine.prompts[0]) > 0
+    assert response["usage"]["output_tokens"] == 2
+    assert response["usage"]["input_tokens_details"]["cached_tokens"] == 0
+
+
+async def test_continuation_takes_the_parent_from_the_cache_and_puts_itself(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns += [Turn(), Turn(("Again",))]
+    lane = _lane(core)
+    assert lane.cache is not None
+    first = (await _run(core, lane))[-1]["response"]
+    assert first["id"] in lane.cache
+
+    second = (await _run(core, lane, previous_response_id=first["id"], input="more"))[-1]
+    assert second["type"] == "response.completed"
+    # The parent's state moved into the child: taken out of the cache, the child put in.
+    assert first["id"] not in lane.cache
+    assert second["response"]["id"] in lane.cache
+    # The second prompt extends the first (its prompt and output) instead of re-rendering it.
+    before, after = engine.prompts
+    assert after[: len(before)] == before
+    cached = second["response"]["usage"]["input_tokens_details"]["cached_tokens"]
+    assert len(before) < cached < len(after)
+
+
+async def test_failure_evicts_the_parent(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns += [Turn(), Turn(("partial",), fail="backend down")]
+    lane = _lane(core)
+    assert lane.cache is not None
+    # Not stored, so the cache is the only place the parent lives.
+    first = (await _run(core, lane, store=False))[-1]["response"]
+
+    failed = await _run(core, lane, previous_response_id=first["id"], store=False)
+    assert failed[-1]["type"] == "response.failed"
+    assert failed[-1]["response"]["error"] == {"code": "backend_failed", "message": "backend down"}
+    assert first["id"] not in lane.cache and len(lane.cache) == 0
+
+    retry = await _run(core, lane, previous_response_id=first["id"], store=False)
+    assert [e["type"] for e in retry] == ["error"]
+    assert retry[0]["error"]["code"] == "previous_response_not_found"
+    assert retry[0]["error"]["param"] == "previous_response_id"
+
+
+async def test_bad_request_is_one_error_event_naming_the_field(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    events = await _run(
+        core,
+        _lane(core),
+        tools=[{"type": "function", "name": "f"}],
+        tool_choice={"type": "function", "name": "g"},
+    )
+    assert [e["type"] for e in events] == ["error"]
+    assert events[0]["error"]["param"] == "tool_choice.name"
+    assert engine.requests == []
+
+
+async def test_same_tools_reuse_the_lanes_tool_set(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns += [Turn(), Turn()]
+    lane = _lane(core)
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    first = (await _run(core, lane, tools=tools))[-1]["response"]
+    toolset = lane.toolset
+    assert toolset is not None and toolset.function_names == {"f"}
+    # The same list again (a new, equal object, with its keys in another order) reuses it.
+    again = [{"parameters": {"type": "object"}, "name": "f", "type": "function"}]
+    await _run(core, lane, tools=again, previous_response_id=first["id"])
+    assert lane.toolset is toolset
+    assert engine.requests[1].tools is toolset.functions
+
+
+async def _until_holding(session: Session, engine: ScriptedEngine) -> list[dict[str, Any]]:
+    """Events of the session up to the first text delta, once the engine is holding."""
+    seen: list[dict[str, Any]] = []
+    async for out in session.events():
+        seen.append(out.data)
+        if out.data["type"] == "response.output_text.delta" and engine.holding.is_set():
+            return seen
+    raise AssertionError("the session ended before the engine held")
+
+
+async def _until_terminal(session: Session) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    async for out in session.events():
+        seen.append(out.data)
+        if out.data["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            return seen
+    raise AssertionError("the session ended without a terminal event")
+
+
+async def test_session_cancel_keeps_the_partial_output(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn(("partial",), hold=asyncio.Event()))
+    session = core.open_session("test")
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await session.handle({"type": "response.create", "model": "sim-model", "input": "hi"})
+            started = await _until_holding(session, engine)
+            response_id = started[0]["response"]["id"]
+            await session.handle({"type": "response.cancel", "response_id": response_id})
+            rest = await _until_terminal(session)
+    finally:
+        await core.close_session(session)
+
+    terminal = rest[-1]
+    assert terminal["type"] == "response.incomplete"
+    response = terminal["response"]
+    assert response["id"] == response_id
+    assert response["incomplete_details"] == {"reason": "cancelled"}
+    (item,) = response["output"]
+    assert item["status"] == "incomplete"
+    assert item["content"][0]["text"] == "partial"
+    assert response["usage"]["output_tokens"] == 1
+
+
+async def test_session_refuses_a_second_response_on_a_busy_lane(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    hold = asyncio.Event()
+    engine.turns += [Turn(("a",), hold=hold)]
+    session = core.open_session("test")
+    create = {"type": "response.create", "model": "sim-model", "input": "hi"}
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await session.handle(create)
+            await _until_holding(session, engine)
+            await session.handle(create)
+            error = (await anext(session.events())).data
+            hold.set()
+            rest = await _until_terminal(session)
+    finally:
+        await core.close_session(session)
+
+    assert error["type"] == "error"
+    assert error["error"]["code"] == "conversation_already_has_active_response"
+    assert rest[-1]["type"] == "response.completed"
+    assert len(engine.requests) == 1
