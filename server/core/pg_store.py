@@ -21,7 +21,12 @@ import orjson
 
 # One row per response: the first wins, except that a finished attempt replaces the
 # "cancelled" row of an attempt cut short (the same rule as store.py).
-from bidi_responses.server.core.store import LEDGER_CONFLICT_RULE, LedgerRow, StoredResponse
+from bidi_responses.server.core.store import (
+    LEDGER_CONFLICT_RULE,
+    LedgerRow,
+    StoredResponse,
+    walk_chain,
+)
 from bidi_responses.server.core.store_backend import StoreUnavailable, redact
 
 log = logging.getLogger(__name__)
@@ -310,19 +315,7 @@ class PostgresStore:
     ) -> list[StoredResponse] | None:
         """The stored responses of ``tenant`` from the conversation's start to
         ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
-        links: list[StoredResponse] = []
-        current: str | None = response_id
-        while current is not None and len(links) < max_links:
-            # Deleted ancestors still lend their items (see ``delete``).
-            record = await self.get(current, tenant, include_deleted=bool(links))
-            if record is None:
-                return None
-            links.append(record)
-            if record.self_contained:
-                break
-            current = record.previous_response_id
-        links.reverse()
-        return links
+        return await walk_chain(self.get, response_id, tenant, max_links)
 
     async def delete(self, response_id: str, tenant: str | None = None) -> bool:
         """Delete a stored response of ``tenant``; False if there was none."""

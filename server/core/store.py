@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -299,20 +299,7 @@ class Store:
 
         None if ``response_id`` or a link of its chain is missing or not ``tenant``'s.
         """
-        links: list[StoredResponse] = []
-        current: str | None = response_id
-        while current is not None and len(links) < max_links:
-            # Deleted ancestors still lend their items: deleting one response never breaks
-            # continuing from a later one.
-            record = await self.get(current, tenant, include_deleted=bool(links))
-            if record is None:
-                return None
-            links.append(record)
-            if record.self_contained:
-                break
-            current = record.previous_response_id
-        links.reverse()
-        return links
+        return await walk_chain(self.get, response_id, tenant, max_links)
 
     async def delete(self, response_id: str, tenant: str | None = None) -> bool:
         """Delete a stored response of ``tenant``; False if there was none."""
@@ -391,6 +378,33 @@ class Store:
 
         self._run_sync(work)
         self._executor.shutdown(wait=True)
+
+
+class _Getter(Protocol):
+    async def __call__(
+        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
+    ) -> StoredResponse | None: ...
+
+
+async def walk_chain(
+    get: _Getter, response_id: str, tenant: str | None, max_links: int
+) -> list[StoredResponse] | None:
+    """A stored response's chain, oldest first, read link by link through ``get`` (shared by
+    every store backend); None if a link is missing or not ``tenant``'s."""
+    links: list[StoredResponse] = []
+    current: str | None = response_id
+    while current is not None and len(links) < max_links:
+        # Deleted ancestors still lend their items: deleting one response never breaks
+        # continuing from a later one.
+        record = await get(current, tenant, include_deleted=bool(links))
+        if record is None:
+            return None
+        links.append(record)
+        if record.self_contained:
+            break
+        current = record.previous_response_id
+    links.reverse()
+    return links
 
 
 def _purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) -> None:
