@@ -11,14 +11,14 @@ import asyncio
 import time
 
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.requests import Item
+from bidi_responses.server.core.items import FunctionCallItem, Item
 
 
 class AppendWait:
     """The pending calls of one response and the append that answers them."""
 
     def __init__(self) -> None:
-        self.pending_calls: dict[str, Item] = {}
+        self.pending_calls: dict[str, FunctionCallItem] = {}
         self._waiter: asyncio.Future[list[Item]] | None = None
 
     @property
@@ -26,7 +26,7 @@ class AppendWait:
         """True while the response waits for tool outputs."""
         return self._waiter is not None and not self._waiter.done()
 
-    def expect(self, calls: list[Item]) -> None:
+    def expect(self, calls: list[FunctionCallItem]) -> None:
         """Wait on ``calls`` from now on (an empty list: on nothing)."""
         self.pending_calls = {call["call_id"]: call for call in calls}
 

@@ -26,17 +26,26 @@ import zlib
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, TypeGuard, cast
 
 import orjson
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.requests import Item
+from bidi_responses.server.core.items import CompactionItem, Item, MessageItem, part_text
 
 _VERSION = 1
 _TAG_BYTES = 32
 # A decompressed payload larger than this is refused (a token cannot be a zip bomb).
 _MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 KEY_FILE_NAME = "compaction.key"
+
+
+class CompactionPayload(TypedDict):
+    """What a token carries: the summary the model sees, and where it came from."""
+
+    summary: str
+    model: NotRequired[str]
+    items: NotRequired[int]
+    created_at: NotRequired[int]
 
 
 def load_key(path: Path) -> bytes:
@@ -70,12 +79,12 @@ class CompactionCodec:
     def _tag(self, body: bytes) -> bytes:
         return hmac.new(self._key, body, hashlib.sha256).digest()
 
-    def seal(self, payload: dict[str, Any]) -> str:
+    def seal(self, payload: CompactionPayload) -> str:
         """An opaque token carrying ``payload``."""
         body = bytes([_VERSION]) + zlib.compress(orjson.dumps(payload), 6)
         return base64.urlsafe_b64encode(self._tag(body) + body).decode().rstrip("=")
 
-    def _open(self, token: str) -> dict[str, Any]:
+    def _open(self, token: str) -> CompactionPayload:
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         except (binascii.Error, ValueError):
@@ -92,16 +101,17 @@ class CompactionCodec:
         payload = orjson.loads(data)
         if not isinstance(payload, dict) or not isinstance(payload.get("summary"), str):
             raise ValueError("the token has no summary")
-        return payload
+        # Authentic (this server sealed it) and carrying its summary: a payload as sealed.
+        return cast(CompactionPayload, payload)
 
-    def open(self, token: str) -> dict[str, Any]:
+    def open(self, token: str) -> CompactionPayload:
         """The payload of a token; ValueError if it is not authentic."""
         return self._open_cached(token)
 
-    def check(self, item: Item, where: str) -> None:
+    def check(self, item: CompactionItem, where: str) -> None:
         """ApiError (400, naming ``where``) unless the compaction item's token is authentic."""
         try:
-            self.open(str(item.get("encrypted_content", "")))
+            self.open(item["encrypted_content"])
         except ValueError as exc:
             raise ApiError(
                 f"Invalid '{where}.encrypted_content': {exc}.",
@@ -112,7 +122,7 @@ class CompactionCodec:
     def summary(self, token: str) -> str:
         """The summary text a token carries (what the model sees in its place)."""
         try:
-            return str(self.open(token)["summary"])
+            return self.open(token)["summary"]
         except ValueError as exc:
             raise ApiError(
                 f"Invalid 'encrypted_content' of a compaction item: {exc}.",
@@ -125,35 +135,26 @@ class CompactionCodec:
         lines: list[str] = []
         names: dict[str, str] = {}  # call id -> function name (ids are random; names are not)
         for item in items:
-            kind = item["type"]
-            if kind == "compaction":
-                lines.append(self.summary(str(item["encrypted_content"])))
+            if item["type"] == "compaction":
+                lines.append(self.summary(item["encrypted_content"]))
                 continue
-            if kind == "message":
-                text = "".join(_part_text(p) for p in item.get("content") or ())
+            if item["type"] == "message":
+                text = "".join(part_text(p) for p in item.get("content") or ())
                 line = f"{item['role']}: {text}"
-            elif kind == "function_call":
+            elif item["type"] == "function_call":
                 names[item["call_id"]] = item["name"]
                 line = f"called {item['name']}({item['arguments']})"
-            elif kind == "function_call_output":
+            elif item["type"] == "function_call_output":
                 line = f"{names.get(item['call_id'], 'tool')} returned: {item['output']}"
-            elif kind == "reasoning":
+            elif item["type"] == "reasoning":
                 line = "thought: " + " ".join(p["text"] for p in item.get("summary") or ())
             else:
-                line = f"{kind}: " + orjson.dumps(item).decode()
+                line = f"{item['type']}: " + orjson.dumps(item).decode()
             line = " ".join(line.split())
             lines.append(line if len(line) <= limit else line[: limit - 3] + "...")
         return "\n".join(lines)
 
 
-def _part_text(part: dict[str, Any]) -> str:
-    if part.get("type") == "refusal":
-        return str(part.get("refusal", ""))
-    if part.get("type") == "input_image":
-        return "[image]"
-    return str(part.get("text", ""))
-
-
-def is_kept(item: Item) -> bool:
+def is_kept(item: Item) -> TypeGuard[MessageItem]:
     """Items a compaction keeps verbatim: the user's messages."""
-    return bool(item["type"] == "message" and item["role"] == "user")
+    return item["type"] == "message" and item["role"] == "user"

@@ -10,21 +10,19 @@ tokens when they changed; ``hand_off`` leaves a state for the next replica.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.handoff import decode_state, encode_state
+from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer, TokenArray
-from bidi_responses.server.core.requests import CreateRequest, Item
-from bidi_responses.server.core.state import ConversationState, common_prefix
+from bidi_responses.server.core.requests import CreateRequest
+from bidi_responses.server.core.state import ConversationState, Prefix, common_prefix
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
-
-#: The instructions, tools and canonical output format a prompt begins with.
-Prefix = tuple[str | None, list[dict[str, Any]], Any]
 
 
 @dataclass(slots=True)
@@ -105,7 +103,7 @@ def sync_prefix(
     state: ConversationState,
     renderer: Renderer,
     request: CreateRequest,
-    fmt: dict[str, Any] | None,
+    fmt: JSONObject | None,
 ) -> int:
     """Bring the state's tokens to ``renderer``'s format and the request's prefix; returns
     the tokens rendered (none when nothing changed)."""

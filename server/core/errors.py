@@ -7,7 +7,9 @@ it becomes a status code with the message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
+
+from bidi_responses.server.core.event_types import ErrorObject
 
 
 class ApiError(Exception):
@@ -36,10 +38,16 @@ class ApiError(Exception):
         self.status = status
         self.type = type
 
-    def to_error_object(self) -> dict[str, Any]:
+    def to_error_object(self) -> ErrorObject:
         """The ``error`` object of OpenAI's error body."""
-        body = {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
-        return {**body, **self.metadata} if self.metadata else body
+        body: ErrorObject = {
+            "type": self.type,
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+        }
+        # ``metadata`` holds the limit facts, which ``ErrorObject`` names.
+        return cast(ErrorObject, {**body, **self.metadata}) if self.metadata else body
 
     def __repr__(self) -> str:
         return f"ApiError({self.status}, {self.code!r}, {self.message!r}, param={self.param!r})"

@@ -7,10 +7,23 @@ them by field name onto ``bidi_responses.v1`` messages. Nothing about the wire l
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.event_types import (
+    ErrorEvent,
+    ErrorObject,
+    ResponseError,
+    ResponseObject,
+    ResponseStatus,
+    SafetyFlagObject,
+    StatsObject,
+    ToTransport,
+    UsageObject,
+)
+from bidi_responses.server.core.items import Item
+from bidi_responses.server.core.requests import CreateRequest
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -20,7 +33,7 @@ class OutEvent:
     """A server event for one lane of a stream (``lane`` is the ``stream_id``; "" by default)."""
 
     lane: str
-    data: dict[str, Any]
+    data: ToTransport  # a ServerEvent
 
 
 @dataclass(slots=True)
@@ -31,7 +44,7 @@ class Usage:
     cached_tokens: int = 0
     output_tokens: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> UsageObject:
         """The Responses ``usage`` object."""
         return {
             "input_tokens": self.input_tokens,
@@ -63,7 +76,7 @@ class ResponseStats:
     engine_prompt_tokens: int = 0
     engine_cached_tokens: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StatsObject:
         """JSON form, with times rounded to microseconds."""
         return {
             "items_validated": self.items_validated,
@@ -90,16 +103,16 @@ class ResponseRecord:
     id: str
     request: CreateRequest
     created_at: int = field(default_factory=lambda: int(time.time()))
-    status: str = "in_progress"
+    status: ResponseStatus = "in_progress"
     output: list[Item] = field(default_factory=list)
     usage: Usage | None = None
-    error: dict[str, Any] | None = None
+    error: ResponseError | None = None
     incomplete_reason: str | None = None
     completed_at: int | None = None
-    safety_flags: list[dict[str, Any]] = field(default_factory=list)
+    safety_flags: list[SafetyFlagObject] = field(default_factory=list)
     stats: ResponseStats = field(default_factory=ResponseStats)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ResponseObject:
         """All 31 Responses fields (nullable ones as None) plus the server's extensions."""
         req = self.request
         return {
@@ -150,27 +163,46 @@ class EventSequence:
     def __init__(self) -> None:
         self.next = 0
 
-    def event(self, type_: str, **fields: Any) -> dict[str, Any]:
-        """A new event dict of ``type_`` with the next sequence number."""
+    def take(self) -> int:
+        """The next event's sequence number."""
+        number = self.next
+        self.next += 1
+        return number
+
+    def event(self, type_: str, **fields: Any) -> Any:
+        """A new event dict of ``type_`` with the next sequence number (untyped: the typed
+        events are built with ``take``)."""
         event = {"type": type_, **fields, "sequence_number": self.next}
         self.next += 1
         return event
 
 
+#: What an error event may say it answers, in this order.
+_ANSWER_KEYS: tuple[Literal["request_type", "event_id", "response_id"], ...] = (
+    "request_type",
+    "event_id",
+    "response_id",
+)
+
+
 def error_event(
-    status: int, error: dict[str, Any], answers: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    status: int, error: ErrorObject, answers: Mapping[str, object] | None = None
+) -> ErrorEvent:
     """The nested error event of WebSocket mode (also used on Connect).
 
     ``answers`` says which request the error answers: ``request_type``, the client's
     ``event_id`` and the ``response_id`` concerned; unknown ones are left out.
     """
     if answers:
-        error = {**error, **{k: v for k, v in answers.items() if isinstance(v, str) and v}}
+        error = error.copy()
+        for key in _ANSWER_KEYS:
+            value = answers.get(key)
+            if isinstance(value, str) and value:
+                error[key] = value
     return {"type": "error", "status": status, "error": error}
 
 
-def answers_to(event: Any) -> dict[str, Any]:
+def answers_to(event: object) -> dict[str, object]:
     """What an error about client ``event`` should say it answers."""
     if not isinstance(event, dict):
         return {}

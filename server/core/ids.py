@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, MutableMapping
-from typing import Any
+from collections.abc import Iterable
+
+from bidi_responses.server.core.items import Item
 
 # The id prefix of each item kind the server names.
 _ID_PREFIX = {
@@ -23,7 +24,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{os.urandom(16).hex()}"
 
 
-def assign_ids(items: Iterable[MutableMapping[str, Any]]) -> None:
+def assign_ids(items: Iterable[Item]) -> None:
     """Give each item that has no id one with its kind's prefix."""
     for item in items:
         if "id" not in item:

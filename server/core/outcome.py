@@ -4,10 +4,9 @@ terminal event and one cut short by its stream's end write the same rows."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.events import ResponseRecord, Usage
-from bidi_responses.server.core.requests import Item
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 
@@ -37,7 +36,7 @@ def ledger_row(
 
 def stored_response(
     record: ResponseRecord,
-    snapshot: dict[str, Any],
+    snapshot: ResponseObject,
     state: ConversationState | None,
     inputs: list[Item],
     tenant: str | None,

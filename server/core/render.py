@@ -30,12 +30,13 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import orjson
+import tiktoken
 from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.items import Item, JSONObject, part_text
 from bidi_responses.server.core.jsonshape import canonical_json
-from bidi_responses.server.core.requests import Item
 
 TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
 
@@ -46,7 +47,9 @@ class Renderer:
     #: The chat format this renderer writes; tokens of different formats never mix.
     format_name = "generic"
 
-    def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+    ) -> None:
         self._encoding = encoding
         # Token -> summary text, for compaction items (None: they cannot be rendered).
         self._open_compaction = open_compaction
@@ -54,7 +57,7 @@ class Renderer:
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
     @property
-    def encoding(self) -> Any:
+    def encoding(self) -> tiktoken.Encoding:
         """The tiktoken encoding in use."""
         return self._encoding
 
@@ -75,8 +78,8 @@ class Renderer:
     def render_prefix(
         self,
         instructions: str | None,
-        tools: list[dict[str, Any]],
-        response_format: dict[str, Any] | None = None,
+        tools: list[JSONObject],
+        response_format: JSONObject | None = None,
     ) -> TokenArray:
         """The tokens before the first item: instructions, tool definitions, output format."""
         out: TokenArray = array("I")
@@ -92,38 +95,37 @@ class Renderer:
 
     def render_item(self, item: Item, call_names: Mapping[str, str], out: TokenArray) -> int:
         """Append one item's tokens to ``out``; return how many were added."""
-        kind = item["type"]
-        if kind == "message":
-            text = "".join(_part_text(part) for part in item["content"])
+        if item["type"] == "message":
+            text = "".join(part_text(part) for part in item["content"])
             role = item["role"]
             if role == "assistant":
                 return self._block(out, "assistant", "final", text, tokenizer.END)
             return self._block(out, role, None, text, tokenizer.END)
-        if kind == "function_call":
+        if item["type"] == "function_call":
             header = f"assistant to=functions.{item['name']}"
             return self._block(out, header, "commentary json", item["arguments"], tokenizer.CALL)
-        if kind == "function_call_output":
+        if item["type"] == "function_call_output":
             name = call_names.get(item["call_id"], "unknown")
             header = f"functions.{name} to=assistant"
             return self._block(out, header, "commentary", item["output"], tokenizer.END)
-        if kind == "reasoning":
+        if item["type"] == "reasoning":
             text = "\n".join(part["text"] for part in item.get("summary", ()))
             return self._block(out, "assistant", "analysis", text, tokenizer.END)
-        if kind == "custom_tool_call":
+        if item["type"] == "custom_tool_call":
             header = f"assistant to=functions.{item.get('name', '')}"
             return self._block(
                 out, header, "commentary", str(item.get("input", "")), tokenizer.CALL
             )
-        if kind == "custom_tool_call_output":
+        if item["type"] == "custom_tool_call_output":
             name = call_names.get(str(item.get("call_id", "")), "unknown")
             header = f"functions.{name} to=assistant"
             return self._block(
                 out, header, "commentary", str(item.get("output", "")), tokenizer.END
             )
-        if kind == "compaction":
+        if item["type"] == "compaction":
             if self._open_compaction is None:
                 raise ValueError("this renderer has no compaction key")
-            summary = self._open_compaction(str(item["encrypted_content"]))
+            summary = self._open_compaction(item["encrypted_content"])
             return self._block(
                 out, "developer", None, "# Compacted conversation\n" + summary, tokenizer.END
             )
@@ -143,9 +145,9 @@ class Renderer:
     def render_conversation(
         self,
         instructions: str | None,
-        tools: list[dict[str, Any]],
+        tools: list[JSONObject],
         items: Iterable[Item],
-        response_format: dict[str, Any] | None = None,
+        response_format: JSONObject | None = None,
     ) -> TokenArray:
         """A full render from scratch: the reference that incremental rendering must equal."""
         out = self.render_prefix(instructions, tools, response_format)
@@ -155,14 +157,5 @@ class Renderer:
 
 def note_call(item: Item, call_names: dict[str, str]) -> None:
     """Remember the function name behind a call id, for rendering its output later."""
-    if item["type"] in ("function_call", "custom_tool_call"):
+    if item["type"] == "function_call" or item["type"] == "custom_tool_call":
         call_names[item["call_id"]] = item.get("name", "")
-
-
-def _part_text(part: dict[str, Any]) -> str:
-    kind = part["type"]
-    if kind == "refusal":
-        return str(part["refusal"])
-    if kind == "input_image":
-        return "[image]"
-    return str(part["text"])

@@ -8,16 +8,25 @@ what the request carries: the new input, never the cached history.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.items import (
+    CompactionItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Item,
+    JSONObject,
+    JSONValue,
+    MessageItem,
+    PassthroughItem,
+    ReasoningItem,
+)
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
-
-Item = dict[str, Any]
 
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
@@ -234,10 +243,11 @@ def _text(value: Any, where: str, limits: Limits, *, required: bool = True) -> s
     return value
 
 
-def _message(role: str, content: list[dict[str, Any]], **extra: Any) -> Item:
-    item: Item = {"type": "message", "role": role, "content": content}
+def _message(role: str, content: list[JSONObject], **extra: JSONValue) -> MessageItem:
+    """A message of a checked role and checked parts (the callers check them)."""
+    item: JSONObject = {"type": "message", "role": role, "content": content}
     item.update({k: v for k, v in extra.items() if v is not None})
-    return item
+    return cast(MessageItem, item)
 
 
 def _closed(value: Any, where: str, allowed: frozenset[str]) -> str | None:
@@ -262,7 +272,7 @@ def _opt_text(entry: dict[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def _copy_keys(entry: dict[str, Any], item: Item, where: str, keys: tuple[str, ...]) -> None:
+def _copy_keys(entry: dict[str, Any], item: JSONObject, where: str, keys: tuple[str, ...]) -> None:
     """Carry the optional ``id``/``status``/... fields over, checked."""
     for key in keys:
         if key == "status":
@@ -302,7 +312,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
             raise invalid(f"{where}.role", "expected 'user', 'assistant', 'system' or 'developer'.")
         content = entry.get("content")
         size = 0
-        parts: list[dict[str, Any]] = []
+        parts: list[JSONObject] = []
         if isinstance(content, str):
             size = len(_text(content, f"{where}.content", limits))
             parts = [
@@ -334,7 +344,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
                     text = ""
                 else:
                     text = _text(part.get("text"), f"{p_where}.text", limits)
-                    new_part: dict[str, Any] = {"type": p_type, "text": text}
+                    new_part: JSONObject = {"type": p_type, "text": text}
                     if p_type == "output_text":
                         annotations = part.get("annotations") or []
                         if not isinstance(annotations, list):
@@ -350,9 +360,9 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
                 "expected a string or an array of content parts.",
                 code="invalid_type",
             )
-        item = _message(role, parts)
-        _copy_keys(entry, item, where, ("id", "status", "phase"))
-        return item, size
+        extra: JSONObject = {}
+        _copy_keys(entry, extra, where, ("id", "status", "phase"))
+        return _message(role, parts, **extra), size
     if kind == "function_call":
         call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
         name = _text(entry.get("name"), f"{where}.name", limits)
@@ -364,9 +374,14 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
             raise missing(f"{where}.call_id")
         if not name:
             raise missing(f"{where}.name")
-        item = {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+        item: JSONObject = {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+        }
         _copy_keys(entry, item, where, ("id", "status"))
-        return item, len(arguments) + len(name)
+        return cast(FunctionCallItem, item), len(arguments) + len(name)
     if kind == "function_call_output":
         call_id = _text(entry.get("call_id"), f"{where}.call_id", limits)
         if not call_id:
@@ -385,7 +400,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         output = _text(output, f"{where}.output", limits)
         item = {"type": "function_call_output", "call_id": call_id, "output": output}
         _copy_keys(entry, item, where, ("id", "status"))
-        return item, len(output)
+        return cast(FunctionCallOutputItem, item), len(output)
     if kind == "reasoning":
         summary = entry.get("summary") or []
         if not isinstance(summary, list):
@@ -402,7 +417,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
             size += len(text)
         item = {"type": "reasoning", "summary": parts}
         _copy_keys(entry, item, where, ("id", "encrypted_content", "status"))
-        return item, size
+        return cast(ReasoningItem, item), size
     if kind in _OPAQUE_ITEMS:
         return normalize_opaque_item(entry, kind, where, limits)
     if kind in _PASSTHROUGH_ITEMS:
@@ -411,7 +426,7 @@ def normalize_item(entry: Any, where: str, limits: Limits) -> tuple[Item, int]:
         size = sum(len(v) for v in item.values() if isinstance(v, str))
         if size > limits.max_item_chars:
             raise _too_long(where, limits.max_item_chars, size)
-        return item, size
+        return cast(PassthroughItem, item), size
     if kind is None:
         raise missing(f"{where}.type")
     raise invalid(f"{where}.type", f"unknown item type '{kind}'.")
@@ -457,9 +472,9 @@ def normalize_opaque_item(
     content = _text(entry.get("encrypted_content"), f"{where}.encrypted_content", limits)
     if not content:
         raise missing(f"{where}.encrypted_content")
-    item: Item = {"type": kind, "encrypted_content": content}
+    item: JSONObject = {"type": kind, "encrypted_content": content}
     for key in ("id", "created_by"):
         value = entry.get(key)
         if value is not None:
             item[key] = _text(value, f"{where}.{key}", limits)
-    return item, len(content)
+    return cast(CompactionItem, item), len(content)

@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING, Any
 from bidi_responses.server.core import continuation
 from bidi_responses.server.core.append import AppendWait
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import (
+    ErrorObject,
+    Outcome,
+    ResponseError,
+    ResponseObject,
+)
 from bidi_responses.server.core.events import (
     EventSequence,
     ResponseRecord,
@@ -25,16 +31,13 @@ from bidi_responses.server.core.events import (
 )
 from bidi_responses.server.core.idempotency import find_replay
 from bidi_responses.server.core.ids import assign_ids, new_id
+from bidi_responses.server.core.items import FunctionCallItem, Item
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.metrics import ResponseMetrics
 from bidi_responses.server.core.outcome import ledger_row, stored_response
 from bidi_responses.server.core.post import PostJob, StorageUnavailable
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import (
-    CreateRequest,
-    Item,
-    parse_input,
-)
+from bidi_responses.server.core.requests import CreateRequest, parse_input
 from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.state import (
     ConversationState,
@@ -181,11 +184,15 @@ class ResponseRun:
             await self._finish("incomplete", reason=self._cancel_reason)
         except EngineError as exc:  # the inference backend failed: fail this response only
             core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
-            failure = {"code": exc.code, "message": str(exc)}
+            failure: ResponseError = {"code": exc.code, "message": str(exc)}
             if self.record is None or not self._started:
-                await self.emit(
-                    error_event(502, {"type": "server_error", **failure, "param": None})
-                )
+                upstream: ErrorObject = {
+                    "type": "server_error",
+                    "code": failure["code"],
+                    "message": failure["message"],
+                    "param": None,
+                }
+                await self.emit(error_event(502, upstream))
             else:
                 self.record.error = failure
                 await self._finish("failed")
@@ -324,7 +331,7 @@ class ResponseRun:
                 return
         await self._finish("completed")
 
-    async def _wait_for_append(self, calls: list[Item]) -> list[Item] | None:
+    async def _wait_for_append(self, calls: list[FunctionCallItem]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
         assert self.record is not None and self.state is not None
         self.appends.expect(calls)
@@ -359,7 +366,7 @@ class ResponseRun:
 
     async def _sample(
         self, budget: int | None, request: CreateRequest
-    ) -> tuple[EngineFinish, list[Item]]:
+    ) -> tuple[EngineFinish, list[FunctionCallItem]]:
         """Run one engine segment, streaming its items; returns the finish and its calls."""
         assert self.record is not None and self.state is not None
         state = self.state
@@ -390,7 +397,7 @@ class ResponseRun:
         calls = [item for item in items if item["type"] == "function_call"]
         return finish, calls
 
-    async def _finish(self, outcome: str, reason: str | None = None) -> None:
+    async def _finish(self, outcome: Outcome, reason: str | None = None) -> None:
         """Post-inference: cache the state, queue ledger/store writes, send the terminal event."""
         assert self.record is not None
         core = self.core
@@ -458,7 +465,7 @@ class ResponseRun:
         }[outcome]
         await self.emit(self.seq.event(terminal, response=snapshot))
 
-    def _stored(self, snapshot: dict[str, Any]) -> StoredResponse | None:
+    def _stored(self, snapshot: ResponseObject) -> StoredResponse | None:
         assert self.record is not None
         return stored_response(self.record, snapshot, self.state, self._inputs, self.tenant)
 

@@ -15,14 +15,21 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.background import BackgroundRuns
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters
 from bidi_responses.server.core.errors import ApiError, not_found
+from bidi_responses.server.core.event_types import (
+    DeletedResponse,
+    InputItemList,
+    ToTransport,
+)
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.handoff import StateTier
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.limits import TenantLimiter
 from bidi_responses.server.core.memory import IdleTrimmer
@@ -44,7 +51,7 @@ from bidi_responses.server.pipeline import build_pipeline
 class ResponsesCore(SurfaceOps):
     """Shared server state and the operations that are not per-stream."""
 
-    def __init__(self, config: ServerConfig, *, encoding: Any = None) -> None:
+    def __init__(self, config: ServerConfig, *, encoding: tiktoken.Encoding | None = None) -> None:
         self.config = config
         self.log = logging.getLogger("bidi_responses")
         self.encoding = encoding if encoding is not None else load_encoding()
@@ -215,8 +222,12 @@ class ResponsesCore(SurfaceOps):
             await self._idle.wait_for(lambda: not self._sessions and not self.inflight)
 
     async def stateless(
-        self, body: Any, transport: str, tenant: str | None = None, quota_key: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+        self,
+        body: JSONValue,
+        transport: str,
+        tenant: str | None = None,
+        quota_key: str | None = None,
+    ) -> AsyncIterator[ToTransport]:  # ServerEvent
         """One stateless create: its events up to and including the terminal (or error) one."""
         session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
@@ -231,18 +242,18 @@ class ResponsesCore(SurfaceOps):
 
     async def stateless_batches(
         self,
-        body: Any,
+        body: JSONValue,
         transport: str,
         max_events: int,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+    ) -> AsyncGenerator[list[ToTransport], None]:  # ServerEvent
         """``stateless`` as lists of the events ready together (``Session.event_batches``)."""
         session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
             await session.handle(_create_event(body))
             async for batch in session.event_batches(max_events):
-                out = []
+                out: list[ToTransport] = []
                 for event in batch:
                     out.append(event.data)
                     kind = event.data["type"]
@@ -262,7 +273,9 @@ class ResponsesCore(SurfaceOps):
         run = self.inflight.get(response_id)
         return run if run is not None and run.tenant == tenant else None
 
-    async def get_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
+    async def get_response(
+        self, response_id: str, tenant: str | None = None
+    ) -> ToTransport:  # ResponseObject
         """A stored response object (ApiError 404 if none)."""
         record = await self.store.get(response_id, tenant)
         if record is None:
@@ -272,7 +285,7 @@ class ResponsesCore(SurfaceOps):
             raise not_found("response", response_id)
         return record.response
 
-    async def delete_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
+    async def delete_response(self, response_id: str, tenant: str | None = None) -> DeletedResponse:
         """Delete a stored response (ApiError 404 if none)."""
         if not await self.store.delete(response_id, tenant):
             raise not_found("response", response_id)
@@ -286,7 +299,7 @@ class ResponsesCore(SurfaceOps):
         order: str = "desc",
         after: str | None = None,
         tenant: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> ToTransport:  # InputItemList
         """One page of a stored response's input items, OpenAI list shape."""
         if not 1 <= limit <= 100:
             raise ApiError("Invalid 'limit': expected 1 to 100.", param="limit")
@@ -305,15 +318,18 @@ class ResponsesCore(SurfaceOps):
                 raise ApiError(f"Invalid 'after': no item '{after}' in this list.", param="after")
             start = ids.index(after) + 1
         page = items[start : start + limit]
-        return {
+        listing: InputItemList = {
             "object": "list",
             "data": page,
             "first_id": page[0].get("id") if page else None,
             "last_id": page[-1].get("id") if page else None,
             "has_more": start + limit < len(items),
         }
+        return listing
 
-    async def cancel_response(self, response_id: str, tenant: str | None = None) -> dict[str, Any]:
+    async def cancel_response(
+        self, response_id: str, tenant: str | None = None
+    ) -> ToTransport:  # ResponseObject
         """Cancel an in-flight response from any connection; returns it as it ended."""
         run = self._inflight(response_id, tenant)
         if run is None or run.task is None:
@@ -343,7 +359,7 @@ class ResponsesCore(SurfaceOps):
         )
 
 
-def _create_event(body: Any) -> Any:
+def _create_event(body: JSONValue) -> JSONValue:
     """A stateless request body as the session's ``response.create`` event."""
     event = dict(body) if isinstance(body, dict) else body
     if isinstance(event, dict):

@@ -13,11 +13,13 @@ import re
 import time
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.errors import ApiError, server_error
+from bidi_responses.server.core.event_types import ServerEvent, WarningEvent
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
 from bidi_responses.server.core.handoff import encode_state
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.runner import ResponseRun
@@ -74,18 +76,14 @@ class Session:
             else "connection_age_limit"
         )
         await asyncio.sleep(warn_after)
-        await self._out.put(
-            OutEvent(
-                "",
-                {
-                    "type": "warning",
-                    "code": f"{prefix}_approaching",
-                    "message": f"This connection will be closed in "
-                    f"{limits.connection_warning_s:g} s (limit {limits.connection_max_age_s:g} s). "
-                    "Open a new one to continue.",
-                },
-            )
-        )
+        warning: WarningEvent = {
+            "type": "warning",
+            "code": f"{prefix}_approaching",
+            "message": f"This connection will be closed in "
+            f"{limits.connection_warning_s:g} s (limit {limits.connection_max_age_s:g} s). "
+            "Open a new one to continue.",
+        }
+        await self._out.put(OutEvent("", warning))
         await asyncio.sleep(limits.connection_max_age_s - warn_after)
         error = ApiError(
             f"The connection reached its limit of {limits.connection_max_age_s:g} s; "
@@ -99,7 +97,7 @@ class Session:
     def warn_draining(self, grace_s: float) -> None:
         """Tell the client that this server is draining: finish the turn in flight here, send
         the next one on a new stream (through the proxy, to another replica)."""
-        event = {
+        event: WarningEvent = {
             "type": "warning",
             "code": "server_draining",
             "message": "This server is shutting down: responses in flight finish within "
@@ -233,17 +231,16 @@ class Session:
             self.core.metrics.open_lanes.inc()
         return lane
 
-    async def emit(self, lane: str, data: dict[str, Any]) -> None:
+    async def emit(self, lane: str, data: ServerEvent) -> None:
         """Queue a server event for the transport (waits while the client is slow)."""
-        if data.get("type") == "error":
-            error = data.get("error") or {}
-            self.core.metrics.error(self.transport, data.get("status", 0), error.get("code"))
+        if data["type"] == "error":
+            self.core.metrics.error(self.transport, data["status"], data["error"]["code"])
         await self._out.put(OutEvent(lane, data))
 
-    async def _error(self, lane: str, error: ApiError, event: Any = None) -> None:
+    async def _error(self, lane: str, error: ApiError, event: JSONValue = None) -> None:
         await self.emit(lane, error_event(error.status, error.to_error_object(), answers_to(event)))
 
-    async def handle(self, event: Any, received: float | None = None) -> None:
+    async def handle(self, event: JSONValue, received: float | None = None) -> None:
         """Act on one client event; problems become error events on the stream."""
         received = time.perf_counter() if received is None else received
         lane_id = ""
@@ -301,7 +298,7 @@ class Session:
             self.core.log.exception("client event failed on a %s stream", self.transport)
             await self._error(lane_id, server_error(), event)
 
-    async def _create(self, lane_id: str, event: dict[str, Any], received: float) -> None:
+    async def _create(self, lane_id: str, event: JSONObject, received: float) -> None:
         lane = self._lane(lane_id)
         if lane.inflight is not None:
             raise ApiError(
@@ -326,7 +323,7 @@ class Session:
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
 
-    def _append(self, lane_id: str, event: dict[str, Any]) -> None:
+    def _append(self, lane_id: str, event: JSONObject) -> None:
         lane = self._lanes.get(lane_id)
         response_id = event.get("response_id")
         if not isinstance(response_id, str) or not response_id:
@@ -345,7 +342,7 @@ class Session:
             )
         run.offer_append(response_id, event.get("input"))
 
-    def _cancel(self, lane_id: str, event: dict[str, Any]) -> None:
+    def _cancel(self, lane_id: str, event: JSONObject) -> None:
         lane = self._lanes.get(lane_id)
         response_id = event.get("response_id") or None
         run = lane.inflight if lane is not None else None

@@ -14,16 +14,23 @@ import sys
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
+from bidi_responses.server.core.event_types import ResponseObject
+from bidi_responses.server.core.items import Item, JSONObject, JSONValue
 from bidi_responses.server.core.render import Renderer, TokenArray
-from bidi_responses.server.core.requests import Item
+
+#: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
+#: own shape (the core only keeps it, under the stage's name, with the conversation).
+CarriedState: TypeAlias = dict[str, Any]
+#: The instructions, tools and canonical output format a prompt begins with.
+Prefix: TypeAlias = tuple[str | None, list[JSONObject], JSONObject | None]
 
 # The state object, its small containers, the last response's envelope, stage state.
 _STATE_OVERHEAD = 8192
 
 
-def object_bytes(value: Any) -> int:
+def object_bytes(value: object) -> int:
     """Bytes a JSON-shaped value holds in memory (dicts, lists, strings, numbers), counted
     once when an item joins a conversation so the caches bound real memory, not token counts."""
     size = sys.getsizeof(value)
@@ -42,19 +49,19 @@ class ConversationState:
 
     tokens: TokenArray = field(default_factory=lambda: array("I"))
     prefix_len: int = 0
-    prefix_key: tuple[Any, ...] | None = None
+    prefix_key: Prefix | None = None
     items: list[Item] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
     answered_calls: set[str] = field(default_factory=set)
-    raw_tools: Any = None
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    raw_tools: JSONValue = None
+    tools: list[JSONObject] = field(default_factory=list)
     model_turns: int = 0
     tool_rounds: int = 0
     # True while every response in the chain was written to the durable store, so a stored
     # continuation can point at its predecessor instead of carrying the whole history.
     stored_chain: bool = True
-    last_response: dict[str, Any] | None = None
-    stage_state: dict[str, Any] = field(default_factory=dict)
+    last_response: ResponseObject | None = None
+    stage_state: dict[str, CarriedState] = field(default_factory=dict)
     # Bytes the items hold as Python objects (dicts, lists, strings), added as items join.
     item_bytes: int = 0
     # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
@@ -76,9 +83,9 @@ class ConversationState:
         self,
         renderer: Renderer,
         instructions: str | None,
-        tools: list[dict[str, Any]],
-        key: tuple[Any, ...],
-        response_format: dict[str, Any] | None = None,
+        tools: list[JSONObject],
+        key: Prefix,
+        response_format: JSONObject | None = None,
     ) -> int:
         """Render new instructions, tools and output format in front of the kept item tokens.
 
@@ -227,22 +234,22 @@ class ResponseCache:
 
 def observe(state: ConversationState, item: Item) -> None:
     """Track model turns and tool rounds as items join the conversation."""
-    kind = item["type"]
-    is_model = kind in ("function_call", "custom_tool_call", "reasoning") or (
-        kind == "message" and item["role"] == "assistant"
-    )
+    is_model = _is_model(item)
     last = state.items[-1] if state.items else None
-    last_kind = last["type"] if last else None
-    last_is_model = last is not None and (
-        last_kind in ("function_call", "custom_tool_call", "reasoning")
-        or (last_kind == "message" and last["role"] == "assistant")
-    )
+    last_is_model = last is not None and _is_model(last)
     if is_model and not last_is_model:
         state.model_turns += 1
-    if kind == "function_call" and last_kind != "function_call":
+    if item["type"] == "function_call" and (last is None or last["type"] != "function_call"):
         state.tool_rounds += 1
-    elif kind == "message" and item["role"] == "user":
+    elif item["type"] == "message" and item["role"] == "user":
         state.tool_rounds = 0
-    if kind in ("function_call_output", "custom_tool_call_output"):
+    if item["type"] == "function_call_output" or item["type"] == "custom_tool_call_output":
         state.answered_calls.add(item.get("call_id", ""))
     state.items.append(item)
+
+
+def _is_model(item: Item) -> bool:
+    """Whether the model wrote ``item`` (a call, reasoning or an assistant message)."""
+    if item["type"] == "message":
+        return item["role"] == "assistant"
+    return item["type"] in ("function_call", "custom_tool_call", "reasoning")

@@ -17,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import orjson
+from bidi_responses.server.core.event_types import ResponseObject
+from bidi_responses.server.core.items import Item
 
 T = TypeVar("T")
 
@@ -87,8 +89,8 @@ LEDGER_CONFLICT_RULE = (
 class StoredResponse:
     """One stored response: the Response object and the input items it was given."""
 
-    response: dict[str, Any]
-    input_items: list[dict[str, Any]]
+    response: ResponseObject
+    input_items: list[Item]
     previous_response_id: str | None
     self_contained: bool
     # The owner (None on an open server): another tenant reads it as not found.

@@ -13,25 +13,51 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypeAlias
 
 from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.core.event_types import (
+    ContentPartAddedEvent,
+    ContentPartDoneEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputItemAddedEvent,
+    OutputItemDoneEvent,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ResponseEvent,
+)
 from bidi_responses.server.core.events import EventSequence, ResponseRecord
 from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.items import Item, OutputItem, OutputTextPart
+from bidi_responses.server.core.requests import CreateRequest
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.engines.base import (
     Delta,
     Engine,
     EngineAffinity,
     EngineConversation,
+    EngineEvent,
     EngineFinish,
     EngineRequest,
     ItemEnd,
     ItemStart,
 )
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Emit = Callable[[ResponseEvent], Awaitable[None]]
+
+
+class _Failure:
+    """An engine failure, passed through the queue to the consumer."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+#: What the engine task hands the consumer through the queue.
+EngineOutput: TypeAlias = EngineEvent | _Failure
 
 
 def engine_request_for(
@@ -64,7 +90,7 @@ async def stream_segment(
     ``incomplete`` with everything generated for it, ``streamer.tokens`` counts the segment's
     output, and the exception propagates. The engine task never outlives this call.
     """
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+    queue: asyncio.Queue[EngineOutput] = asyncio.Queue()
 
     async def produce() -> None:
         try:
@@ -78,7 +104,7 @@ async def stream_segment(
     # Merged text not yet handed to the streamer: a cancelled response keeps it too.
     text, count = "", 0
     try:
-        pending: Any = None
+        pending: EngineOutput | None = None
         while True:
             event = pending if pending is not None else await queue.get()
             pending = None
@@ -111,8 +137,12 @@ async def stream_segment(
 
 
 async def _merge(
-    queue: asyncio.Queue[Any], text: str, count: int, window_ms: float, config: StreamingConfig
-) -> tuple[str, int, Any]:
+    queue: asyncio.Queue[EngineOutput],
+    text: str,
+    count: int,
+    window_ms: float,
+    config: StreamingConfig,
+) -> tuple[str, int, EngineOutput | None]:
     """Merge the deltas already waiting (and, with a window, those arriving within it) into
     one: one message instead of several. Returns the text, its token count and the first
     non-delta event taken from the queue (None if none was)."""
@@ -136,15 +166,6 @@ async def _merge(
     return text, count, None
 
 
-class _Failure:
-    """An engine failure, passed through the queue to the consumer."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
 class ItemStreamer:
     """Turns engine item events into Responses output events and items."""
 
@@ -160,7 +181,7 @@ class ItemStreamer:
         self.record = record
         self.on_first_delta = on_first_delta
         self.items: list[Item] = []
-        self.current: Item | None = None
+        self.current: OutputItem | None = None
         self.index = 0
         self.parts: list[str] = []
         # Output tokens handed to the client so far (the engine's count is authoritative when
@@ -170,40 +191,18 @@ class ItemStreamer:
     async def start(self, event: ItemStart) -> None:
         self.parts = []
         self.index = len(self.record.output)
+        item: OutputItem
         if event.kind == "message":
-            item: Item = {
+            item = {
                 "type": "message",
                 "id": new_id("msg"),
                 "status": "in_progress",
                 "role": "assistant",
                 "content": [],
             }
-            self.current = item
-            self.record.output.append(item)
-            await self.emit(
-                self.seq.event(
-                    "response.output_item.added", output_index=self.index, item=_copy_item(item)
-                )
-            )
-            await self.emit(
-                self.seq.event(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            )
         elif event.kind == "reasoning":
             # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
             item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
-            self.current = item
-            self.record.output.append(item)
-            await self.emit(
-                self.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
-                )
-            )
         else:
             item = {
                 "type": "function_call",
@@ -213,11 +212,25 @@ class ItemStreamer:
                 "arguments": "",
                 "status": "in_progress",
             }
-            self.current = item
-            self.record.output.append(item)
+        self.current = item
+        self.record.output.append(item)
+        await self.emit(
+            OutputItemAddedEvent(
+                type="response.output_item.added",
+                output_index=self.index,
+                item=_copy_item(item),
+                sequence_number=self.seq.take(),
+            )
+        )
+        if item["type"] == "message":
             await self.emit(
-                self.seq.event(
-                    "response.output_item.added", output_index=self.index, item=dict(item)
+                ContentPartAddedEvent(
+                    type="response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self.index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": []},
+                    sequence_number=self.seq.take(),
                 )
             )
 
@@ -231,25 +244,27 @@ class ItemStreamer:
             return
         if item["type"] == "message":
             await self.emit(
-                self.seq.event(
-                    "response.output_text.delta",
+                OutputTextDeltaEvent(
+                    type="response.output_text.delta",
                     item_id=item["id"],
                     output_index=self.index,
                     content_index=0,
                     delta=text,
+                    sequence_number=self.seq.take(),
                 )
             )
         else:
             await self.emit(
-                self.seq.event(
-                    "response.function_call_arguments.delta",
+                FunctionCallArgumentsDeltaEvent(
+                    type="response.function_call_arguments.delta",
                     item_id=item["id"],
                     output_index=self.index,
                     delta=text,
+                    sequence_number=self.seq.take(),
                 )
             )
 
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[Any]) -> int:
+    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> int:
         """Close the item being streamed as ``incomplete`` with everything generated for it
         (merged but unsent text, and deltas still queued); returns the segment's tokens."""
         if self.current is not None:
@@ -267,13 +282,13 @@ class ItemStreamer:
         return self.tokens
 
     @staticmethod
-    def _close(item: Item, text: str) -> dict[str, Any] | None:
+    def _close(item: OutputItem, text: str) -> OutputTextPart | None:
         """Put the item's final text in place; returns the message's content part."""
         if item["type"] == "reasoning":
             item["summary"] = [{"type": "summary_text", "text": text}]
             return None
         if item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
+            part: OutputTextPart = {"type": "output_text", "text": text, "annotations": []}
             item["content"] = [part]
             return part
         item["arguments"] = text
@@ -286,48 +301,57 @@ class ItemStreamer:
         if item["type"] == "reasoning":
             item["summary"] = [{"type": "summary_text", "text": text}]
         elif item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": []}
+            part: OutputTextPart = {"type": "output_text", "text": text, "annotations": []}
             await self.emit(
-                self.seq.event(
-                    "response.output_text.done",
+                OutputTextDoneEvent(
+                    type="response.output_text.done",
                     item_id=item["id"],
                     output_index=self.index,
                     content_index=0,
                     text=text,
+                    sequence_number=self.seq.take(),
                 )
             )
             await self.emit(
-                self.seq.event(
-                    "response.content_part.done",
+                ContentPartDoneEvent(
+                    type="response.content_part.done",
                     item_id=item["id"],
                     output_index=self.index,
                     content_index=0,
                     part=part,
+                    sequence_number=self.seq.take(),
                 )
             )
             item["content"] = [part]
         else:
             item["arguments"] = text
             await self.emit(
-                self.seq.event(
-                    "response.function_call_arguments.done",
+                FunctionCallArgumentsDoneEvent(
+                    type="response.function_call_arguments.done",
                     item_id=item["id"],
                     output_index=self.index,
                     arguments=text,
                     name=item["name"],
+                    sequence_number=self.seq.take(),
                 )
             )
         # A message cut short by max_output_tokens is incomplete, as the hosted API marks it.
         item["status"] = "incomplete" if incomplete else "completed"
         await self.emit(
-            self.seq.event("response.output_item.done", output_index=self.index, item=item)
+            OutputItemDoneEvent(
+                type="response.output_item.done",
+                output_index=self.index,
+                item=item,
+                sequence_number=self.seq.take(),
+            )
         )
         self.items.append(item)
         self.current = None
 
 
-def _copy_item(item: Item) -> Item:
-    copy = dict(item)
-    if "content" in copy:
+def _copy_item(item: OutputItem) -> OutputItem:
+    """The item as it is announced: later changes to the streamed item do not show in it."""
+    copy = item.copy()
+    if copy["type"] == "message":
         copy["content"] = list(copy["content"])
     return copy

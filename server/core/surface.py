@@ -9,7 +9,6 @@ create's ``usage.input_tokens``.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.compaction import CompactionCodec, is_kept
@@ -19,26 +18,35 @@ from bidi_responses.server.core.errors import (
     missing,
     previous_response_not_found,
 )
+from bidi_responses.server.core.event_types import (
+    CompactionResponse,
+    InputTokensCount,
+    ModelList,
+    ModelObject,
+    ResponseObject,
+    ToTransport,
+)
 from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.items import Item, JSONObject, JSONValue, MessageItem
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import Item, parse_create, parse_input
+from bidi_responses.server.core.requests import parse_create, parse_input
 from bidi_responses.server.core.routing import Router
 from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.core.store_backend import ResponseStore
 
 
-def _object_body(body: Any) -> dict[str, Any]:
+def _object_body(body: JSONValue) -> JSONObject:
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
     check_json_shape(body)  # the same nesting and number rules as a create
     return body
 
 
-def _optional_str(body: dict[str, Any], key: str) -> str | None:
+def _optional_str(body: JSONObject, key: str) -> str | None:
     value = body.get(key)
     if value is not None and not isinstance(value, str):
         raise invalid(key, f"expected a string, got {type(value).__name__}.", code="invalid_type")
@@ -58,7 +66,7 @@ class SurfaceOps:
 
     async def stored_history(
         self, previous: str, tenant: str | None = None
-    ) -> tuple[list[Item], dict[str, Any]]:
+    ) -> tuple[list[Item], ResponseObject]:
         """The conversation up to and including stored response ``previous`` of ``tenant``,
         checked again like any input (400 ``previous_response_not_found`` if it is not stored,
         or is another tenant's), and that response."""
@@ -89,8 +97,8 @@ class SurfaceOps:
     # -- POST /v1/responses/compact ------------------------------------------------------------
 
     async def compact(
-        self, raw: Any, transport: str = "http", tenant: str | None = None
-    ) -> dict[str, Any]:
+        self, raw: JSONValue, transport: str = "http", tenant: str | None = None
+    ) -> ToTransport:  # CompactionResponse
         """Compact a conversation: its user messages, then one sealed ``compaction`` item.
 
         The pass is accounted in the usage ledger like a response (status ``compaction``),
@@ -118,7 +126,11 @@ class SurfaceOps:
         output: list[Item] = []
         for item in items:
             if is_kept(item):
-                kept = {"id": item.get("id") or new_id("msg"), **item, "status": "completed"}
+                kept: MessageItem = {
+                    "id": item.get("id") or new_id("msg"),
+                    **item,
+                    "status": "completed",
+                }
                 output.append(kept)
         output.append({"id": new_id("cmp"), "type": "compaction", "encrypted_content": token})
         usage = Usage(
@@ -142,17 +154,20 @@ class SurfaceOps:
             completed_at=created_at,
         )
         await self.post.put(PostJob(None, ledger))
-        return {
+        compacted: CompactionResponse = {
             "id": response_id,
             "object": "response.compaction",
             "created_at": created_at,
             "output": output,
             "usage": usage.to_dict(),
         }
+        return compacted
 
     # -- POST /v1/responses/input_tokens -------------------------------------------------------
 
-    async def count_input_tokens(self, raw: Any, tenant: str | None = None) -> dict[str, Any]:
+    async def count_input_tokens(
+        self, raw: JSONValue, tenant: str | None = None
+    ) -> InputTokensCount:
         """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
         body = _object_body(raw)
         model = body.get("model")
@@ -172,7 +187,7 @@ class SurfaceOps:
 
     # -- GET /v1/models ------------------------------------------------------------------------
 
-    def _model(self, alias: str) -> dict[str, Any]:
+    def _model(self, alias: str) -> ModelObject:
         return {
             "id": alias,
             "object": "model",
@@ -180,11 +195,11 @@ class SurfaceOps:
             "owned_by": self.router.engine_name(alias) or "bidi-responses",
         }
 
-    def list_models(self) -> dict[str, Any]:
+    def list_models(self) -> ModelList:
         """The configured model aliases, OpenAI list shape."""
         return {"object": "list", "data": [self._model(a) for a in self.router.aliases]}
 
-    def get_model(self, model_id: str) -> dict[str, Any]:
+    def get_model(self, model_id: str) -> ModelObject:
         """One configured model (404 ``model_not_found`` if the alias is not configured)."""
         if model_id not in self.router.aliases:
             raise ApiError(

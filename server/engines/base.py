@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from bidi_responses.server.core.items import Item
+
 
 @dataclass(frozen=True, slots=True)
 class FunctionSpec:
@@ -52,7 +54,7 @@ class EngineConversation:
     same list object from turn to turn while the conversation goes on (engines must not
     change it); ``affinity`` is the lane's per-engine state."""
 
-    items: Sequence[dict[str, Any]]
+    items: Sequence[Item]
     instructions: str | None
     tools: Sequence[dict[str, Any]]
     affinity: EngineAffinity

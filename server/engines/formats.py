@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.items import FunctionCallItem
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.engines.base import EngineEvent
 
@@ -49,7 +50,12 @@ class ChatFormat:
     def call_header(self, name: str) -> list[int]:
         """The tokens that open a call to function ``name`` after the assistant start, as the
         renderer writes them (so a forced call looks like one the model opened itself)."""
-        item = {"type": "function_call", "call_id": "", "name": name, "arguments": ""}
+        item: FunctionCallItem = {
+            "type": "function_call",
+            "call_id": "",
+            "name": name,
+            "arguments": "",
+        }
         tokens = self.renderer.render_conversation(None, [], [item])
         prefix = len(self.renderer.render_prefix(None, []))
         start = len(self.assistant_start)

@@ -27,9 +27,9 @@ from typing import Any
 import openai_harmony as oh
 import orjson
 from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.items import Item, part_text
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.render import Renderer, TokenArray
-from bidi_responses.server.core.requests import Item
 from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 
 _VOCAB_FILE = "o200k_base.tiktoken"
@@ -110,7 +110,7 @@ class HarmonyRenderer(Renderer):
         if item["type"] == "compaction":
             if self._open_compaction is None:
                 raise ValueError("this renderer has no compaction key")
-            summary = self._open_compaction(str(item["encrypted_content"]))
+            summary = self._open_compaction(item["encrypted_content"])
             message = oh.Message.from_role_and_content(
                 oh.Role.DEVELOPER, "# Compacted conversation\n" + summary
             )
@@ -129,46 +129,35 @@ def _array(tokens: list[int]) -> TokenArray:
 
 
 def _message(item: Item, call_names: Mapping[str, str]) -> oh.Message:
-    kind = item["type"]
-    if kind == "message":
-        text = "".join(_part_text(part) for part in item["content"])
+    if item["type"] == "message":
+        text = "".join(part_text(part) for part in item["content"])
         role = item["role"]
         if role == "assistant":
             return oh.Message.from_role_and_content(oh.Role.ASSISTANT, text).with_channel("final")
         return oh.Message.from_role_and_content(oh.Role(role), text)
-    if kind in ("function_call", "custom_tool_call"):
-        body = item["arguments"] if kind == "function_call" else str(item.get("input", ""))
+    if item["type"] == "function_call" or item["type"] == "custom_tool_call":
+        is_function = item["type"] == "function_call"
+        body = item["arguments"] if item["type"] == "function_call" else item.get("input", "")
         message = (
             oh.Message.from_role_and_content(oh.Role.ASSISTANT, body)
             .with_channel("commentary")
             .with_recipient(f"functions.{item.get('name', '')}")
         )
-        return (
-            message.with_content_type("<|constrain|>json") if kind == "function_call" else message
-        )
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        name = call_names.get(str(item.get("call_id", "")), "unknown")
+        return message.with_content_type("<|constrain|>json") if is_function else message
+    if item["type"] == "function_call_output" or item["type"] == "custom_tool_call_output":
+        name = call_names.get(item.get("call_id", ""), "unknown")
         author = oh.Author.new(oh.Role.TOOL, f"functions.{name}")
         return (
             oh.Message.from_author_and_content(author, str(item.get("output", "")))
             .with_channel("commentary")
             .with_recipient("assistant")
         )
-    if kind == "reasoning":
+    if item["type"] == "reasoning":
         parts = item.get("content") or item.get("summary") or ()
-        text = "\n".join(str(part.get("text", "")) for part in parts)
+        text = "\n".join(part["text"] for part in parts)
         return oh.Message.from_role_and_content(oh.Role.ASSISTANT, text).with_channel("analysis")
     body = orjson.dumps(canonical_json(item)).decode()
     return oh.Message.from_role_and_content(oh.Role.DEVELOPER, body)
-
-
-def _part_text(part: dict[str, Any]) -> str:
-    kind = part["type"]
-    if kind == "refusal":
-        return str(part["refusal"])
-    if kind == "input_image":
-        return "[image]"
-    return str(part["text"])
 
 
 class HarmonyCompletionParser:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import aiohttp
 import orjson
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.engines.base import (
     Delta,
     EngineAffinity,
@@ -79,7 +80,7 @@ class _LaneLink:
     upstream_id: str | None = None
     # The conversation the chain belongs to (the lane's item list) and how many of its items
     # the upstream already has.
-    items: Sequence[dict[str, Any]] | None = None
+    items: Sequence[Item] | None = None
     count: int = 0
 
     async def close(self) -> None:
@@ -161,7 +162,7 @@ class UpstreamResponsesEngine:
         return link
 
     def _body(
-        self, request: EngineRequest, items: Sequence[dict[str, Any]], previous: str | None
+        self, request: EngineRequest, items: Sequence[Item], previous: str | None
     ) -> dict[str, Any]:
         conversation = request.conversation
         assert conversation is not None

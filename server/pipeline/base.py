@@ -23,11 +23,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias
 
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import SafetyFlagObject
+from bidi_responses.server.core.items import Item, JSONObject, JSONValue
 from bidi_responses.server.core.logsafe import printable
-from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.requests import CreateRequest
+from bidi_responses.server.core.state import CarriedState
+
+#: A stage's ``stage_settings``, as the configuration file gives them.
+StageSettings: TypeAlias = Mapping[str, JSONValue]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,7 @@ class Flag:
     param: str
     message: str
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> SafetyFlagObject:
         """JSON form, as on ``response.safety_flags``."""
         return {
             "classifier": self.classifier,
@@ -75,7 +81,7 @@ class Stage(Protocol):
 
     name: str
 
-    async def examine(self, batch: StageInput, carried: dict[str, Any]) -> list[Flag]:
+    async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Examine the new items; raise ApiError to block, return flags to report."""
         ...
 
@@ -131,7 +137,7 @@ def _resolve_factory(spec: str) -> StageFactory:
     return result
 
 
-def load_stage(spec: str, settings: Mapping[str, Any] | None = None) -> Stage:
+def load_stage(spec: str, settings: StageSettings | None = None) -> Stage:
     """A stage by registered name or ``module:attribute`` (a class or factory).
 
     ``settings`` are passed to the factory as keyword arguments; an unknown setting is a
@@ -160,7 +166,7 @@ def load_stage(spec: str, settings: Mapping[str, Any] | None = None) -> Stage:
 
 
 def build_pipeline(
-    specs: Sequence[str], settings: Mapping[str, Mapping[str, Any]] | None = None
+    specs: Sequence[str], settings: Mapping[str, StageSettings] | None = None
 ) -> Pipeline:
     """The pipeline a configuration names: ``stages`` in order, each with its settings."""
     settings = settings or {}
@@ -180,41 +186,40 @@ def iter_texts(item: Item, path: str) -> Iterator[tuple[str, str]]:
     tool outputs (``input[3].output``), custom tool input/output and reasoning summaries.
     Classifiers use it so that every stage agrees on what "the item's text" is.
     """
-    kind = item.get("type")
-    if kind == "message":
-        for index, part in enumerate(item.get("content") or ()):
-            if not isinstance(part, dict):
+    if item["type"] == "message":
+        for index, part in enumerate(item["content"]):
+            if part["type"] == "input_image":
                 continue
-            for key in ("text", "refusal"):
-                text = part.get(key)
-                if isinstance(text, str) and text:
-                    yield f"{path}.content[{index}].{key}", text
-    elif kind == "function_call":
-        arguments = item.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            yield f"{path}.arguments", arguments
-    elif kind in ("function_call_output", "custom_tool_call_output"):
-        yield from _output_texts(item.get("output"), f"{path}.output")
-    elif kind == "custom_tool_call":
-        text = item.get("input")
-        if isinstance(text, str) and text:
-            yield f"{path}.input", text
-    elif kind == "reasoning":
-        for index, part in enumerate(item.get("summary") or ()):
-            text = part.get("text") if isinstance(part, dict) else None
-            if isinstance(text, str) and text:
-                yield f"{path}.summary[{index}].text", text
+            key, text = (
+                ("refusal", part["refusal"])
+                if part["type"] == "refusal"
+                else ("text", part["text"])
+            )
+            if text:
+                yield f"{path}.content[{index}].{key}", text
+    elif item["type"] == "function_call":
+        if item["arguments"]:
+            yield f"{path}.arguments", item["arguments"]
+    elif item["type"] == "function_call_output" or item["type"] == "custom_tool_call_output":
+        yield from _output_texts(item["output"], f"{path}.output")
+    elif item["type"] == "custom_tool_call":
+        if item.get("input"):
+            yield f"{path}.input", item["input"]
+    elif item["type"] == "reasoning":
+        for index, summary in enumerate(item["summary"]):
+            if summary["text"]:
+                yield f"{path}.summary[{index}].text", summary["text"]
 
 
-def _output_texts(output: Any, path: str) -> Iterator[tuple[str, str]]:
+def _output_texts(output: str | list[JSONObject], path: str) -> Iterator[tuple[str, str]]:
     if isinstance(output, str):
         if output:
             yield path, output
-    elif isinstance(output, list):
-        for index, part in enumerate(output):
-            text = part.get("text") if isinstance(part, dict) else None
-            if isinstance(text, str) and text:
-                yield f"{path}[{index}].text", text
+        return
+    for index, part in enumerate(output):
+        text = part.get("text")
+        if isinstance(text, str) and text:
+            yield f"{path}[{index}].text", text
 
 
 @dataclass(slots=True)
@@ -261,7 +266,7 @@ class Pipeline:
     async def run(
         self,
         batch: StageInput,
-        stage_state: dict[str, Any],
+        stage_state: dict[str, CarriedState],
         counters: StageCounters,
     ) -> list[Flag]:
         """Run every stage over ``batch``; the first blocking stage's ApiError propagates."""

@@ -19,10 +19,15 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.pipeline.base import Flag, StageInput, iter_texts, register_stage
+from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.pipeline.base import (
+    Flag,
+    StageInput,
+    iter_texts,
+    register_stage,
+)
 
 CODE = "prompt_injection_suspected"
 
@@ -316,7 +321,7 @@ class InjectionClassifier:
                     names.extend(f"{name} (base64-encoded)" for name in inner_names)
         return names if score >= self.threshold else []
 
-    async def examine(self, batch: StageInput, carried: dict[str, Any]) -> list[Flag]:
+    async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Score the new tool outputs; flag them, or block after ``block_after`` flags."""
         flags: list[Flag] = []
         for item, path in zip(batch.items, batch.paths, strict=True):

@@ -24,10 +24,15 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.pipeline.base import Flag, StageInput, iter_texts, register_stage
+from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.pipeline.base import (
+    Flag,
+    StageInput,
+    iter_texts,
+    register_stage,
+)
 
 CODE = "secret_detected"
 _KEY = os.urandom(32)
@@ -258,7 +263,7 @@ class SecretsClassifier:
 
     # -- the stage ---------------------------------------------------------------------------
 
-    async def examine(self, batch: StageInput, carried: dict[str, Any]) -> list[Flag]:
+    async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Scan the new items' text; flag or block; remember what was reported."""
         seen: dict[bytes, None] = carried.setdefault("seen", {})
         flags: list[Flag] = []

@@ -8,9 +8,8 @@ carries the known and answered call ids between turns, so the history is never w
 
 from __future__ import annotations
 
-from typing import Any
-
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.state import CarriedState
 from bidi_responses.server.pipeline.base import Flag, StageInput, register_stage
 
 
@@ -19,15 +18,14 @@ class ValidationStage:
 
     name = "validation"
 
-    async def examine(self, batch: StageInput, carried: dict[str, Any]) -> list[Flag]:
+    async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Raise ApiError for an output without a call, or a call of an undeclared function."""
         new_calls: set[str] = set()
         new_answers: set[str] = set()
         declared = batch.declared_functions
         for item, path in zip(batch.items, batch.paths, strict=True):
-            kind = item["type"]
-            if kind in ("function_call", "custom_tool_call"):
-                if kind == "function_call" and declared and item["name"] not in declared:
+            if item["type"] == "function_call" or item["type"] == "custom_tool_call":
+                if item["type"] == "function_call" and declared and item["name"] not in declared:
                     raise ApiError(
                         f"Invalid '{path}.name': no function named '{item['name']}' is declared "
                         f"in 'tools'.",
@@ -35,7 +33,9 @@ class ValidationStage:
                         param=f"{path}.name",
                     )
                 new_calls.add(item["call_id"])
-            elif kind in ("function_call_output", "custom_tool_call_output"):
+            elif (
+                item["type"] == "function_call_output" or item["type"] == "custom_tool_call_output"
+            ):
                 call_id = item.get("call_id", "")
                 if call_id not in batch.known_calls and call_id not in new_calls:
                     raise ApiError(

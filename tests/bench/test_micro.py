@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from bidi_responses.codec import ProtoEncoder
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import load_encoding
@@ -21,8 +20,8 @@ from tests.workload import tool_output
 RENDERER = Renderer(load_encoding())
 
 
-def _conversation(turns: int, tokens: int) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = [
+def _conversation(turns: int, tokens: int) -> list[Item]:
+    items: list[Item] = [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]}
     ]
     for turn in range(turns):
@@ -51,7 +50,7 @@ HISTORY = _conversation(25, 4000)
 def test_incremental_turn_renders_only_new_input(benchmark: BenchmarkFixture) -> None:
     """One turn on a ~100k-token cached state: render the new tool output and append it."""
     state = ConversationState()
-    state.set_prefix(RENDERER, "instructions", [SHELL_TOOL], ("instructions", [SHELL_TOOL]))
+    state.set_prefix(RENDERER, "instructions", [SHELL_TOOL], ("instructions", [SHELL_TOOL], None))
     RENDERER.render_items(HISTORY[:-2], state.call_names, state.tokens)
     base = len(state.tokens)
     new_items = HISTORY[-2:]

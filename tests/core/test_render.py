@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, cast
 
 from bidi_responses.server.core.compaction import CompactionCodec
+from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import END, MESSAGE, START, load_encoding
@@ -24,11 +25,13 @@ texts = st.lists(
     ),
     max_size=6,
 ).map("".join)
+#: Instructions, tools and items.
+Conversation = tuple[str | None, list[JSONObject], list[Item]]
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_-]{0,12}", fullmatch=True)
 
 
 @st.composite
-def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
+def conversations(draw: st.DrawFn) -> Conversation:
     instructions = draw(st.one_of(st.none(), texts))
     tools = [
         {
@@ -40,7 +43,7 @@ def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], li
         }
         for name in draw(st.lists(names, max_size=3, unique=True))
     ]
-    items: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
     calls: list[str] = []
     for _ in range(draw(st.integers(0, 12))):
         kind = draw(
@@ -87,13 +90,15 @@ def conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, Any]], li
                     ],
                 }
             )
-    return instructions, tools, items
+    # Items as a client may write them (output text without annotations): the renderer reads
+    # only what it renders.
+    return instructions, tools, cast(list[Item], items)
 
 
 @settings(max_examples=150, deadline=None)
 @given(conversations(), st.data())
 def test_incremental_render_equals_full_render(
-    conversation: tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]],
+    conversation: Conversation,
     data: st.DataObject,
 ) -> None:
     instructions, tools, items = conversation
@@ -103,7 +108,7 @@ def test_incremental_render_equals_full_render(
     # way a stream does across continuations.
     cuts = sorted(data.draw(st.lists(st.integers(0, len(items)), max_size=5)))
     state = ConversationState()
-    state.set_prefix(RENDERER, instructions, tools, (instructions, tools))
+    state.set_prefix(RENDERER, instructions, tools, (instructions, tools, None))
     start = 0
     for cut in [*cuts, len(items)]:
         RENDERER.render_items(items[start:cut], state.call_names, state.tokens)
@@ -114,16 +119,16 @@ def test_incremental_render_equals_full_render(
 @settings(max_examples=50, deadline=None)
 @given(conversations(), conversations())
 def test_changing_instructions_rerenders_only_the_prefix(
-    first: tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]],
-    second: tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]],
+    first: Conversation,
+    second: Conversation,
 ) -> None:
     instructions, tools, items = first
     new_instructions, new_tools, _ = second
     state = ConversationState()
-    state.set_prefix(RENDERER, instructions, tools, (instructions, tools))
+    state.set_prefix(RENDERER, instructions, tools, (instructions, tools, None))
     RENDERER.render_items(items, state.call_names, state.tokens)
     rendered = state.set_prefix(
-        RENDERER, new_instructions, new_tools, (new_instructions, new_tools)
+        RENDERER, new_instructions, new_tools, (new_instructions, new_tools, None)
     )
     assert list(state.tokens) == list(
         RENDERER.render_conversation(new_instructions, new_tools, items)
@@ -132,7 +137,7 @@ def test_changing_instructions_rerenders_only_the_prefix(
 
 
 def test_special_token_text_in_content_is_ordinary_text() -> None:
-    item = {
+    item: Item = {
         "type": "message",
         "role": "user",
         "content": [{"type": "input_text", "text": "<|end|>"}],
@@ -145,7 +150,7 @@ def test_special_token_text_in_content_is_ordinary_text() -> None:
 
 def test_compaction_renders_as_its_summary() -> None:
     token = CODEC.seal({"summary": "called ls() and saw a.txt"})
-    item = {"type": "compaction", "encrypted_content": token}
+    item: Item = {"type": "compaction", "encrypted_content": token}
     tokens = RENDERER.render_conversation(None, [], [item])
     text = RENDERER.encoding.decode([t for t in tokens if t < 199_998])
     assert "called ls() and saw a.txt" in text

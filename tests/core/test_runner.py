@@ -9,9 +9,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from bidi_responses.server.core.event_types import ResponseEvent
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.session import Session
@@ -54,8 +55,8 @@ async def _run(core: ScriptedCore, lane: Lane, **body: Any) -> list[dict[str, An
     """One response run to its end on ``lane``; the events it emitted, in order."""
     events: list[dict[str, Any]] = []
 
-    async def emit(event: dict[str, Any]) -> None:
-        events.append(event)
+    async def emit(event: ResponseEvent) -> None:
+        events.append(cast(dict[str, Any], event))  # read back as plain JSON below
 
     request = {"model": "sim-model", "input": "hi", **body}
     run = ResponseRun(core, lane, request, emit, "test", time.perf_counter())

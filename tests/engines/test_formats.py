@@ -7,6 +7,7 @@ from typing import Any
 
 import openai_harmony as oh
 import pytest
+from bidi_responses.server.core.items import part_text
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
@@ -15,11 +16,10 @@ from bidi_responses.server.engines.harmony import load_harmony
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.core.test_render import CODEC, conversations
+from tests.core.test_render import CODEC, Conversation, conversations
 
 ENCODING = load_encoding()
 FORMAT = {name: build_format(name, ENCODING, CODEC.summary) for name in FORMATS}
-Conversation = tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -33,7 +33,7 @@ def test_incremental_render_equals_full_render(
     full = renderer.render_conversation(instructions, tools, items)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(items)), max_size=5)))
     state = ConversationState()
-    state.set_prefix(renderer, instructions, tools, (instructions, tools))
+    state.set_prefix(renderer, instructions, tools, (instructions, tools, None))
     start = 0
     for cut in [*cuts, len(items)]:
         renderer.render_items(items[start:cut], state.call_names, state.tokens)
@@ -58,7 +58,7 @@ def _harmony_messages(conversation: Conversation) -> list[oh.Message]:
     names: dict[str, str] = {}
     for item in items:
         if item["type"] == "message":
-            text = "".join(part["text"] for part in item["content"])
+            text = "".join(part_text(part) for part in item["content"])
             if item["role"] == "assistant":
                 message = oh.Message.from_role_and_content(oh.Role.ASSISTANT, text)
                 messages.append(message.with_channel("final"))

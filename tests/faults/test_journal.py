@@ -7,8 +7,10 @@ import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
+from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.journal import Journal, StorageUnavailable
 from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.store import Store, StoredResponse
@@ -29,7 +31,8 @@ def file_size_limit(limit: int) -> Iterator[None]:
 
 
 def _stored(response_id: str) -> StoredResponse:
-    return StoredResponse({"id": response_id, "created_at": 1, "output": []}, [], None, True)
+    response = cast(ResponseObject, {"id": response_id, "created_at": 1, "output": []})
+    return StoredResponse(response, [], None, True)
 
 
 async def test_a_full_disk_fails_stored_jobs_keeps_ledger_rows_and_recovers(

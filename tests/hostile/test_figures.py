@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.core.requests import parse_input
 from bidi_responses.server.core.state import common_prefix
 from bidi_responses.server.core.tools import parse_tools
@@ -56,7 +57,7 @@ def _expected_cached(server: RunningServer, turns: list[Turn], outputs: list[Any
     response's whole context (its prompt and its output)."""
     renderer = server.core.renderer
     limits = Limits()
-    items: list[dict[str, Any]] = []
+    items: list[Item] = []
     expected = [0]
     previous_context = None
     for index, turn in enumerate(turns):
@@ -66,7 +67,8 @@ def _expected_cached(server: RunningServer, turns: list[Turn], outputs: list[Any
         prompt = renderer.render_conversation(body.get("instructions"), tools, items + new_items)
         if previous_context is not None:
             expected.append(common_prefix(previous_context, prompt))
-        items += new_items + list(outputs[index])
+        # The response's output items, as the client received them.
+        items += new_items + cast(list[Item], list(outputs[index]))
         previous_context = renderer.render_conversation(body.get("instructions"), tools, items)
     return expected
 

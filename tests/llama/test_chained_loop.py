@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
@@ -23,6 +24,11 @@ from tests.llama.conftest import LlamaBackend, completions_route, llama_config
 
 TURNS = 10
 ASSISTANT_START = 2  # <|start|>assistant, which the engine appends to every prompt
+
+
+def _items(conversation: list[dict[str, Any]]) -> list[Item]:
+    """Items as the client holds them (plain JSON), rendered as the server keeps them."""
+    return cast(list[Item], conversation)
 
 
 def _user(n: int) -> dict[str, Any]:
@@ -66,7 +72,7 @@ async def test_ten_turn_chain_sends_only_new_tokens(
             assert response.output_text == "Hello world."
             stats = response.stats
             conversation += new_input
-            expected = renderer.render_conversation(instructions, [], conversation)
+            expected = renderer.render_conversation(instructions, [], _items(conversation))
             assert stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
             prompts.append(stats["engine_prompt_tokens"])
             cached.append(stats["engine_cached_tokens"])
@@ -81,7 +87,7 @@ async def test_ten_turn_chain_sends_only_new_tokens(
 
     for turn in range(1, TURNS):
         new_items = conversation[2 * turn - 1 : 2 * turn + 1]  # previous output, new input
-        new_tokens = len(renderer.render_conversation(None, [], new_items))
+        new_tokens = len(renderer.render_conversation(None, [], _items(new_items)))
         # The prompt grows by exactly the new tokens...
         assert prompts[turn] - prompts[turn - 1] == new_tokens, turn
         # ...and the backend served all it had seen from its cache, and more each turn.
@@ -140,6 +146,6 @@ async def test_harmony_route_renders_gpt_oss_prompts_and_calls_tools(
         conversation.append(output)
     # The second prompt is exactly openai-harmony's render of the conversation, and the
     # backend reused the first turn's tokens from its cache.
-    expected = renderer.render_conversation(instructions, [SHELL], conversation)
+    expected = renderer.render_conversation(instructions, [SHELL], _items(conversation))
     assert second.stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
     assert second.stats["engine_cached_tokens"] >= first.stats["engine_prompt_tokens"]

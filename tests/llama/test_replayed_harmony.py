@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.items import Item
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
 from bidi_responses.server.engines.harmony import load_harmony
@@ -54,12 +56,12 @@ async def test_recorded_gpt_oss_tool_turn_through_the_stream(
             )
             assert second.output_text == "Two files: a.txt and b.txt."
     start = [tokenizer.START, *load_encoding().encode_ordinary("assistant")]
-    user_item = {
+    user_item: Item = {
         "type": "message",
         "role": "user",
         "content": [{"type": "input_text", "text": "List the files."}],
     }
-    conversation = [user_item, *first.output, output]
+    conversation = [user_item, *cast(list[Item], first.output), cast(Item, output)]
     first_prompt = renderer.render_conversation(None, [SHELL_TOOL], [user_item])
     second_prompt = renderer.render_conversation(None, [SHELL_TOOL], conversation)
     assert backend.prompts == [[*first_prompt, *start], [*second_prompt, *start]]

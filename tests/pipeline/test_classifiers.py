@@ -6,11 +6,13 @@ import asyncio
 import base64
 import random
 import string
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.requests import CreateRequest, Item
+from bidi_responses.server.core.items import Item
+from bidi_responses.server.core.requests import CreateRequest
+from bidi_responses.server.core.state import CarriedState
 from bidi_responses.server.pipeline import Flag, StageInput, iter_texts
 from bidi_responses.server.pipeline.injection import InjectionClassifier
 from bidi_responses.server.pipeline.secrets import SecretsClassifier, shannon_entropy
@@ -85,7 +87,7 @@ def _output(text: str, call_id: str = "call_1") -> Item:
     return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
-def _examine(stage: Any, items: list[Item], carried: dict[str, Any]) -> list[Flag]:
+def _examine(stage: Any, items: list[Item], carried: CarriedState) -> list[Flag]:
     flags: list[Flag] = asyncio.run(stage.examine(_batch(items), carried))
     return flags
 
@@ -114,7 +116,7 @@ def test_entropy_separates_keys_from_words() -> None:
 def test_secret_flag_names_the_field_never_the_value() -> None:
     stage = SecretsClassifier()
     secret = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-    items = [
+    items: list[Item] = [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
         _output(f"cat ~/.config/gh/hosts.yml\noauth_token: {secret}\n"),
     ]
@@ -128,7 +130,7 @@ def test_secret_flag_names_the_field_never_the_value() -> None:
 
 def test_secret_is_reported_once_per_conversation() -> None:
     stage = SecretsClassifier()
-    carried: dict[str, Any] = {}
+    carried: CarriedState = {}
     text = SECRETS["AWS access key id"]
     assert len(_examine(stage, [_output(text)], carried)) == 1
     assert _examine(stage, [_output(text)], carried) == []  # the same key again: no new flag
@@ -141,7 +143,7 @@ def test_secret_is_reported_once_per_conversation() -> None:
 
 def test_report_repeats_marks_them() -> None:
     stage = SecretsClassifier(report_repeats=True)
-    carried: dict[str, Any] = {}
+    carried: CarriedState = {}
     _examine(stage, [_output(SECRETS["Stripe key"])], carried)
     again = _examine(stage, [_output(SECRETS["Stripe key"])], carried)
     assert len(again) == 1 and "already reported" in again[0].message
@@ -149,7 +151,7 @@ def test_report_repeats_marks_them() -> None:
 
 def test_fingerprints_stay_bounded() -> None:
     stage = SecretsClassifier(max_fingerprints=4)
-    carried: dict[str, Any] = {}
+    carried: CarriedState = {}
     for n in range(10):
         _examine(stage, [_output(f"AKIA{n:016d}")], carried)
     assert len(carried["seen"]) == 4
@@ -220,7 +222,7 @@ def test_injection_looks_at_tool_outputs_only() -> None:
 
 def test_injection_blocks_after_the_configured_count() -> None:
     stage = InjectionClassifier(block_after=2)
-    carried: dict[str, Any] = {}
+    carried: CarriedState = {}
     assert len(_examine(stage, [_output(INJECTIONS["role tag spoofing"])], carried)) == 1
     assert _examine(stage, [_output("all tests passed")], carried) == []
     with pytest.raises(ApiError) as raised:
@@ -231,11 +233,15 @@ def test_injection_blocks_after_the_configured_count() -> None:
 
 
 def test_iter_texts_paths() -> None:
-    item: Item = {
-        "type": "function_call_output",
-        "call_id": "c",
-        "output": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
-    }
+    # An output as a client may send it, as a list of text parts.
+    item = cast(
+        Item,
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+        },
+    )
     assert list(iter_texts(item, "input[2]")) == [
         ("input[2].output[0].text", "a"),
         ("input[2].output[1].text", "b"),

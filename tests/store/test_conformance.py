@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import asyncpg
 import pytest
 from bidi_responses.cluster.postgres import TempPostgres
+from bidi_responses.server.core.event_types import ResponseObject
+from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.pg_store import MIGRATIONS, PostgresStore
 from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
 from bidi_responses.server.core.store_backend import ResponseStore, open_store
@@ -23,20 +25,24 @@ from tests.store.conftest import fresh_database
 pytestmark = pytest.mark.timeout(60)
 
 
-def response(rid: str, previous: str | None = None, created_at: int = 1) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "response",
-        "created_at": created_at,
-        "status": "completed",
-        "previous_response_id": previous,
-        "instructions": "be brief",
-        "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant", "content": []}],
-    }
+def response(rid: str, previous: str | None = None, created_at: int = 1) -> ResponseObject:
+    """The fields of a Response that the stores read (the rest they keep as given)."""
+    return cast(
+        ResponseObject,
+        {
+            "id": rid,
+            "object": "response",
+            "created_at": created_at,
+            "status": "completed",
+            "previous_response_id": previous,
+            "instructions": "be brief",
+            "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant", "content": []}],
+        },
+    )
 
 
 def record(rid: str, previous: str | None = None, n_items: int = 1) -> StoredResponse:
-    items = [
+    items: list[Item] = [
         {"type": "message", "id": f"in_{rid}_{i}", "role": "user", "content": []}
         for i in range(n_items)
     ]
@@ -162,7 +168,7 @@ async def test_large_input_round_trips(store: ResponseStore) -> None:
     )
     await store.write(rec, None)
     got = await store.get("resp_big")
-    assert got is not None and got.input_items[0]["content"][0]["text"] == text
+    assert got is not None and cast(JSONObject, got.input_items[0])["content"][0]["text"] == text
 
 
 def test_open_store_rejects_an_unknown_url(tmp_path: Path) -> None:

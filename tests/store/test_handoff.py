@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ConnectStream, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.state import ConversationState
 
@@ -34,7 +35,7 @@ def test_state_encoding_round_trips() -> None:
         model_turns=3,
         tool_rounds=2,
         stored_chain=True,
-        last_response={"id": "resp_1"},
+        last_response=cast(ResponseObject, {"id": "resp_1"}),  # only its identity matters here
         stage_state={"secrets": {"seen": {b"\x00\xff": None}, "found": 1}, "x": {"t": (1, 2)}},
         item_bytes=42,
         format_name="harmony",
@@ -54,7 +55,9 @@ async def test_deleting_a_response_drops_its_handed_off_state(
     store = PostgresStore(await fresh_database(postgres_server))
     await store.open()
     try:
-        record = StoredResponse({"id": "resp_x", "created_at": 1}, [], None, True)
+        record = StoredResponse(
+            cast(ResponseObject, {"id": "resp_x", "created_at": 1}), [], None, True
+        )
         await store.write(record, None)
         await store.save_states([("resp_x", b"state")], ttl_s=60)
         assert await store.delete("resp_x")

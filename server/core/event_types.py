@@ -1,0 +1,350 @@
+"""The Response object and the server events, one ``TypedDict`` per event type.
+
+The core builds each event once as one of these JSON shapes (``core.events``,
+``core.streaming``); WebSocket and SSE write it as JSON and gRPC maps it by field name, so
+nothing here knows a wire. ``ServerEvent`` is every event a stream can carry; narrow it with
+``event["type"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
+
+from bidi_responses.server.core.items import (
+    FunctionCallItem,
+    Item,
+    JSONObject,
+    OutputTextPart,
+)
+
+ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "incomplete", "cancelled"]
+#: How a response ends, as its terminal event says it.
+Outcome = Literal["completed", "incomplete", "failed"]
+
+
+class InputTokensDetails(TypedDict):
+    cached_tokens: int
+
+
+class OutputTokensDetails(TypedDict):
+    reasoning_tokens: int
+
+
+class UsageObject(TypedDict):
+    """The Responses ``usage`` object."""
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class StatsObject(TypedDict):
+    """``response.stats``: the server's own counters of one response (an extension)."""
+
+    items_validated: int
+    tokens_rendered: int
+    tokens_reused: int
+    prefill_tokens: int
+    engine_ms: float
+    api_pre_ms: float
+    api_post_ms: float
+    route_resolved: bool
+    stage_items: dict[str, int]
+    stage_ms: dict[str, float]
+    pre_inference_runs: int
+    engine_runs: int
+    engine_prompt_tokens: int
+    engine_cached_tokens: int
+
+
+class SafetyFlagObject(TypedDict):
+    """One finding of a pipeline stage, on ``response.safety_flags`` (an extension)."""
+
+    classifier: str
+    code: str
+    param: str
+    message: str
+
+
+class IncompleteDetails(TypedDict):
+    reason: str
+
+
+class ResponseError(TypedDict):
+    """Why a response failed (``response.error``)."""
+
+    code: str
+    message: str
+
+
+class ErrorObject(TypedDict):
+    """OpenAI's error object: the body of an HTTP error and of an ``error`` event."""
+
+    type: str
+    code: str
+    message: str
+    param: str | None
+    # The limit that was hit (gRPC ErrorInfo metadata, ``ApiError.metadata``).
+    limit: NotRequired[str]
+    limit_value: NotRequired[str]
+    retry_after_s: NotRequired[str]
+    # Which client request the error answers (``events.answers_to``).
+    request_type: NotRequired[str]
+    event_id: NotRequired[str]
+    response_id: NotRequired[str]
+
+
+class ResponseObject(TypedDict):
+    """The Response: all 31 fields of the API (nullable ones as None) plus the extensions."""
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    completed_at: int | None
+    status: ResponseStatus
+    incomplete_details: IncompleteDetails | None
+    model: str
+    previous_response_id: str | None
+    instructions: str | None
+    output: list[Item]
+    error: ResponseError | None
+    tools: list[JSONObject]
+    tool_choice: str | JSONObject
+    truncation: str
+    parallel_tool_calls: bool
+    text: JSONObject
+    top_p: float
+    presence_penalty: float
+    frequency_penalty: float
+    temperature: float
+    top_logprobs: int
+    reasoning: JSONObject | None
+    usage: UsageObject | None
+    max_output_tokens: int | None
+    max_tool_calls: int | None
+    store: bool
+    background: bool
+    service_tier: str
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+    metadata: dict[str, str]
+    user: str | None
+    safety_flags: list[SafetyFlagObject]
+    stats: StatsObject
+
+
+class DeletedResponse(TypedDict):
+    """The answer to deleting a stored response."""
+
+    id: str
+    object: Literal["response.deleted"]
+    deleted: bool
+
+
+class InputItemList(TypedDict):
+    """One page of a stored response's input items (OpenAI's list shape)."""
+
+    object: Literal["list"]
+    data: list[Item]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class CompactionResponse(TypedDict):
+    """The answer to ``POST /v1/responses/compact``."""
+
+    id: str
+    object: Literal["response.compaction"]
+    created_at: int
+    output: list[Item]
+    usage: UsageObject
+
+
+class InputTokensCount(TypedDict):
+    """The answer to ``POST /v1/responses/input_tokens``."""
+
+    object: Literal["response.input_tokens"]
+    input_tokens: int
+
+
+class ModelObject(TypedDict):
+    """One configured model alias (``GET /v1/models/{model}``)."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(TypedDict):
+    object: Literal["list"]
+    data: list[ModelObject]
+
+
+# -- the response's lifecycle: each carries the whole Response -------------------------------
+
+
+class ResponseCreatedEvent(TypedDict):
+    type: Literal["response.created"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseQueuedEvent(TypedDict):
+    type: Literal["response.queued"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseInProgressEvent(TypedDict):
+    type: Literal["response.in_progress"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseCompletedEvent(TypedDict):
+    type: Literal["response.completed"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseFailedEvent(TypedDict):
+    type: Literal["response.failed"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseIncompleteEvent(TypedDict):
+    type: Literal["response.incomplete"]
+    response: ResponseObject
+    sequence_number: int
+
+
+class ResponseDoneEvent(TypedDict):
+    """Append mode: the response pauses until the client answers ``pending_calls``."""
+
+    type: Literal["response.done"]
+    response: ResponseObject
+    pending_calls: list[FunctionCallItem]
+    sequence_number: int
+
+
+TerminalEvent: TypeAlias = ResponseCompletedEvent | ResponseFailedEvent | ResponseIncompleteEvent
+SnapshotEvent: TypeAlias = (
+    ResponseCreatedEvent | ResponseQueuedEvent | ResponseInProgressEvent | TerminalEvent
+)
+
+# -- output items and their content ----------------------------------------------------------
+
+
+class OutputItemAddedEvent(TypedDict):
+    type: Literal["response.output_item.added"]
+    output_index: int
+    item: Item
+    sequence_number: int
+
+
+class OutputItemDoneEvent(TypedDict):
+    type: Literal["response.output_item.done"]
+    output_index: int
+    item: Item
+    sequence_number: int
+
+
+class ContentPartAddedEvent(TypedDict):
+    type: Literal["response.content_part.added"]
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputTextPart
+    sequence_number: int
+
+
+class ContentPartDoneEvent(TypedDict):
+    type: Literal["response.content_part.done"]
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputTextPart
+    sequence_number: int
+
+
+class OutputTextDeltaEvent(TypedDict):
+    type: Literal["response.output_text.delta"]
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    sequence_number: int
+
+
+class OutputTextDoneEvent(TypedDict):
+    type: Literal["response.output_text.done"]
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    sequence_number: int
+
+
+class FunctionCallArgumentsDeltaEvent(TypedDict):
+    type: Literal["response.function_call_arguments.delta"]
+    item_id: str
+    output_index: int
+    delta: str
+    sequence_number: int
+
+
+class FunctionCallArgumentsDoneEvent(TypedDict):
+    type: Literal["response.function_call_arguments.done"]
+    item_id: str
+    output_index: int
+    arguments: str
+    name: str
+    sequence_number: int
+
+
+# Reasoning is shown whole in its ``output_item.done`` (the engines stream no reasoning
+# deltas), so the API's reasoning delta events are never sent.
+
+# -- stream-level events ---------------------------------------------------------------------
+
+
+class ErrorEvent(TypedDict):
+    """WebSocket mode's nested error (also used on Connect); the turn ends with it."""
+
+    type: Literal["error"]
+    status: int
+    error: ErrorObject
+
+
+class WarningEvent(TypedDict):
+    """Advance notice about the stream (its age limit, the server draining)."""
+
+    type: Literal["warning"]
+    code: str
+    message: str
+
+
+#: Every event of one response, as the core emits it.
+ResponseEvent: TypeAlias = (
+    SnapshotEvent
+    | ResponseDoneEvent
+    | OutputItemAddedEvent
+    | OutputItemDoneEvent
+    | ContentPartAddedEvent
+    | ContentPartDoneEvent
+    | OutputTextDeltaEvent
+    | OutputTextDoneEvent
+    | FunctionCallArgumentsDeltaEvent
+    | FunctionCallArgumentsDoneEvent
+    | ErrorEvent
+)
+#: Everything a stream can carry to its client.
+ServerEvent: TypeAlias = ResponseEvent | WarningEvent
+#: A typed event or object as the transports take it, until their encoders take the typed
+#: forms above (their parameters are still ``dict[str, Any]``).
+ToTransport: TypeAlias = Any
