@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(slots=True)
@@ -240,7 +245,7 @@ class ServerConfig:
     stages: list[str] = field(default_factory=lambda: ["validation", "secrets", "injection"])
     # Settings per stage, keyed like ``stages``, passed to the stage's factory as keyword
     # arguments. TOML: ``[stage_settings.secrets]`` then ``block = true``.
-    stage_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stage_settings: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     post_queue_size: int = 1024
     durability: DurabilityConfig = field(default_factory=DurabilityConfig)
     grace_period_s: float = 10.0
@@ -280,19 +285,19 @@ class ServerConfig:
         return Path(self.compaction.key_file or Path(self.data_dir) / "compaction.key")
 
 
-def _apply(target: Any, values: dict[str, Any], where: str) -> None:
+def _apply(target: DataclassInstance, values: Mapping[str, object], where: str) -> None:
     known = {f.name: f for f in fields(target)}
     for key, value in values.items():
         if key not in known:
             raise ValueError(f"{where}: unknown setting '{key}' (known: {', '.join(known)})")
         current = getattr(target, key)
-        if is_dataclass(current) and isinstance(value, dict):
+        if is_dataclass(current) and not isinstance(current, type) and isinstance(value, dict):
             _apply(current, value, f"{where}.{key}")
         else:
             setattr(target, key, value)
 
 
-def load_config(path: str | Path | None, **overrides: Any) -> ServerConfig:
+def load_config(path: str | Path | None, **overrides: object) -> ServerConfig:
     """Read a TOML file (sections match the dataclasses) and apply keyword overrides."""
     config = ServerConfig()
     if path is not None:

@@ -14,13 +14,15 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 from bidi_responses.server.core.store import LedgerRow, read_ledger
 from bidi_responses.server.core.store_backend import is_postgres_url
 
-GROUP_KEYS = ("tenant", "model", "transport", "status")
+GroupKey = Literal["tenant", "model", "transport", "status"]
+GROUP_KEYS: tuple[GroupKey, ...] = ("tenant", "model", "transport", "status")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -40,40 +42,69 @@ def parse_since(value: str, now: float | None = None) -> int:
         ) from None
 
 
-def _group_keys(by: str | Sequence[str]) -> list[str]:
+class UsageGroup(TypedDict, total=False):
+    """One line of the summary: the group's keys, then its totals."""
+
+    tenant: str
+    model: str
+    transport: str
+    status: str
+    responses: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    engine_ms: float
+    api_ms: float
+    cached_share: float
+
+
+def _group_keys(by: str | Sequence[str]) -> list[GroupKey]:
     keys = [k.strip() for k in by.split(",")] if isinstance(by, str) else list(by)
+    known: dict[str, GroupKey] = {key: key for key in GROUP_KEYS}
     for key in keys:
-        if key not in GROUP_KEYS:
+        if key not in known:
             raise ValueError(f"cannot group by '{key}' (choose from {', '.join(GROUP_KEYS)})")
-    return keys
+    return [known[key] for key in keys]
 
 
-def _empty() -> dict[str, Any]:
-    return {
-        "responses": 0,
-        "input_tokens": 0,
-        "cached_tokens": 0,
-        "output_tokens": 0,
-        "engine_ms": 0.0,
-        "api_ms": 0.0,
-    }
+@dataclass(slots=True)
+class _Sums:
+    """Running totals of a group of ledger rows (or of summary lines)."""
 
+    responses: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    engine_ms: float = 0.0
+    api_ms: float = 0.0
 
-def _add(group: dict[str, Any], row: LedgerRow) -> None:
-    group["responses"] += 1
-    group["input_tokens"] += row.input_tokens
-    group["cached_tokens"] += row.cached_tokens
-    group["output_tokens"] += row.output_tokens
-    group["engine_ms"] += row.engine_ms
-    group["api_ms"] += row.api_pre_ms + row.api_post_ms
+    def add_row(self, row: LedgerRow) -> None:
+        self.responses += 1
+        self.input_tokens += row.input_tokens
+        self.cached_tokens += row.cached_tokens
+        self.output_tokens += row.output_tokens
+        self.engine_ms += row.engine_ms
+        self.api_ms += row.api_pre_ms + row.api_post_ms
 
+    def add_group(self, group: UsageGroup) -> None:
+        self.responses += group["responses"]
+        self.input_tokens += group["input_tokens"]
+        self.cached_tokens += group["cached_tokens"]
+        self.output_tokens += group["output_tokens"]
+        self.engine_ms += group["engine_ms"]
+        self.api_ms += group["api_ms"]
 
-def _finish(group: dict[str, Any]) -> dict[str, Any]:
-    group["engine_ms"] = round(group["engine_ms"], 3)
-    group["api_ms"] = round(group["api_ms"], 3)
-    inputs = group["input_tokens"]
-    group["cached_share"] = round(group["cached_tokens"] / inputs, 4) if inputs else 0.0
-    return group
+    def finish(self) -> UsageGroup:
+        inputs = self.input_tokens
+        return {
+            "responses": self.responses,
+            "input_tokens": self.input_tokens,
+            "cached_tokens": self.cached_tokens,
+            "output_tokens": self.output_tokens,
+            "engine_ms": round(self.engine_ms, 3),
+            "api_ms": round(self.api_ms, 3),
+            "cached_share": round(self.cached_tokens / inputs, 4) if inputs else 0.0,
+        }
 
 
 async def _shared_rows(url: str) -> list[LedgerRow]:
@@ -106,26 +137,29 @@ def load_rows(data_dir: str | Path, since: int | None = None) -> list[LedgerRow]
 
 def summarize(
     data_dir: str | Path, by: str | Sequence[str] = "tenant", *, since: int | None = None
-) -> list[dict[str, Any]]:
+) -> list[UsageGroup]:
     """Ledger totals grouped by ``by`` (tenant, model, transport, status, or several joined
     by commas), sorted by group."""
     keys = _group_keys(by)
-    groups: dict[tuple[str, ...], dict[str, Any]] = defaultdict(_empty)
+    groups: dict[tuple[str, ...], _Sums] = defaultdict(_Sums)
     for row in load_rows(data_dir, since):
-        _add(groups[tuple(str(getattr(row, key)) for key in keys)], row)
-    return [
-        {**dict(zip(keys, group, strict=True)), **_finish(values)}
-        for group, values in sorted(groups.items())
-    ]
+        groups[tuple(str(getattr(row, key)) for key in keys)].add_row(row)
+    summary: list[UsageGroup] = []
+    for group, sums in sorted(groups.items(), key=lambda entry: entry[0]):
+        line: UsageGroup = {}
+        for key, value in zip(keys, group, strict=True):
+            line[key] = value
+        line.update(sums.finish())
+        summary.append(line)
+    return summary
 
 
-def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def totals(rows: list[UsageGroup]) -> UsageGroup:
     """The sum of summary rows."""
-    total = _empty()
+    total = _Sums()
     for row in rows:
-        for key in total:
-            total[key] += row[key]
-    return _finish(total)
+        total.add_group(row)
+    return total.finish()
 
 
 def print_usage(
@@ -154,7 +188,10 @@ def print_usage(
     )
     print(header)
     print("-" * len(header))
-    total_row = {**{k: "" for k in keys}, **totals(rows)}
+    total_row: UsageGroup = {}
+    for key in keys:
+        total_row[key] = ""
+    total_row.update(totals(rows))
     for row in [*rows, total_row]:
         name = "total" if row is total_row else "/".join(str(row[k]) for k in keys)
         print(

@@ -17,11 +17,13 @@ import asyncio
 import contextlib
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from bidi_responses.server.config import BackgroundConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import ServerEvent, ToTransport, snapshot_of
 from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.items import JSONObject
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
@@ -31,7 +33,7 @@ class EventLog:
     """The newest events of one background response, and a way to wait for more."""
 
     def __init__(self, max_events: int) -> None:
-        self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self._events: deque[ServerEvent] = deque(maxlen=max_events)
         self.total = 0  # events ever appended; the first kept one is number total - len
         self.done = False
         # The owner: another tenant's id is "not found".
@@ -43,7 +45,7 @@ class EventLog:
         """Index (= sequence number) of the oldest event still kept."""
         return self.total - len(self._events)
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: ServerEvent) -> None:
         """Add the next event and wake the readers."""
         self._events.append(event)
         self.total += 1
@@ -58,7 +60,7 @@ class EventLog:
         self._more.set()
         self._more = asyncio.Event()
 
-    async def follow(self, start: int) -> AsyncIterator[dict[str, Any]]:
+    async def follow(self, start: int) -> AsyncIterator[ServerEvent]:
         """Events from index ``start`` on, live until the response ends."""
         cursor = start
         while True:
@@ -86,11 +88,11 @@ class BackgroundRuns:
 
     async def start(
         self,
-        body: dict[str, Any],
+        body: JSONObject,
         transport: str,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> ToTransport:  # ServerEvent
         """Start a background response of ``tenant``; returns its first event
         (``response.created`` with status ``queued``, or the ``error`` that rejected it)."""
         if len(self._running) >= self._config.max_running:
@@ -102,7 +104,7 @@ class BackgroundRuns:
                 type="rate_limit_error",
             )
         loop = asyncio.get_running_loop()
-        first: asyncio.Future[dict[str, Any]] = loop.create_future()
+        first: asyncio.Future[ServerEvent] = loop.create_future()
         log = EventLog(self._config.max_events)
         log.tenant = tenant
         task = loop.create_task(
@@ -114,22 +116,23 @@ class BackgroundRuns:
 
     async def _pump(
         self,
-        body: dict[str, Any],
+        body: JSONObject,
         transport: str,
-        first: asyncio.Future[dict[str, Any]],
+        first: asyncio.Future[ServerEvent],
         log: EventLog,
         quota_key: str | None,
     ) -> None:
         response_id: str | None = None
         events = cast(
-            AsyncGenerator[dict[str, Any], None],
+            AsyncGenerator[ServerEvent, None],
             self._core.stateless(body, transport, log.tenant, quota_key),
         )
         try:
             async with contextlib.aclosing(events):
                 async for data in events:
-                    if response_id is None and "response" in data:
-                        response_id = data["response"]["id"]
+                    snapshot = snapshot_of(data) if response_id is None else None
+                    if snapshot is not None:
+                        response_id = snapshot["id"]
                         self._keep(response_id, log)
                     log.append(data)
                     if not first.done():
@@ -164,7 +167,7 @@ class BackgroundRuns:
 
     def events(
         self, response_id: str, starting_after: int, tenant: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[ToTransport]:  # ServerEvent
         """Events after sequence number ``starting_after`` (-1: all), live to the end.
 
         ApiError if the response is not a kept background response, or if the events asked

@@ -4,9 +4,39 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from bidi_responses.server.core.events import ResponseStats
+
+
+class CounterTotals(TypedDict):
+    """The counters' JSON form."""
+
+    responses_total: int
+    items_validated_total: int
+    tokens_rendered_total: int
+    tokens_reused_total: int
+    engine_ms_total: float
+    api_pre_ms_total: float
+    api_post_ms_total: float
+    stage_items_total: dict[str, int]
+    stage_ms_total: dict[str, float]
+    process_cpu_seconds: float
+    write_timeouts_total: int
+
+
+class ServerStats(CounterTotals):
+    """The stats call's body: the counters, then which process this is and its queues."""
+
+    worker_index: int
+    workers: int
+    worker_pid: int
+    streams_open: int
+    route_resolutions_total: int
+    post_queue_depth: int
+    post_queue: dict[str, int]
+    cache: dict[str, int]
+    failover: dict[str, int]
 
 
 @dataclass(slots=True)
@@ -39,7 +69,7 @@ class Counters:
         for name, ms in stats.stage_ms.items():
             self.stage_ms_total[name] = self.stage_ms_total.get(name, 0.0) + ms
 
-    def snapshot(self, **extra: Any) -> dict[str, Any]:
+    def snapshot(self) -> CounterTotals:
         """JSON form (the GetStats / GET /v1/stats body)."""
         times = os.times()
         return {
@@ -54,5 +84,4 @@ class Counters:
             "stage_ms_total": {k: round(v, 3) for k, v in self.stage_ms_total.items()},
             "process_cpu_seconds": round(times.user + times.system, 6),
             "write_timeouts_total": self.write_timeouts,
-            **extra,
         }

@@ -348,3 +348,18 @@ ServerEvent: TypeAlias = ResponseEvent | WarningEvent
 #: A typed event or object as the transports take it, until their encoders take the typed
 #: forms above (their parameters are still ``dict[str, Any]``).
 ToTransport: TypeAlias = Any
+
+
+def snapshot_of(event: ServerEvent) -> ResponseObject | None:
+    """The Response a lifecycle event carries (None for the other events)."""
+    if (
+        event["type"] == "response.created"
+        or event["type"] == "response.queued"
+        or event["type"] == "response.in_progress"
+        or event["type"] == "response.completed"
+        or event["type"] == "response.failed"
+        or event["type"] == "response.incomplete"
+        or event["type"] == "response.done"
+    ):
+        return event["response"]
+    return None

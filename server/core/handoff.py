@@ -26,6 +26,7 @@ from array import array
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.state import ConversationState
 
 _VERSION = 1
@@ -47,7 +48,7 @@ class StateTier(Protocol):
 _TAGS = frozenset({"$b", "$d", "$s", "$t", "$o"})
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JSONValue:
     """A value as JSON: bytes, sets, tuples and dicts with non-string keys tagged (and a
     one-key dict whose key is a tag escaped), so ``_unplain`` restores it exactly."""
     if isinstance(value, bytes):
@@ -66,7 +67,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _unplain(value: Any) -> Any:
+def _unplain(value: JSONValue) -> Any:
+    """The value ``_plain`` was given, restored: of its state field's own type."""
     if isinstance(value, list):
         return [_unplain(v) for v in value]
     if not isinstance(value, dict):

@@ -15,16 +15,16 @@ cannot be serialized back to JSON), so a non-finite number is refused here too.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONValue
 
 #: Objects and arrays nested deeper than this, counted from the request body (or client event)
 #: itself as level 0, are refused.
 MAX_JSON_DEPTH = 64
 
 
-def check_json_shape(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+def check_json_shape(value: JSONValue, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     """Raise ApiError (400) naming the field if ``value`` nests too deep or holds a non-finite
     number. Iterative, so a hostile value cannot exhaust the stack while it is checked."""
     # The fast pass goes level by level and keeps no paths (it runs on every request, ~1 µs
@@ -48,9 +48,9 @@ def check_json_shape(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
         raise _locate(value, max_depth)
 
 
-def _locate(value: Any, max_depth: int) -> ApiError:
+def _locate(value: JSONValue, max_depth: int) -> ApiError:
     """The error for the first offending field of ``value`` (depth first, in order)."""
-    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    stack: list[tuple[JSONValue, int, str]] = [(value, 0, "")]
     while stack:
         current, depth, path = stack.pop()
         if isinstance(current, float) and not math.isfinite(current):
@@ -84,7 +84,7 @@ def _clip(path: str, limit: int = 256) -> str:
     return path if len(path) <= limit else path[: limit // 2] + "..." + path[-limit // 2 :]
 
 
-def canonical_json(value: Any) -> Any:
+def canonical_json(value: JSONValue) -> JSONValue:
     """A JSON value in canonical form: object keys sorted, an integral float as the integer.
 
     JSON objects are unordered and JSON has one number type, but gRPC carries free-form JSON

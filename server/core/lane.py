@@ -8,10 +8,11 @@ and what the engine keeps for it (an upstream connection).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.requests import CreateRequest, parse_create
 from bidi_responses.server.core.routing import Route, Router
 from bidi_responses.server.core.state import ResponseCache
@@ -32,7 +33,8 @@ class Lane:
         self.inflight: ResponseRun | None = None
         # The last request's tools, reused while the client sends the same list.
         self.toolset: ToolSet | None = None
-        self.route_memo: tuple[Any, Route] | None = None
+        # (the router's key for the model, its route)
+        self.route_memo: tuple[tuple[str, int], Route] | None = None
         # Set when the client has said it will send nothing more (half-close): a response
         # that would wait for tool outputs ends at once instead.
         self.input_closed = False
@@ -44,7 +46,7 @@ class Lane:
         """True on Connect and WebSocket lanes; False for one-shot stateless calls."""
         return self.cache is not None
 
-    def parse(self, body: dict[str, Any], limits: Limits) -> CreateRequest:
+    def parse(self, body: JSONObject, limits: Limits) -> CreateRequest:
         """Check a create body for this lane; ApiError naming the field it cannot take."""
         # The lane's last tool set is reused while the client sends the same tools.
         request = parse_create(body, limits, self.toolset)

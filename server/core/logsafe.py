@@ -8,12 +8,11 @@ the way Python writes them in a string literal, and long values are cut.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 _LIMIT = 200
 
 
-def printable(value: Any, limit: int = _LIMIT) -> str:
+def printable(value: object, limit: int = _LIMIT) -> str:
     """``value`` as one line of printable text, at most ``limit`` characters (plus a mark)."""
     text = value if isinstance(value, str) else repr(value)
     if len(text) > limit:

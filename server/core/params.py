@@ -9,9 +9,13 @@ prompt; the others are echoed as given.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.items import JSONObject, JSONValue
+
+#: Checks a JSON schema, raising ApiError naming ``where`` (``tools.check_schema``).
+SchemaCheck = Callable[[JSONValue, str], None]
 
 _FORMAT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VERBOSITY = frozenset({"low", "medium", "high"})
@@ -39,10 +43,10 @@ _UNSUPPORTED = {
     "prompt": "prompt templates are not served; send 'instructions' and 'input'.",
 }
 
-TEXT_DEFAULT: dict[str, Any] = {"format": {"type": "text"}}
+TEXT_DEFAULT: JSONObject = {"format": {"type": "text"}}
 
 
-def check_unsupported(body: dict[str, Any]) -> None:
+def check_unsupported(body: JSONObject) -> None:
     """Refuse hosted-API parameters the server cannot honour, naming them."""
     for name, reason in _UNSUPPORTED.items():
         if body.get(name) is not None:
@@ -60,13 +64,13 @@ def check_unsupported(body: dict[str, Any]) -> None:
         )
 
 
-def parse_text(value: Any, check_schema: Any) -> dict[str, Any]:
+def parse_text(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
     """``text``: ``{"format": {...}, "verbosity": ...}``, normalized for the echo."""
     if value is None:
         return TEXT_DEFAULT
     if not isinstance(value, dict):
         raise invalid("text", "expected an object.", code="invalid_type")
-    result: dict[str, Any] = {"format": parse_format(value.get("format"), check_schema)}
+    result: JSONObject = {"format": parse_format(value.get("format"), check_schema)}
     verbosity = value.get("verbosity")
     if verbosity is not None:
         if verbosity not in _VERBOSITY:
@@ -75,7 +79,7 @@ def parse_text(value: Any, check_schema: Any) -> dict[str, Any]:
     return result
 
 
-def parse_format(value: Any, check_schema: Any) -> dict[str, Any]:
+def parse_format(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
     """``text.format``: ``text``, ``json_object`` or ``json_schema`` (strict or not)."""
     where = "text.format"
     if value is None:
@@ -117,14 +121,14 @@ def parse_format(value: Any, check_schema: Any) -> dict[str, Any]:
     _check_refs(schema, f"{where}.schema", schema)
     if strict:
         _check_strict(schema, f"{where}.schema", schema)
-    result: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema}
+    result: JSONObject = {"type": "json_schema", "name": name, "schema": schema}
     if description is not None:
         result["description"] = description
     result["strict"] = strict
     return result
 
 
-def _check_refs(value: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
+def _check_refs(value: JSONValue, where: str, root: JSONObject, depth: int = 0) -> None:
     """Every ``$ref`` is local (``#/...``) and names a part of this schema."""
     if depth > 64:
         raise invalid(where, "schema nesting is deeper than 64 levels.", code="invalid_json_schema")
@@ -136,7 +140,7 @@ def _check_refs(value: Any, where: str, root: dict[str, Any], depth: int = 0) ->
         return
     ref = value.get("$ref")
     if ref is not None:
-        target: Any = root
+        target: JSONValue = root
         if isinstance(ref, str) and ref.startswith("#"):
             for part in ref[1:].split("/"):
                 if not part:
@@ -154,7 +158,7 @@ def _check_refs(value: Any, where: str, root: dict[str, Any], depth: int = 0) ->
             _check_refs(sub, f"{where}.{key}", root, depth + 1)
 
 
-def _check_strict(schema: Any, where: str, root: dict[str, Any], depth: int = 0) -> None:
+def _check_strict(schema: JSONValue, where: str, root: JSONObject, depth: int = 0) -> None:
     """Strict mode's rules: every object closes its properties and requires all of them."""
     if depth > 32 or not isinstance(schema, dict):
         return
@@ -192,7 +196,7 @@ def _check_strict(schema: Any, where: str, root: dict[str, Any], depth: int = 0)
             _check_strict(sub, f"{where}.{key}.{name}", root, depth + 1)
 
 
-def parse_reasoning(value: Any) -> dict[str, Any] | None:
+def parse_reasoning(value: JSONValue) -> JSONObject | None:
     """``reasoning``: ``{"effort", "summary"}``, echoed with both keys (null when unset)."""
     if value is None:
         return None
@@ -208,7 +212,7 @@ def parse_reasoning(value: Any) -> dict[str, Any] | None:
     return {"effort": effort, "summary": summary}
 
 
-def parse_truncation(value: Any) -> str:
+def parse_truncation(value: JSONValue) -> str:
     """``truncation``: ``auto`` or ``disabled`` (default).
 
     The engines have no context window to overflow, so ``auto`` never needs to drop an item:
@@ -221,7 +225,7 @@ def parse_truncation(value: Any) -> str:
     return str(value)
 
 
-def parse_include(value: Any) -> list[str]:
+def parse_include(value: JSONValue) -> list[str]:
     """``include``: extra output to include when present."""
     if value is None:
         return []
@@ -243,7 +247,7 @@ def parse_include(value: Any) -> list[str]:
     return list(value)
 
 
-def parse_max_tool_calls(value: Any) -> int | None:
+def parse_max_tool_calls(value: JSONValue) -> int | None:
     """``max_tool_calls``: a bound on built-in tool calls, which the engines never make."""
     if value is None:
         return None
@@ -252,7 +256,7 @@ def parse_max_tool_calls(value: Any) -> int | None:
     return value
 
 
-def response_format(text: dict[str, Any]) -> dict[str, Any] | None:
+def response_format(text: JSONObject) -> JSONObject | None:
     """The structured-output format the engine must follow, or None for free text."""
     fmt = text.get("format") or {}
     return fmt if fmt.get("type") in ("json_schema", "json_object") else None

@@ -22,10 +22,10 @@ import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.journal import Journal, Segment, StorageUnavailable
 from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.core.store_backend import ResponseStore
@@ -56,7 +56,7 @@ class PostJob:
     @classmethod
     def from_json(cls, line: bytes) -> PostJob:
         """From a journal record."""
-        data: dict[str, Any] = orjson.loads(line)
+        data: JSONObject = orjson.loads(line)
         record = StoredResponse(**data["record"]) if data.get("record") else None
         ledger = LedgerRow(**data["ledger"]) if data.get("ledger") else None
         return cls(record, ledger)

@@ -13,14 +13,13 @@ import logging
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
 
 import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.background import BackgroundRuns
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
-from bidi_responses.server.core.counters import Counters
+from bidi_responses.server.core.counters import Counters, ServerStats
 from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.event_types import (
     DeletedResponse,
@@ -344,19 +343,20 @@ class ResponsesCore(SurfaceOps):
         assert run.record is not None
         return run.record.snapshot()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ServerStats:
         """Cumulative counters of this process (GetStats / GET /v1/stats), and which it is."""
-        return self.counters.snapshot(
-            worker_index=self.config.worker_index,
-            workers=self.config.workers,
-            worker_pid=os.getpid(),
-            streams_open=self.sessions_open,
-            route_resolutions_total=self.router.resolutions,
-            post_queue_depth=self.post.depth,
-            post_queue=self.post.counters(),
-            cache=self.cache_budget.counters(),
-            failover=dict(self.failover),
-        )
+        return {
+            **self.counters.snapshot(),
+            "worker_index": self.config.worker_index,
+            "workers": self.config.workers,
+            "worker_pid": os.getpid(),
+            "streams_open": self.sessions_open,
+            "route_resolutions_total": self.router.resolutions,
+            "post_queue_depth": self.post.depth,
+            "post_queue": self.post.counters(),
+            "cache": self.cache_budget.counters(),
+            "failover": dict(self.failover),
+        }
 
 
 def _create_event(body: JSONValue) -> JSONValue:
