@@ -22,6 +22,55 @@ ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "incomp
 Outcome = Literal["completed", "incomplete", "failed"]
 
 
+# -- the request's settings, as the Response echoes them -------------------------------------
+
+ToolChoiceMode = Literal["none", "auto", "required"]
+
+
+class FunctionToolChoice(TypedDict):
+    """A forced call of one function tool."""
+
+    type: Literal["function"]
+    name: str
+
+
+ToolChoice: TypeAlias = ToolChoiceMode | FunctionToolChoice
+
+
+class PlainTextFormat(TypedDict):
+    type: Literal["text", "json_object"]
+
+
+class JSONSchemaFormat(TypedDict):
+    """Structured output: the answer is JSON of ``schema``."""
+
+    type: Literal["json_schema"]
+    name: str
+    schema: JSONObject
+    description: NotRequired[str]
+    strict: bool | None
+
+
+TextFormat: TypeAlias = PlainTextFormat | JSONSchemaFormat
+
+
+class TextConfig(TypedDict):
+    """``text``: the output format, and a verbosity when the request gave one."""
+
+    format: TextFormat
+    verbosity: NotRequired[Literal["low", "medium", "high"]]
+
+
+class ReasoningConfig(TypedDict):
+    """``reasoning``, echoed with both keys (None when unset)."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None
+    summary: Literal["auto", "concise", "detailed"] | None
+
+
+# -- usage, stats, errors --------------------------------------------------------------------
+
+
 class InputTokensDetails(TypedDict):
     cached_tokens: int
 
@@ -111,16 +160,16 @@ class ResponseObject(TypedDict):
     output: list[Item]
     error: ResponseError | None
     tools: list[JSONObject]
-    tool_choice: str | JSONObject
+    tool_choice: ToolChoice
     truncation: str
     parallel_tool_calls: bool
-    text: JSONObject
+    text: TextConfig
     top_p: float
     presence_penalty: float
     frequency_penalty: float
     temperature: float
     top_logprobs: int
-    reasoning: JSONObject | None
+    reasoning: ReasoningConfig | None
     usage: UsageObject | None
     max_output_tokens: int | None
     max_tool_calls: int | None

@@ -12,6 +12,12 @@ import re
 from collections.abc import Callable
 
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.event_types import (
+    JSONSchemaFormat,
+    ReasoningConfig,
+    TextConfig,
+    TextFormat,
+)
 from bidi_responses.server.core.items import JSONObject, JSONValue
 
 #: Checks a JSON schema, raising ApiError naming ``where`` (``tools.check_schema``).
@@ -43,7 +49,7 @@ _UNSUPPORTED = {
     "prompt": "prompt templates are not served; send 'instructions' and 'input'.",
 }
 
-TEXT_DEFAULT: JSONObject = {"format": {"type": "text"}}
+TEXT_DEFAULT: TextConfig = {"format": {"type": "text"}}
 
 
 def check_unsupported(body: JSONObject) -> None:
@@ -64,13 +70,13 @@ def check_unsupported(body: JSONObject) -> None:
         )
 
 
-def parse_text(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
+def parse_text(value: JSONValue, check_schema: SchemaCheck) -> TextConfig:
     """``text``: ``{"format": {...}, "verbosity": ...}``, normalized for the echo."""
     if value is None:
         return TEXT_DEFAULT
     if not isinstance(value, dict):
         raise invalid("text", "expected an object.", code="invalid_type")
-    result: JSONObject = {"format": parse_format(value.get("format"), check_schema)}
+    result: TextConfig = {"format": parse_format(value.get("format"), check_schema)}
     verbosity = value.get("verbosity")
     if verbosity is not None:
         if verbosity not in _VERBOSITY:
@@ -79,7 +85,7 @@ def parse_text(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
     return result
 
 
-def parse_format(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
+def parse_format(value: JSONValue, check_schema: SchemaCheck) -> TextFormat:
     """``text.format``: ``text``, ``json_object`` or ``json_schema`` (strict or not)."""
     where = "text.format"
     if value is None:
@@ -121,10 +127,17 @@ def parse_format(value: JSONValue, check_schema: SchemaCheck) -> JSONObject:
     _check_refs(schema, f"{where}.schema", schema)
     if strict:
         _check_strict(schema, f"{where}.schema", schema)
-    result: JSONObject = {"type": "json_schema", "name": name, "schema": schema}
+    result: JSONSchemaFormat
     if description is not None:
-        result["description"] = description
-    result["strict"] = strict
+        result = {
+            "type": "json_schema",
+            "name": name,
+            "schema": schema,
+            "description": description,
+            "strict": strict,
+        }
+    else:
+        result = {"type": "json_schema", "name": name, "schema": schema, "strict": strict}
     return result
 
 
@@ -196,7 +209,7 @@ def _check_strict(schema: JSONValue, where: str, root: JSONObject, depth: int = 
             _check_strict(sub, f"{where}.{key}.{name}", root, depth + 1)
 
 
-def parse_reasoning(value: JSONValue) -> JSONObject | None:
+def parse_reasoning(value: JSONValue) -> ReasoningConfig | None:
     """``reasoning``: ``{"effort", "summary"}``, echoed with both keys (null when unset)."""
     if value is None:
         return None
@@ -256,7 +269,7 @@ def parse_max_tool_calls(value: JSONValue) -> int | None:
     return value
 
 
-def response_format(text: JSONObject) -> JSONObject | None:
+def response_format(text: TextConfig) -> TextFormat | None:
     """The structured-output format the engine must follow, or None for free text."""
-    fmt = text.get("format") or {}
-    return fmt if fmt.get("type") in ("json_schema", "json_object") else None
+    fmt = text.get("format")
+    return fmt if fmt is not None and fmt["type"] in ("json_schema", "json_object") else None

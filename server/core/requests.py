@@ -14,6 +14,7 @@ import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
 from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.event_types import ReasoningConfig, TextConfig, ToolChoice
 from bidi_responses.server.core.items import (
     CompactionItem,
     FunctionCallItem,
@@ -48,7 +49,7 @@ class CreateRequest:
     input: list[Item]
     instructions: str | None = None
     toolset: ToolSet = NO_TOOLS
-    tool_choice: str | dict[str, Any] = "auto"
+    tool_choice: ToolChoice = "auto"
     previous_response_id: str | None = None
     store: bool = True
     max_output_tokens: int | None = None
@@ -64,8 +65,8 @@ class CreateRequest:
     stream: bool = False
     background: bool = False
     # Output settings (see ``core.params``), normalized as the Response echoes them.
-    text: dict[str, Any] = field(default_factory=lambda: dict(params.TEXT_DEFAULT))
-    reasoning: dict[str, Any] | None = None
+    text: TextConfig = field(default_factory=lambda: params.TEXT_DEFAULT.copy())
+    reasoning: ReasoningConfig | None = None
     truncation: str = "disabled"
     include: list[str] = field(default_factory=list)
     max_tool_calls: int | None = None

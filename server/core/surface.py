@@ -30,7 +30,6 @@ from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue, MessageItem
 from bidi_responses.server.core.jsonshape import check_json_shape
-from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.render import Renderer
 from bidi_responses.server.core.requests import parse_create, parse_input
@@ -181,7 +180,7 @@ class SurfaceOps:
         request = parse_create({**body, "model": model or "-"}, self.config.limits)
         items, _ = await self._conversation(request.previous_response_id, request.input, tenant)
         tokens = renderer.render_conversation(
-            request.instructions, request.tools, items, response_format(request.text)
+            request.instructions, request.tools, items, request.output_format()
         )
         return {"object": "response.input_tokens", "input_tokens": len(tokens)}
 

@@ -16,12 +16,17 @@ from typing import Any
 import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.errors import invalid, missing
+from bidi_responses.server.core.event_types import ToolChoice, ToolChoiceMode
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.engines.base import FunctionSpec
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-_TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+_TOOL_CHOICE_MODES: dict[str, ToolChoiceMode] = {
+    "none": "none",
+    "auto": "auto",
+    "required": "required",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +77,15 @@ def fingerprint(raw: Any) -> bytes | None:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def parse_tool_choice(value: Any) -> str | dict[str, Any]:
+def parse_tool_choice(value: Any) -> ToolChoice:
     """``tool_choice`` as a mode, or ``{"type": "function", "name": ...}`` for a forced one."""
     if value is None:
         return "auto"
     if isinstance(value, str):
-        if value not in _TOOL_CHOICE_MODES:
+        mode = _TOOL_CHOICE_MODES.get(value)
+        if mode is None:
             raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
-        return value
+        return mode
     if isinstance(value, dict) and value.get("type") == "function":
         name = value.get("name")
         if not isinstance(name, str) or not name:
