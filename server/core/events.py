@@ -9,16 +9,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from bidi_responses.server.core.event_types import (
     ErrorEvent,
     ErrorObject,
+    Outcome,
     ResponseError,
     ResponseObject,
     ResponseStatus,
     SafetyFlagObject,
     StatsObject,
+    TerminalEvent,
     ToTransport,
     UsageObject,
 )
@@ -169,12 +171,14 @@ class EventSequence:
         self.next += 1
         return number
 
-    def event(self, type_: str, **fields: Any) -> Any:
-        """A new event dict of ``type_`` with the next sequence number (untyped: the typed
-        events are built with ``take``)."""
-        event = {"type": type_, **fields, "sequence_number": self.next}
-        self.next += 1
-        return event
+
+def terminal_event(outcome: Outcome, response: ResponseObject, number: int) -> TerminalEvent:
+    """The event that ends a response as ``outcome``, numbered ``number``."""
+    if outcome == "completed":
+        return {"type": "response.completed", "response": response, "sequence_number": number}
+    if outcome == "incomplete":
+        return {"type": "response.incomplete", "response": response, "sequence_number": number}
+    return {"type": "response.failed", "response": response, "sequence_number": number}
 
 
 #: What an error event may say it answers, in this order.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.core import continuation
 from bidi_responses.server.core.append import AppendWait
@@ -20,7 +20,10 @@ from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import (
     ErrorObject,
     Outcome,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
     ResponseError,
+    ResponseInProgressEvent,
     ResponseObject,
 )
 from bidi_responses.server.core.events import (
@@ -28,10 +31,11 @@ from bidi_responses.server.core.events import (
     ResponseRecord,
     Usage,
     error_event,
+    terminal_event,
 )
 from bidi_responses.server.core.idempotency import find_replay
 from bidi_responses.server.core.ids import assign_ids, new_id
-from bidi_responses.server.core.items import FunctionCallItem, Item
+from bidi_responses.server.core.items import FunctionCallItem, Item, JSONObject, JSONValue
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.metrics import ResponseMetrics
 from bidi_responses.server.core.outcome import ledger_row, stored_response
@@ -69,7 +73,7 @@ class ResponseRun:
         self,
         core: ResponsesCore,
         lane: Lane,
-        body: dict[str, Any],
+        body: JSONObject,
         emit: Emit,
         transport: str,
         received: float,
@@ -106,7 +110,7 @@ class ResponseRun:
         self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
 
     @property
-    def answers(self) -> dict[str, Any]:
+    def answers(self) -> dict[str, str | None]:
         """What an error about this create says it answers (see ``error_event``)."""
         previous = self.body.get("previous_response_id")
         return {
@@ -122,7 +126,7 @@ class ResponseRun:
         """True while the response sits in ``response.done`` waiting for tool outputs."""
         return self.appends.waiting
 
-    def offer_append(self, response_id: str, raw_input: Any) -> None:
+    def offer_append(self, response_id: str, raw_input: JSONValue) -> None:
         """Hand tool outputs to the waiting response; ApiError if they do not fit."""
         if not self.waiting_for_append or response_id != self.id:
             raise ApiError(
@@ -227,8 +231,8 @@ class ResponseRun:
             return False
         self.core.failover["idempotent_replays"] += 1
         status = stored.response.get("status")
-        terminal = "response.incomplete" if status == "incomplete" else "response.completed"
-        await self.emit(self.seq.event(terminal, response=stored.response))
+        replayed: Outcome = "incomplete" if status == "incomplete" else "completed"
+        await self.emit(terminal_event(replayed, stored.response, self.seq.take()))
         return True
 
     async def _prepare(self, request: CreateRequest) -> None:
@@ -302,7 +306,13 @@ class ResponseRun:
         record = self.record
         if request.background:
             record.status = "queued"
-        await self.emit(self.seq.event("response.created", response=record.snapshot()))
+        await self.emit(
+            ResponseCreatedEvent(
+                type="response.created",
+                response=record.snapshot(),
+                sequence_number=self.seq.take(),
+            )
+        )
         record.status = "in_progress"
         self._started = True
         if not request.generate:
@@ -311,7 +321,13 @@ class ResponseRun:
             self._engine_end = time.perf_counter()
             await self._finish("completed")
             return
-        await self.emit(self.seq.event("response.in_progress", response=record.snapshot()))
+        await self.emit(
+            ResponseInProgressEvent(
+                type="response.in_progress",
+                response=record.snapshot(),
+                sequence_number=self.seq.take(),
+            )
+        )
         budget = request.max_output_tokens
         while True:
             finish, calls = await self._sample(budget, request)
@@ -338,10 +354,11 @@ class ResponseRun:
         timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
         await self.emit(
-            self.seq.event(
-                "response.done",
+            ResponseDoneEvent(
+                type="response.done",
                 response=self.record.snapshot(),
                 pending_calls=list(calls),
+                sequence_number=self.seq.take(),
             )
         )
         while True:
@@ -458,12 +475,7 @@ class ResponseRun:
             self._posted = True  # from here on, a cut-short stream must not queue a second row
         core.counters.record(record.stats)
         self.metrics.finished(record.status, record.stats)
-        terminal = {
-            "completed": "response.completed",
-            "incomplete": "response.incomplete",
-            "failed": "response.failed",
-        }[outcome]
-        await self.emit(self.seq.event(terminal, response=snapshot))
+        await self.emit(terminal_event(outcome, snapshot, self.seq.take()))
 
     def _stored(self, snapshot: ResponseObject) -> StoredResponse | None:
         assert self.record is not None
