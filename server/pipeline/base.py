@@ -279,14 +279,7 @@ class Pipeline:
             try:
                 found = await stage.examine(batch, carried)
             except ApiError as error:
-                log.info(
-                    "stage %s blocked a request: %s at %s (model %s, user %s)",
-                    stage.name,
-                    error.code,
-                    printable(error.param),
-                    printable(batch.request.model),
-                    printable(batch.request.user or "-"),
-                )
+                _log_verdict(stage, "blocked a request:", error.code, error.param, batch.request)
                 raise
             finally:
                 counters.items[stage.name] = counters.items.get(stage.name, 0) + len(batch.items)
@@ -294,13 +287,21 @@ class Pipeline:
                     counters.ms.get(stage.name, 0.0) + (time.perf_counter() - started) * 1000
                 )
             for flag in found:
-                log.info(
-                    "stage %s flagged %s at %s (model %s, user %s)",
-                    stage.name,
-                    flag.code,
-                    printable(flag.param),
-                    printable(batch.request.model),
-                    printable(batch.request.user or "-"),
-                )
+                _log_verdict(stage, "flagged", flag.code, flag.param, batch.request)
             flags.extend(found)
         return flags
+
+
+def _log_verdict(
+    stage: Stage, verdict: str, code: str, param: str | None, request: CreateRequest
+) -> None:
+    """One log line per stage verdict, with the client's values made printable."""
+    log.info(
+        "stage %s %s %s at %s (model %s, user %s)",
+        stage.name,
+        verdict,
+        code,
+        printable(param),
+        printable(request.model),
+        printable(request.user or "-"),
+    )
