@@ -14,6 +14,7 @@ from bidi_responses.codec.items import function_call_to_dict, item_to_dict, part
 from bidi_responses.codec.responses import response_to_dict
 from bidi_responses.codec.structs import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
+from google.protobuf.message import Message
 
 # Which request an error answers: present in the JSON error only when known (as over WebSocket).
 _ERROR_ANSWERS = ("event_id", "request_type", "response_id")
@@ -39,12 +40,14 @@ class EventDecoder:
         return event
 
 
-def _event_body(kind: str, body: pb.ErrorEvent | pb.WarningEvent | object) -> JSONObject:
+def _event_body(kind: str, body: Message) -> JSONObject:
     """The JSON event of one oneof case's message (``sequence_number`` last, when it has one)."""
     scalar = SCALAR_EVENTS.get(kind)
     event: JSONObject
-    if scalar is not None:
-        event = {"type": kind, **{name: getattr(body, name) for name in scalar[1]}}
+    if scalar is not None:  # the deltas: the client's hot path
+        event = {"type": kind}
+        for name in scalar:
+            event[name] = getattr(body, name)
     elif kind in SNAPSHOT_TYPES:
         assert isinstance(body, pb.ResponseSnapshotEvent)
         event = {"type": kind, "response": response_to_dict(body.response)}

@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 from bidi_responses.codec.depth import deep
 from bidi_responses.codec.events import (
+    CASE_OF_TYPE,
     ITEM_EVENT_TYPES,
     PART_EVENT_TYPES,
     SCALAR_EVENTS,
     SNAPSHOT_TYPES,
     TERMINAL_SNAPSHOT_TYPES,
-    case_of,
 )
 from bidi_responses.codec.items import function_call_to_pb, item_to_pb, part_to_pb
 from bidi_responses.codec.responses import (
@@ -32,7 +32,7 @@ from google.protobuf.message import Message
 _STREAM_ID_FIELD = field_number(pb.ConnectResponse, "stream_id")
 _SNAPSHOT_RESPONSE_FIELD = field_number(pb.ResponseSnapshotEvent, "response")
 _SNAPSHOT_SEQUENCE = tag(field_number(pb.ResponseSnapshotEvent, "sequence_number"), VARINT)
-_SNAPSHOT_FIELDS = {k: field_number(pb.ConnectResponse, case_of(k)) for k in SNAPSHOT_TYPES}
+_SNAPSHOT_FIELDS = {k: field_number(pb.ConnectResponse, CASE_OF_TYPE[k]) for k in SNAPSHOT_TYPES}
 # The oneof case is chosen at run time, so the event message is passed by that keyword.
 _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
 # Request echoes kept for responses in flight; more means responses that never ended.
@@ -88,11 +88,16 @@ class ProtoEncoder:
         kind = e["type"]
         seq = e.get("sequence_number", 0)
         scalar = SCALAR_EVENTS.get(kind)
+        if scalar is not None:  # the deltas, the hot path: filled in place, nothing copied
+            response = pb.ConnectResponse(stream_id=lane)
+            event: Message = getattr(response, CASE_OF_TYPE[kind])
+            event.SetInParent()
+            for name in scalar:
+                setattr(event, name, e[name])
+            setattr(event, "sequence_number", seq)  # noqa: B010
+            return response
         message: Message
-        if scalar is not None:
-            cls, fields = scalar
-            message = cls(**{name: e[name] for name in fields}, sequence_number=seq)
-        elif kind in SNAPSHOT_TYPES:
+        if kind in SNAPSHOT_TYPES:
             message = pb.ResponseSnapshotEvent(
                 response=response_to_pb(e["response"], slim=self.slim), sequence_number=seq
             )
@@ -122,7 +127,7 @@ class ProtoEncoder:
             message = pb.WarningEvent(code=e["code"], message=e["message"])
         else:
             raise ValueError(f"no protobuf case for event type {kind!r}")
-        return _connect_response(stream_id=lane, **{case_of(kind): message})
+        return _connect_response(stream_id=lane, **{CASE_OF_TYPE[kind]: message})
 
 
 def _error_detail(error: JSONObject) -> pb.ErrorDetail:

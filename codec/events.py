@@ -7,9 +7,6 @@ scalars named alike on both sides, so one table describes them for both directio
 
 from __future__ import annotations
 
-from bidi_responses.v1 import responses_pb2 as pb
-from google.protobuf.message import Message
-
 #: Events that carry a whole Response.
 SNAPSHOT_TYPES = frozenset(
     {
@@ -28,24 +25,12 @@ ITEM_EVENT_TYPES = frozenset({"response.output_item.added", "response.output_ite
 PART_EVENT_TYPES = frozenset({"response.content_part.added", "response.content_part.done"})
 PART_EVENT_FIELDS = ("item_id", "output_index", "content_index")
 
-#: Events of scalar fields (besides ``sequence_number``): their message and their fields.
-SCALAR_EVENTS: dict[str, tuple[type[Message], tuple[str, ...]]] = {
-    "response.output_text.delta": (
-        pb.OutputTextDeltaEvent,
-        ("item_id", "output_index", "content_index", "delta"),
-    ),
-    "response.function_call_arguments.delta": (
-        pb.FunctionCallArgumentsDeltaEvent,
-        ("item_id", "output_index", "delta"),
-    ),
-    "response.output_text.done": (
-        pb.OutputTextDoneEvent,
-        ("item_id", "output_index", "content_index", "text"),
-    ),
-    "response.function_call_arguments.done": (
-        pb.FunctionCallArgumentsDoneEvent,
-        ("item_id", "output_index", "arguments", "name"),
-    ),
+#: Events of scalar fields (besides ``sequence_number``) and their fields: the deltas and dones.
+SCALAR_EVENTS: dict[str, tuple[str, ...]] = {
+    "response.output_text.delta": ("item_id", "output_index", "content_index", "delta"),
+    "response.function_call_arguments.delta": ("item_id", "output_index", "delta"),
+    "response.output_text.done": ("item_id", "output_index", "content_index", "text"),
+    "response.function_call_arguments.done": ("item_id", "output_index", "arguments", "name"),
 }
 
 #: Every event type with a case of its own in ``ConnectResponse``.
@@ -56,10 +41,7 @@ EVENT_TYPES = (
     | SCALAR_EVENTS.keys()
     | {"response.done", "error", "warning"}
 )
+#: JSON event type -> ``ConnectResponse`` oneof case.
+CASE_OF_TYPE = {kind: kind.replace(".", "_") for kind in EVENT_TYPES}
 #: ``ConnectResponse`` oneof case -> JSON event type.
-TYPE_OF_CASE = {kind.replace(".", "_"): kind for kind in EVENT_TYPES}
-
-
-def case_of(kind: str) -> str:
-    """The ``ConnectResponse`` oneof case of a JSON event type."""
-    return kind.replace(".", "_")
+TYPE_OF_CASE = {case: kind for kind, case in CASE_OF_TYPE.items()}
