@@ -7,6 +7,8 @@ same in every snapshot (``response_echo_to_pb``), so the echo is serialized once
 
 from __future__ import annotations
 
+from typing import Literal
+
 from bidi_responses.codec.depth import deep
 from bidi_responses.codec.items import item_to_dict, item_to_pb
 from bidi_responses.codec.settings import (
@@ -146,6 +148,17 @@ def response_to_dict(r: pb.Response) -> JSONObject:
     return result
 
 
-def _optional(message: pb.Response, name: str) -> JSONValue:
+_OptionalField = Literal[
+    "completed_at",
+    "previous_response_id",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "safety_identifier",
+    "prompt_cache_key",
+]
+
+
+def _optional(message: pb.Response, name: _OptionalField) -> JSONValue:
     """An optional field's value, None when unset."""
-    return getattr(message, name) if message.HasField(name) else None  # type: ignore[arg-type]
+    return getattr(message, name) if message.HasField(name) else None
