@@ -7,12 +7,11 @@ every streamed event, and explicit constructors cost a fraction of ``json_format
 One module per concept, each converting both ways (``X_to_pb`` from JSON, ``X_to_dict`` back):
 ``structs`` (free JSON), ``items``, ``tools``, ``settings`` (text, reasoning, usage, stats),
 ``params`` (create parameters), ``responses``; and per direction of the stream:
-``requests`` (the server's request decoder), ``encoder`` (the server's event encoder),
-``decoder`` (the client's event decoder), over ``events`` (the event table both share),
-``wire`` (framing by hand) and ``depth`` (nesting limits).
+``request_decoder`` (the server's), ``event_encoder`` (the server's), ``event_decoder`` (the
+client's), over ``events`` (the event table both share), ``wire`` (framing by hand) and
+``depth`` (nesting limits).
 """
 
-from bidi_responses.codec.decoder import EventDecoder
 from bidi_responses.codec.depth import (
     API_MAX_DEPTH,
     PROTOBUF_DEFAULT_DEPTH,
@@ -21,7 +20,8 @@ from bidi_responses.codec.depth import (
     deep_messages,
     wire_problem,
 )
-from bidi_responses.codec.encoder import ProtoEncoder
+from bidi_responses.codec.event_decoder import EventDecoder
+from bidi_responses.codec.event_encoder import ProtoEncoder
 from bidi_responses.codec.items import (
     canonical_item,
     function_call_to_dict,
@@ -32,7 +32,7 @@ from bidi_responses.codec.items import (
     part_to_pb,
 )
 from bidi_responses.codec.params import OPTIONAL_PARAMS, params_to_dict, params_to_pb
-from bidi_responses.codec.requests import ProtoDecoder
+from bidi_responses.codec.request_decoder import ProtoDecoder
 from bidi_responses.codec.responses import response_to_dict, response_to_pb
 from bidi_responses.codec.settings import (
     flat_message_to_dict,
