@@ -24,7 +24,7 @@ from bidi_responses.codec.responses import (
     response_progress_to_pb,
     response_to_pb,
 )
-from bidi_responses.codec.structs import JSONObject
+from bidi_responses.codec.structs import JSONMapping
 from bidi_responses.codec.wire import VARINT, field_bytes, field_number, tag, varint
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
@@ -52,7 +52,7 @@ class ProtoEncoder:
         self._echo: dict[tuple[str, bool], bytes] = {}
 
     @deep
-    def event_bytes(self, lane: str, e: JSONObject) -> bytes:
+    def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), building snapshots from a once-per-response request echo."""
         kind = e["type"]
@@ -78,12 +78,12 @@ class ProtoEncoder:
         return out
 
     @staticmethod
-    def response_to_pb(r: JSONObject, *, slim: bool = False) -> pb.Response:
+    def response_to_pb(r: JSONMapping, *, slim: bool = False) -> pb.Response:
         """A Response object (``slim``: without the echoed instructions and tools)."""
         return response_to_pb(r, slim=slim)
 
     @deep
-    def connect_response(self, lane: str, e: JSONObject) -> pb.ConnectResponse:
+    def connect_response(self, lane: str, e: JSONMapping) -> pb.ConnectResponse:
         """A core event as a ConnectResponse."""
         kind = e["type"]
         seq = e.get("sequence_number", 0)
@@ -130,7 +130,7 @@ class ProtoEncoder:
         return _connect_response(stream_id=lane, **{CASE_OF_TYPE[kind]: message})
 
 
-def _error_detail(error: JSONObject) -> pb.ErrorDetail:
+def _error_detail(error: JSONMapping) -> pb.ErrorDetail:
     """The nested error object; absent and null members are empty strings."""
     return pb.ErrorDetail(
         type=error.get("type") or "",

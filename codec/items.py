@@ -7,7 +7,7 @@ JSON's ``type`` discriminator is the protobuf ``oneof`` case (``"function_call"`
 from __future__ import annotations
 
 from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import JSONObject, dict_to_struct, struct_to_dict
+from bidi_responses.codec.structs import JSONMapping, JSONObject, dict_to_struct, struct_to_dict
 from bidi_responses.v1 import responses_pb2 as pb
 
 
@@ -42,7 +42,7 @@ def part_to_dict(part: pb.ContentPart) -> JSONObject:
 
 
 @deep
-def part_to_pb(part: JSONObject) -> pb.ContentPart:
+def part_to_pb(part: JSONMapping) -> pb.ContentPart:
     """A JSON content part as a ContentPart."""
     kind = part.get("type")
     if kind == "output_text":
@@ -109,7 +109,7 @@ def function_call_to_dict(call: pb.FunctionCallItem) -> JSONObject:
     return _set_present(result, id=call.id, status=call.status)
 
 
-def function_call_to_pb(item: JSONObject) -> pb.FunctionCallItem:
+def function_call_to_pb(item: JSONMapping) -> pb.FunctionCallItem:
     """A JSON function_call item as a FunctionCallItem."""
     return pb.FunctionCallItem(
         id=item.get("id", ""),
@@ -121,7 +121,7 @@ def function_call_to_pb(item: JSONObject) -> pb.FunctionCallItem:
 
 
 @deep
-def item_to_pb(item: JSONObject) -> pb.Item:
+def item_to_pb(item: JSONMapping) -> pb.Item:
     """A JSON item as an Item (kinds without a typed case travel as ``other``)."""
     kind = item.get("type")
     if kind == "message":

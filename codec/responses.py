@@ -21,7 +21,7 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
-from bidi_responses.codec.structs import JSONObject, JSONValue
+from bidi_responses.codec.structs import JSONMapping, JSONObject, JSONValue
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
@@ -37,14 +37,14 @@ _ECHO_FIELDS_FULL = (*_ECHO_FIELDS, "instructions")
 
 
 @deep
-def response_to_pb(r: JSONObject, *, slim: bool = False) -> pb.Response:
+def response_to_pb(r: JSONMapping, *, slim: bool = False) -> pb.Response:
     """A Response object (``slim``: without the echoed instructions and tools)."""
     response = response_progress_to_pb(r, slim)
     response.MergeFrom(response_echo_to_pb(r, slim))
     return response
 
 
-def response_echo_to_pb(r: JSONObject, slim: bool) -> pb.Response:
+def response_echo_to_pb(r: JSONMapping, slim: bool) -> pb.Response:
     """The fields that echo the request: the same in every snapshot of a response."""
     response = pb.Response(
         object="response",
@@ -74,7 +74,7 @@ def response_echo_to_pb(r: JSONObject, slim: bool) -> pb.Response:
     return response
 
 
-def response_progress_to_pb(r: JSONObject, slim: bool) -> pb.Response:
+def response_progress_to_pb(r: JSONMapping, slim: bool) -> pb.Response:
     """The fields that change over a response's life."""
     response = pb.Response(
         id=r["id"],

@@ -3,7 +3,13 @@ format), ``reasoning``, ``usage`` and the server's ``stats``."""
 
 from __future__ import annotations
 
-from bidi_responses.codec.structs import JSONObject, canonical, fill_struct, struct_to_dict
+from bidi_responses.codec.structs import (
+    JSONMapping,
+    JSONObject,
+    canonical,
+    fill_struct,
+    struct_to_dict,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
@@ -28,7 +34,7 @@ def text_to_dict(text: pb.TextConfig) -> JSONObject:
     return result
 
 
-def text_to_pb(text: JSONObject) -> pb.TextConfig:
+def text_to_pb(text: JSONMapping) -> pb.TextConfig:
     """The JSON ``text`` object as a TextConfig."""
     config = pb.TextConfig()
     fmt = text.get("format")
@@ -55,7 +61,7 @@ def reasoning_to_dict(reasoning: pb.ReasoningConfig) -> JSONObject:
     }
 
 
-def reasoning_to_pb(reasoning: JSONObject) -> pb.ReasoningConfig:
+def reasoning_to_pb(reasoning: JSONMapping) -> pb.ReasoningConfig:
     """The JSON ``reasoning`` object as a ReasoningConfig."""
     config = pb.ReasoningConfig()
     if reasoning.get("effort") is not None:
@@ -76,7 +82,7 @@ def usage_to_dict(u: pb.Usage) -> JSONObject:
     }
 
 
-def usage_to_pb(usage: JSONObject) -> pb.Usage:
+def usage_to_pb(usage: JSONMapping) -> pb.Usage:
     """The JSON ``usage`` object as a Usage."""
     return pb.Usage(
         input_tokens=usage["input_tokens"],
@@ -96,7 +102,7 @@ def stats_to_dict(stats: pb.ResponseStats) -> JSONObject:
     return flat_message_to_dict(stats)
 
 
-def stats_to_pb(stats: JSONObject) -> pb.ResponseStats:
+def stats_to_pb(stats: JSONMapping) -> pb.ResponseStats:
     """The server's per-response counters as a ResponseStats."""
     return pb.ResponseStats(**stats)
 

@@ -8,6 +8,7 @@ a parse that stops at protobuf's default depth, which tool schemas exceed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from bidi_responses.codec.depth import deep
@@ -17,6 +18,8 @@ from google.protobuf import struct_pb2
 JSONValue: TypeAlias = Any
 #: A JSON object.
 JSONObject: TypeAlias = dict[str, JSONValue]
+#: A JSON object as read, typed or not (a TypedDict of the core is one).
+JSONMapping: TypeAlias = Mapping[str, JSONValue]
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> JSONObject:
@@ -41,14 +44,14 @@ def value_to_py(value: struct_pb2.Value) -> JSONValue:
 
 
 @deep
-def dict_to_struct(value: JSONObject) -> struct_pb2.Struct:
+def dict_to_struct(value: JSONMapping) -> struct_pb2.Struct:
     """A plain dict as a Struct, filled in place level by level."""
     struct = struct_pb2.Struct()
     fill_struct(struct, value)
     return struct
 
 
-def fill_struct(struct: struct_pb2.Struct, value: JSONObject) -> None:
+def fill_struct(struct: struct_pb2.Struct, value: JSONMapping) -> None:
     """Add ``value``'s keys to ``struct`` (a field of a message under construction)."""
     fields = struct.fields
     for key, item in value.items():

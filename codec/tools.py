@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import JSONObject, JSONValue, fill_struct, struct_to_dict
+from bidi_responses.codec.structs import (
+    JSONMapping,
+    JSONObject,
+    JSONValue,
+    fill_struct,
+    struct_to_dict,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 
 #: The optional fields of a function tool, null in the Response's echo when unset.
@@ -55,7 +61,7 @@ def tool_echo_to_dict(tool: pb.Tool) -> JSONObject:
 
 
 @deep
-def tool_to_pb(tool: JSONObject) -> pb.Tool:
+def tool_to_pb(tool: JSONMapping) -> pb.Tool:
     """A JSON tool as a Tool."""
     if tool.get("type") != "function":
         other = pb.Tool()
@@ -71,7 +77,7 @@ def tool_to_pb(tool: JSONObject) -> pb.Tool:
     return pb.Tool(function=function)
 
 
-def tools_to_pb(tools: Sequence[JSONObject]) -> Sequence[pb.Tool]:
+def tools_to_pb(tools: Sequence[JSONMapping]) -> Sequence[pb.Tool]:
     """A JSON tool list as Tool messages; a ``ProtoTools`` list gives its own."""
     if isinstance(tools, ProtoTools):
         return tools.protobuf()
