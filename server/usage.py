@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bidi_responses.server.core.store import LedgerRow, read_ledger
+from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.core.store_backend import is_postgres_url
 
 GROUP_KEYS = ("tenant", "model", "transport", "status")

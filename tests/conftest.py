@@ -16,7 +16,8 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.store import LedgerRow, Store
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.engines.sim import SimConfig
 from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import FunctionToolParam, Response

@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
 
 
 class ResponseStore(Protocol):
