@@ -25,16 +25,13 @@ from bidi_responses.server.core.events import (
 )
 from bidi_responses.server.core.idempotency import find_replay
 from bidi_responses.server.core.ids import assign_ids, new_id
+from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.metrics import ResponseMetrics
 from bidi_responses.server.core.outcome import ledger_row, stored_response
 from bidi_responses.server.core.post import PostJob, StorageUnavailable
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import (
-    CreateRequest,
-    Item,
-    parse_input,
-)
+from bidi_responses.server.core.requests import CreateRequest, Item
 from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.state import (
     ConversationState,
