@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.service import ResponsesCore
@@ -87,8 +87,8 @@ class ScriptedEngine:
             yield ItemStart("function_call", name=call.name, call_id=call.call_id)
             yield Delta(call.arguments, (0,))
             yield ItemEnd()
-        reason = "tool_calls" if turn.calls else "stop"
         output_tokens = len(turn.deltas) + len(turn.calls)
+        reason: Literal["tool_calls", "stop"] = "tool_calls" if turn.calls else "stop"
         yield EngineFinish(reason, output_tokens, len(request.prompt_tokens), 0.0)
 
 
