@@ -1,6 +1,6 @@
 """Pacing, cost model and prefix (KV) cache shared by the simulated engines.
 
-The cost model is the one fixed by the benchmark protocol (``benchmark-protocol.md``):
+The cost model is the one the benchmarks run at ("The engine" in ``docs/results.md``):
 
 * time to first token = a fixed base (``ttft_ms``) plus prefill of the *uncached* prompt tokens
   at ``prefill_tokens_per_second``;
