@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -29,6 +30,17 @@ Event = dict[str, Any]
 
 def _create(**body: Any) -> Event:
     return {"type": "response.create", "model": "sim-model", "input": "hi", **body}
+
+
+@asynccontextmanager
+async def _session(core: ScriptedCore) -> AsyncIterator[Session]:
+    """A stream session on ``core`` for at most ``TIMEOUT_S``, closed after."""
+    session = core.open_session("test")
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            yield session
+    finally:
+        await core.close_session(session)
 
 
 async def _until(session: Session, done: Callable[[Event], bool]) -> list[Event]:
@@ -65,16 +77,12 @@ async def test_create_streams_a_response_and_a_continuation_extends_its_cached_p
 ) -> None:
     engine, core = engine_and_core
     engine.turns += [Turn(("Hello",)), Turn(("Again",))]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle(_create(store=False))
-            first = await _until_terminal(session)
-            parent = first[-1]["response"]
-            # Not stored: only the lane's cache can serve the continuation.
-            second = await _turn(session, previous_response_id=parent["id"], input="more")
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        await session.handle(_create(store=False))
+        first = await _until_terminal(session)
+        parent = first[-1]["response"]
+        # Not stored: only the lane's cache can serve the continuation.
+        second = await _turn(session, previous_response_id=parent["id"], input="more")
 
     assert first[0]["type"] == "response.created"
     assert first[-1]["type"] == "response.completed"
@@ -91,12 +99,8 @@ async def test_an_unknown_previous_response_is_one_error_naming_the_field(
     engine_and_core: EngineAndCore,
 ) -> None:
     engine, core = engine_and_core
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            error = await _turn(session, previous_response_id="resp_missing")
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        error = await _turn(session, previous_response_id="resp_missing")
 
     assert error["type"] == "error"
     assert error["error"]["code"] == "previous_response_not_found"
@@ -110,24 +114,20 @@ async def test_a_busy_lane_refuses_a_second_response_while_another_lane_runs(
     engine, core = engine_and_core
     hold = asyncio.Event()
     engine.turns += [Turn(("a",), hold=hold), Turn(("b",))]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle(_create())
-            await _until_holding(session, engine)
-            await session.handle(_create())
-            refused = (await anext(session.events())).data
-            # Another lane of the same stream is a conversation of its own.
-            await session.handle(_create(stream_id="other"))
-            other: list[tuple[str, Event]] = []
-            async for out in session.events():
-                other.append((out.lane, out.data))
-                if out.data["type"] in TERMINAL:
-                    break
-            hold.set()
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        await session.handle(_create())
+        await _until_holding(session, engine)
+        await session.handle(_create())
+        refused = (await anext(session.events())).data
+        # Another lane of the same stream is a conversation of its own.
+        await session.handle(_create(stream_id="other"))
+        other: list[tuple[str, Event]] = []
+        async for out in session.events():
+            other.append((out.lane, out.data))
+            if out.data["type"] in TERMINAL:
+                break
+        hold.set()
+        rest = await _until_terminal(session)
 
     assert refused["type"] == "error"
     assert refused["error"]["code"] == "conversation_already_has_active_response"
@@ -142,18 +142,14 @@ async def test_cancel_ends_the_response_incomplete_with_its_partial_output(
 ) -> None:
     engine, core = engine_and_core
     engine.turns.append(Turn(("partial",), hold=asyncio.Event()))
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle({"type": "response.cancel", "response_id": "resp_none"})
-            not_found = (await anext(session.events())).data
-            await session.handle(_create())
-            started = await _until_holding(session, engine)
-            response_id = started[0]["response"]["id"]
-            await session.handle({"type": "response.cancel", "response_id": response_id})
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        await session.handle({"type": "response.cancel", "response_id": "resp_none"})
+        not_found = (await anext(session.events())).data
+        await session.handle(_create())
+        started = await _until_holding(session, engine)
+        response_id = started[0]["response"]["id"]
+        await session.handle({"type": "response.cancel", "response_id": response_id})
+        rest = await _until_terminal(session)
 
     assert not_found["error"]["code"] == "response_not_found"
     assert engine.cancelled.is_set()
@@ -173,19 +169,15 @@ async def test_append_mode_waits_in_response_done_and_an_append_resumes_it(
 ) -> None:
     engine, core = engine_and_core
     engine.turns += [Turn((), calls=(Call("call_1", "shell", '{"cmd": "ls"}'),)), Turn(("done",))]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle(_create(tools=[SHELL], append_mode=True))
-            paused = (await _until(session, lambda e: e["type"] == "response.done"))[-1]
-            response_id = paused["response"]["id"]
-            answer = {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}
-            await session.handle(
-                {"type": "response.append", "response_id": response_id, "input": [answer]}
-            )
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        await session.handle(_create(tools=[SHELL], append_mode=True))
+        paused = (await _until(session, lambda e: e["type"] == "response.done"))[-1]
+        response_id = paused["response"]["id"]
+        answer = {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}
+        await session.handle(
+            {"type": "response.append", "response_id": response_id, "input": [answer]}
+        )
+        rest = await _until_terminal(session)
 
     assert [call["call_id"] for call in paused["pending_calls"]] == ["call_1"]
     terminal = rest[-1]
@@ -203,25 +195,21 @@ async def test_an_append_that_answers_another_call_is_refused_and_the_response_s
 ) -> None:
     engine, core = engine_and_core
     engine.turns += [Turn((), calls=(Call("call_1", "shell"),)), Turn(("done",))]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle(_create(tools=[SHELL], append_mode=True))
-            paused = (await _until(session, lambda e: e["type"] == "response.done"))[-1]
-            response_id = paused["response"]["id"]
+    async with _session(core) as session:
+        await session.handle(_create(tools=[SHELL], append_mode=True))
+        paused = (await _until(session, lambda e: e["type"] == "response.done"))[-1]
+        response_id = paused["response"]["id"]
 
-            def append(call_id: str) -> Event:
-                output = {"type": "function_call_output", "call_id": call_id, "output": "ok"}
-                return {"type": "response.append", "response_id": response_id, "input": [output]}
+        def append(call_id: str) -> Event:
+            output = {"type": "function_call_output", "call_id": call_id, "output": "ok"}
+            return {"type": "response.append", "response_id": response_id, "input": [output]}
 
-            await session.handle(append("call_other"))
-            mismatch = (await anext(session.events())).data
-            await session.handle({**append("call_1"), "response_id": "resp_other"})
-            not_waiting = (await anext(session.events())).data
-            await session.handle(append("call_1"))
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
+        await session.handle(append("call_other"))
+        mismatch = (await anext(session.events())).data
+        await session.handle({**append("call_1"), "response_id": "resp_other"})
+        not_waiting = (await anext(session.events())).data
+        await session.handle(append("call_1"))
+        rest = await _until_terminal(session)
 
     assert mismatch["type"] == "error"
     assert mismatch["error"]["code"] == "call_id_mismatch"
@@ -236,14 +224,10 @@ async def test_a_failed_continuation_evicts_the_response_it_referenced(
 ) -> None:
     engine, core = engine_and_core
     engine.turns += [Turn(), Turn(("partial",), fail="backend down")]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            parent = (await _turn(session, store=False))["response"]
-            failed = await _turn(session, store=False, previous_response_id=parent["id"])
-            retry = await _turn(session, store=False, previous_response_id=parent["id"])
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        parent = (await _turn(session, store=False))["response"]
+        failed = await _turn(session, store=False, previous_response_id=parent["id"])
+        retry = await _turn(session, store=False, previous_response_id=parent["id"])
 
     assert failed["type"] == "response.failed"
     assert failed["response"]["error"]["code"] == "backend_failed"
@@ -258,16 +242,12 @@ async def test_the_lane_cache_keeps_at_most_max_responses(
     engine, core = engine_and_core
     core.config.cache.max_responses = 2
     engine.turns += [Turn() for _ in range(5)]
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            ids = [(await _turn(session, store=False))["response"]["id"] for _ in range(3)]
-            # The oldest of three went; the two most recent are both continuable.
-            evicted = await _turn(session, store=False, previous_response_id=ids[0])
-            kept = await _turn(session, store=False, previous_response_id=ids[1])
-            newest = await _turn(session, store=False, previous_response_id=ids[2])
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        ids = [(await _turn(session, store=False))["response"]["id"] for _ in range(3)]
+        # The oldest of three went; the two most recent are both continuable.
+        evicted = await _turn(session, store=False, previous_response_id=ids[0])
+        kept = await _turn(session, store=False, previous_response_id=ids[1])
+        newest = await _turn(session, store=False, previous_response_id=ids[2])
 
     assert evicted["type"] == "error"
     assert evicted["error"]["code"] == "previous_response_not_found"
@@ -279,28 +259,18 @@ async def test_the_lane_cache_keeps_at_most_max_bytes(engine_and_core: EngineAnd
     cache = core.config.cache
     cache.max_responses = 10
     engine.turns += [Turn() for _ in range(4)]
-    # One response's state, as the cache measures it, on a lane of its own.
-    probe = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await _turn(probe, store=False)
-    finally:
-        lane_cache = probe._lanes[""].cache
-        assert lane_cache is not None
-        one_state = lane_cache.bytes_used
-        await core.close_session(probe)
+    # One response's state, as the caches measure it, on a stream of its own.
+    async with _session(core) as probe:
+        await _turn(probe, store=False)
+        one_state = core.cache_budget.used
     assert one_state > 0
     cache.max_bytes = one_state * 3 // 2  # room for one such state, not two
 
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            first = (await _turn(session, store=False))["response"]["id"]
-            second = (await _turn(session, store=False))["response"]["id"]
-            evicted = await _turn(session, store=False, previous_response_id=first)
-            kept = await _turn(session, store=False, previous_response_id=second)
-    finally:
-        await core.close_session(session)
+    async with _session(core) as session:
+        first = (await _turn(session, store=False))["response"]["id"]
+        second = (await _turn(session, store=False))["response"]["id"]
+        evicted = await _turn(session, store=False, previous_response_id=first)
+        kept = await _turn(session, store=False, previous_response_id=second)
 
     assert evicted["type"] == "error"
     assert evicted["error"]["code"] == "previous_response_not_found"
