@@ -80,7 +80,6 @@ class ResponseRun:
         self.body = body
         self.emit = emit
         self.transport = transport
-        self.received = received
         self.id = new_id("resp")
         self.task: asyncio.Task[None] | None = None
         self.record: ResponseRecord | None = None
