@@ -1,8 +1,8 @@
 """Stored responses and the usage ledger in a shared PostgreSQL database (asyncpg).
 
-The same tables and semantics as the SQLite store (``sqlite_store.py``; the shared rules
-are in ``store.py``), so that several replicas
-behind a proxy share one store: a continuation lands on any replica and finds its chain.
+The same tables and semantics as the SQLite store (``sqlite_store.py``; the rules both keep
+in memory are in ``store.py``), so that several replicas behind a proxy share one store: a
+continuation lands on any replica and finds its chain.
 The schema is brought up to date by numbered migrations under an advisory lock, so replicas
 that start together migrate once. Writes are idempotent by response id: a response written
 twice (a replayed dead-letter job, or a retried turn with the same idempotency key on two
