@@ -148,8 +148,9 @@ class QueuedWrites(ABC):
 
     @abstractmethod
     async def _write_rows(self, jobs: list[WriteJob], needed: set[str | None]) -> None:
-        """Write the jobs durably, idempotent by response id; a deleted row that no response
-        in ``needed`` depends on is purged."""
+        """Write the jobs durably, idempotent by response id. ``needed``: the responses that
+        queued continuations depend on, which a backend that purges deleted rows as it
+        writes must keep."""
 
     @abstractmethod
     async def _delete_written(self, response_id: str, needed: set[str | None]) -> bool:
@@ -180,11 +181,8 @@ class QueuedWrites(ABC):
         await self.write_many([(record, ledger)])
 
     async def write_many(self, jobs: list[WriteJob]) -> None:
-        """Several ``write``s, durable when it returns.
-
-        Idempotent by response id: a row already there is kept, and a deleted response stays
-        deleted (journal replay may repeat a write that already landed).
-        """
+        """Several ``write``s, durable when it returns; idempotent by response id (journal
+        replay may repeat a write that already landed)."""
         await self._write_rows(jobs, self._needed_by_pending())
         for record, _ in jobs:
             if record is None:
