@@ -300,3 +300,39 @@ async def test_closing_the_session_cancels_engine_work_and_keeps_its_usage(
     assert row.response_id == response_id
     assert row.status == "cancelled"
     assert row.output_tokens == 1
+
+
+async def test_half_close_ends_a_response_waiting_for_tool_outputs_and_then_the_stream(
+    engine_and_core: EngineAndCore,
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn((), calls=(Call("call_1", "shell"),)))
+    async with _session(core) as session:
+        await session.handle(_create(tools=[SHELL], append_mode=True))
+        await _until(session, lambda e: e["type"] == "response.done")
+        # The client will send nothing more: no append can come.
+        await session.finish()
+        rest = [out.data async for out in session.events()]
+
+    assert [e["type"] for e in rest] == ["response.incomplete"]
+    assert rest[0]["response"]["incomplete_details"] == {"reason": "client_gone"}
+    assert len(engine.requests) == 1
+
+
+async def test_lanes_are_named_by_stream_id_and_bounded_per_stream(
+    engine_and_core: EngineAndCore,
+) -> None:
+    engine, core = engine_and_core
+    core.config.limits.max_lanes = 2
+    engine.turns += [Turn(), Turn()]
+    async with _session(core) as session:
+        bad_name = await _turn(session, stream_id="no spaces")
+        first = await _turn(session, stream_id="a")
+        second = await _turn(session, stream_id="b")
+        third = await _turn(session, stream_id="c")
+
+    assert bad_name["error"]["code"] == "invalid_stream_id"
+    assert bad_name["error"]["param"] == "stream_id"
+    assert first["type"] == second["type"] == "response.completed"
+    assert third["error"]["code"] == "too_many_lanes"
+    assert len(engine.requests) == 2
