@@ -26,6 +26,7 @@ from typing import Any
 
 import openai_harmony as oh
 import orjson
+import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.render import Renderer, TokenArray
@@ -64,7 +65,9 @@ class HarmonyRenderer(Renderer):
 
     format_name = "harmony"
 
-    def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+    ) -> None:
         super().__init__(encoding, open_compaction)
         self._harmony = load_harmony()
         self._render = self._harmony.render

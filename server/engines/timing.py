@@ -29,7 +29,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from bidi_responses.server.engines.base import (
     Delta,
@@ -38,6 +38,7 @@ from bidi_responses.server.engines.base import (
     EngineRequest,
     ItemEnd,
     ItemStart,
+    JSONValue,
 )
 
 __all__ = [
@@ -297,7 +298,7 @@ async def play(
     timing: EngineTiming,
     prefix_cache: PrefixCache,
     finish_reason: Literal["stop", "tool_calls"],
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, JSONValue] | None = None,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Awaitable[None]] | None = None,
     start: float | None = None,
@@ -358,7 +359,7 @@ async def play(
 
     # Even a segment with no output tokens takes its time to first token.
     await pacer.advance(0)
-    info: dict[str, Any] = {"prompt_tokens": len(prompt), "cached_prompt_tokens": cached}
+    info: dict[str, JSONValue] = {"prompt_tokens": len(prompt), "cached_prompt_tokens": cached}
     if extra:
         info.update(extra)
     yield EngineFinish(

@@ -29,13 +29,9 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
-from bidi_responses.server.engines.sim import (
-    PREFIX_BLOCK_BYTES,
-    SimConfig,
-    SimEngine,
-    schema_instance,
-)
+from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig, SimEngine
 from bidi_responses.server.engines.timing import (
     EngineTiming,
     Pacer,
