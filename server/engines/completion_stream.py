@@ -26,6 +26,7 @@ from bidi_responses.server.engines.base import (
 from bidi_responses.server.engines.http_backend import (
     RetryableError,
     SSELineSplitter,
+    broken_stream,
     decode_object,
     error_message,
     error_text,
@@ -111,9 +112,7 @@ async def read_completion(
         if parser.finished or state.finish_reason:
             return  # complete, though the backend sent no [DONE]
         message = "The backend closed the stream before it finished the completion."
-        if state.tokens:
-            raise EngineError("engine_stream_broken", message)
-        raise RetryableError("engine_stream_broken", message)
+        raise broken_stream(message, streamed=bool(state.tokens))
     except TimeoutError:
         if state.tokens:
             message = (
@@ -128,9 +127,7 @@ async def read_completion(
         raise EngineError("engine_timeout", message) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
         message = f"The connection to the backend broke: {exc or type(exc).__name__}."
-        if state.tokens:
-            raise EngineError("engine_stream_broken", message) from None
-        raise RetryableError("engine_stream_broken", message) from None
+        raise broken_stream(message, streamed=bool(state.tokens)) from None
     finally:
         if response is not None and not response.closed:
             # Closing (not releasing) a response that is still streaming drops the

@@ -18,6 +18,7 @@ __all__ = [
     "SSELineSplitter",
     "SessionPool",
     "bearer_headers",
+    "broken_stream",
     "decode_object",
     "error_message",
     "error_text",
@@ -34,6 +35,17 @@ class RetryableError(Exception):
         self.code = code
         self.message = message
         self.fresh = fresh
+
+
+def broken_stream(
+    message: str, *, streamed: bool, code: str = "engine_stream_broken", fresh: bool = False
+) -> EngineError | RetryableError:
+    """The error for an answer that broke off: final (``engine_stream_broken``) once anything
+    was streamed, since a retry would repeat it; before that a ``RetryableError`` with
+    ``code``."""
+    if streamed:
+        return EngineError("engine_stream_broken", message)
+    return RetryableError(code, message, fresh=fresh)
 
 
 class SessionPool:

@@ -21,6 +21,7 @@ from bidi_responses.server.engines.http_backend import (
     RetryableError,
     SessionPool,
     SSELineSplitter,
+    broken_stream,
     decode_object,
     error_message,
     sse_data,
@@ -146,9 +147,7 @@ class UpstreamWire:
         except ConnectionClosed as exc:
             link.ws = None
             message = f"The upstream closed the WebSocket connection ({exc})."
-            if turn.streamed:
-                raise EngineError("engine_stream_broken", message) from None
-            raise RetryableError("engine_stream_broken", message, fresh=True) from None
+            raise broken_stream(message, streamed=turn.streamed, fresh=True) from None
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -178,9 +177,7 @@ class UpstreamWire:
                     chunk = await response.content.readany()
                 if not chunk:
                     message = "The upstream closed the stream before its terminal event."
-                    if turn.streamed:
-                        raise EngineError("engine_stream_broken", message)
-                    raise RetryableError("engine_stream_broken", message)
+                    raise broken_stream(message, streamed=turn.streamed)
                 for line in lines.feed(chunk):
                     payload = sse_data(line)
                     if payload is None or payload == b"[DONE]":
@@ -197,9 +194,9 @@ class UpstreamWire:
             raise self._timeout(turn) from None
         except aiohttp.ClientError as exc:
             message = f"The upstream at {self.http_url} failed: {exc or type(exc).__name__}."
-            if turn.streamed:
-                raise EngineError("engine_stream_broken", message) from None
-            raise RetryableError("engine_unavailable", message) from None
+            raise broken_stream(
+                message, streamed=turn.streamed, code="engine_unavailable"
+            ) from None
         finally:
             if response is not None:
                 response.close()

@@ -41,22 +41,13 @@ from bidi_responses.server.engines.timing import (
     token_deltas,
 )
 
+from tests.conftest import SHELL_TOOL
+
 # Fast settings for most tests: no base latency, effectively instant decoding.
 FAST: dict[str, Any] = {"tokens_per_second": 1e6, "ttft_ms": 0.0, "prefill_tokens_per_second": 1e9}
 
-EXEC_COMMAND = FunctionSpec(
-    "exec_command",
-    {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "string", "description": "shell command"},
-            "workdir": {"type": "string"},
-            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600_000},
-        },
-        "required": ["cmd"],
-        "additionalProperties": False,
-    },
-)
+# The shell tool the live-server tests use, as the engine sees it.
+EXEC_COMMAND = FunctionSpec("exec_command", SHELL_TOOL["parameters"])
 
 KITCHEN_SINK = FunctionSpec(
     "kitchen_sink",
