@@ -13,7 +13,8 @@
 * ``http_backend``: what the two HTTP engines share (session pool, API key, SSE, errors).
 * ``formats``, ``harmony``: chat formats (prompt renderer plus completion parser).
 * ``completion_parser``: sampled token ids back into items, for the project's chat format.
-* ``timing``: the cost model, pacing and prefix (KV) cache both simulated engines share.
+* ``timing``, ``prefix_cache``: the cost model and pacing, and the bounded prefix (KV)
+  cache, which both simulated engines share.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
 ``engines.base`` stays cheap (no tokenizer load).

@@ -32,6 +32,7 @@ from bidi_responses.server.engines.base import (
     FunctionSpec,
     JSONValue,
 )
+from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import (
     FILLER_WORDS,
     SchemaSampler,
@@ -40,7 +41,6 @@ from bidi_responses.server.engines.schema_sampler import (
 from bidi_responses.server.engines.timing import (
     EngineTiming,
     PlannedItem,
-    PrefixCache,
     play,
     token_deltas,
 )

@@ -29,6 +29,7 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig, SimEngine
@@ -36,7 +37,6 @@ from bidi_responses.server.engines.timing import (
     EngineTiming,
     Pacer,
     PlannedItem,
-    PrefixCache,
     play,
     token_deltas,
 )
