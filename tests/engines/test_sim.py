@@ -44,7 +44,11 @@ from bidi_responses.server.engines.timing import (
 from tests.conftest import SHELL_TOOL
 
 # Fast settings for most tests: no base latency, effectively instant decoding.
-FAST: dict[str, Any] = {"tokens_per_second": 1e6, "ttft_ms": 0.0, "prefill_tokens_per_second": 1e9}
+FAST: dict[str, Any] = {
+    "tokens_per_second": 1e6,
+    "ttft_ms": 0.0,
+    "prefill_tokens_per_second": 1e9,
+}
 
 # The shell tool the live-server tests use, as the engine sees it.
 EXEC_COMMAND = FunctionSpec("exec_command", SHELL_TOOL["parameters"])
