@@ -22,9 +22,9 @@ from bidi_responses.server.engines.base import (
     ItemStart,
     JSONObject,
 )
-from bidi_responses.server.engines.http_backend import RetryableError
+from bidi_responses.server.engines.http_backend import RetryableError, decode_object
 
-__all__ = ["UpstreamTurn", "finish", "translate"]
+__all__ = ["UpstreamTurn", "finish", "translate", "translate_raw"]
 
 _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -43,6 +43,11 @@ class UpstreamTurn:
     streamed: bool = False
     response: JSONObject = field(default_factory=dict)
     terminal: str = ""
+
+
+def translate_raw(raw: str | bytes, turn: UpstreamTurn) -> list[EngineEvent]:
+    """One upstream event as it arrived (JSON text) as engine events."""
+    return translate(decode_object(raw, "The upstream sent an event"), turn)
 
 
 def translate(event: JSONObject, turn: UpstreamTurn) -> list[EngineEvent]:

@@ -22,11 +22,10 @@ from bidi_responses.server.engines.http_backend import (
     SessionPool,
     SSELineSplitter,
     broken_stream,
-    decode_object,
     error_message,
     sse_data,
 )
-from bidi_responses.server.engines.upstream_events import UpstreamTurn, translate
+from bidi_responses.server.engines.upstream_events import UpstreamTurn, translate_raw
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
@@ -135,7 +134,7 @@ class UpstreamWire:
             while True:
                 async with asyncio.timeout_at(deadline):
                     raw = await ws.recv()
-                for event in translate(decode_object(raw, "The upstream sent an event"), turn):
+                for event in translate_raw(raw, turn):
                     yield event
                 if turn.terminal:
                     return
@@ -182,9 +181,7 @@ class UpstreamWire:
                     payload = sse_data(line)
                     if payload is None or payload == b"[DONE]":
                         continue
-                    for event in translate(
-                        decode_object(payload, "The upstream sent an event"), turn
-                    ):
+                    for event in translate_raw(payload, turn):
                         yield event
                     if turn.terminal:
                         break
