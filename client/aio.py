@@ -1,4 +1,5 @@
-"""The async client: a Connect stream for agent loops, and the unary calls.
+"""The async client: it opens Connect streams (``stream.ConnectStream``, for agent loops) and
+makes the stateless and unary calls.
 
 Parameters and events are JSON-shaped dicts, exactly as in the Responses API documentation;
 protobuf stays inside. A typical agent turn::
