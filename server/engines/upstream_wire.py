@@ -10,7 +10,7 @@ link falls back to HTTP for good. Failures before anything was streamed raise
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,6 +85,26 @@ class UpstreamWire:
             return self._over_http(body, headers, turn)
         return self._over_ws(link, body, headers, turn)
 
+    async def _relay(
+        self,
+        receive: Callable[[], Awaitable[list[str | bytes]]],
+        turn: UpstreamTurn,
+        deadline: float,
+    ) -> AsyncIterator[EngineEvent]:
+        """Translate the events ``receive`` brings until the terminal one. ``deadline`` is for
+        the first event; once the turn streams, each receive gets the idle timeout instead."""
+        loop = asyncio.get_running_loop()
+        while not turn.terminal:
+            async with asyncio.timeout_at(deadline):
+                received = await receive()
+            for raw in received:
+                for event in translate_raw(raw, turn):
+                    yield event
+                if turn.terminal:
+                    break
+            if turn.streamed:
+                deadline = loop.time() + self.config.idle_timeout_s
+
     def _timeout(self, turn: UpstreamTurn) -> EngineError:
         config = self.config
         limit = config.idle_timeout_s if turn.streamed else config.first_event_timeout_s
@@ -126,20 +146,15 @@ class UpstreamWire:
                 async for event in self._over_http(body, headers, turn):
                     yield event
                 return
-        config = self.config
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + config.first_event_timeout_s
+        deadline = asyncio.get_running_loop().time() + self.config.first_event_timeout_s
+
+        async def receive() -> list[str | bytes]:
+            return [await ws.recv()]
+
         try:
             await ws.send(orjson.dumps({"type": "response.create", **body}).decode())
-            while True:
-                async with asyncio.timeout_at(deadline):
-                    raw = await ws.recv()
-                for event in translate_raw(raw, turn):
-                    yield event
-                if turn.terminal:
-                    return
-                if turn.streamed:
-                    deadline = loop.time() + config.idle_timeout_s
+            async for event in self._relay(receive, turn, deadline):
+                yield event
         except TimeoutError:
             await link.close()
             raise self._timeout(turn) from None
@@ -153,9 +168,7 @@ class UpstreamWire:
     async def _over_http(
         self, body: JSONObject, headers: dict[str, str], turn: UpstreamTurn
     ) -> AsyncIterator[EngineEvent]:
-        config = self.config
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + config.first_event_timeout_s
+        deadline = asyncio.get_running_loop().time() + self.config.first_event_timeout_s
         response: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout_at(deadline):
@@ -170,23 +183,19 @@ class UpstreamWire:
                 if "previous_response_not_found" in text:
                     raise RetryableError("engine_error", message, fresh=True)
                 raise EngineError("engine_error", message)
-            lines = SSELineSplitter(config.max_message_bytes, "upstream")
-            while not turn.terminal:
-                async with asyncio.timeout_at(deadline):
-                    chunk = await response.content.readany()
+            content = response.content
+            lines = SSELineSplitter(self.config.max_message_bytes, "upstream")
+
+            async def receive() -> list[str | bytes]:
+                chunk = await content.readany()
                 if not chunk:
                     message = "The upstream closed the stream before its terminal event."
                     raise broken_stream(message, streamed=turn.streamed)
-                for line in lines.feed(chunk):
-                    payload = sse_data(line)
-                    if payload is None or payload == b"[DONE]":
-                        continue
-                    for event in translate_raw(payload, turn):
-                        yield event
-                    if turn.terminal:
-                        break
-                if turn.streamed:
-                    deadline = loop.time() + config.idle_timeout_s
+                payloads = (sse_data(line) for line in lines.feed(chunk))
+                return [data for data in payloads if data is not None and data != b"[DONE]"]
+
+            async for event in self._relay(receive, turn, deadline):
+                yield event
         except TimeoutError:
             raise self._timeout(turn) from None
         except aiohttp.ClientError as exc:
