@@ -94,7 +94,7 @@ class Renderer:
         """Append one item's tokens to ``out``; return how many were added."""
         kind = item["type"]
         if kind == "message":
-            text = "".join(_part_text(part) for part in item["content"])
+            text = "".join(part_text(part) for part in item["content"])
             role = item["role"]
             if role == "assistant":
                 return self._block(out, "assistant", "final", text, tokenizer.END)
@@ -159,7 +159,7 @@ def note_call(item: Item, call_names: dict[str, str]) -> None:
         call_names[item["call_id"]] = item.get("name", "")
 
 
-def _part_text(part: dict[str, Any]) -> str:
+def part_text(part: dict[str, Any]) -> str:
     kind = part["type"]
     if kind == "refusal":
         return str(part["refusal"])

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
+
+#: Free JSON whose shape its sender decides: a tool's JSON schema, an item from the
+#: conversation, an upstream's event, a backend's chunk. Engines check what they read of it.
+JSONValue: TypeAlias = Any
+#: A JSON object of that kind.
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +25,7 @@ class FunctionSpec:
     """A callable function tool as the engine sees it (name and JSON-schema parameters)."""
 
     name: str
-    parameters: dict[str, Any]
+    parameters: JSONObject
 
 
 class EngineAffinity:
@@ -27,7 +33,7 @@ class EngineAffinity:
     connection. The lane owns it and closes it when the stream ends (``aclose``)."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, object] = {}
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
@@ -52,9 +58,9 @@ class EngineConversation:
     same list object from turn to turn while the conversation goes on (engines must not
     change it); ``affinity`` is the lane's per-engine state."""
 
-    items: Sequence[dict[str, Any]]
+    items: Sequence[Mapping[str, JSONValue]]
     instructions: str | None
-    tools: Sequence[dict[str, Any]]
+    tools: Sequence[Mapping[str, JSONValue]]
     affinity: EngineAffinity
 
 
@@ -80,7 +86,7 @@ class EngineRequest:
     seed: int = 0
     # Structured output: the request's ``text.format`` when it is ``json_schema`` or
     # ``json_object``; a text answer must then be JSON of that shape.
-    response_format: Mapping[str, Any] | None = None
+    response_format: Mapping[str, JSONValue] | None = None
     # Sampling settings from the request, for engines that sample for real.
     temperature: float = 1.0
     top_p: float = 1.0
@@ -127,7 +133,7 @@ class EngineFinish:
     output_tokens: int
     prefill_tokens: int
     engine_seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JSONValue] = field(default_factory=dict)
     prompt_tokens: int = 0
     cached_tokens: int = 0
 

@@ -25,7 +25,7 @@ import openai
 import pytest
 from aiohttp import web
 from bidi_responses.bench.ports import free_port
-from bidi_responses.client import AsyncResponsesClient, run_agent_loop
+from bidi_responses.client import AgentResult, AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
 
@@ -111,7 +111,7 @@ def _config(tmp_path: Path, base_url: str, transport: str) -> ServerConfig:
     return config
 
 
-async def _agent_loop(address: str) -> Any:
+async def _agent_loop(address: str) -> AgentResult:
     async with AsyncResponsesClient(address) as client, client.connect() as stream:
         return await run_agent_loop(
             stream,
