@@ -10,11 +10,8 @@ import httpx
 import orjson
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.transports.http_transport import (
-    _sse_stream,
-    sse_frame,
-    tenant_from_authorization,
-)
+from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.http import sse_frame, sse_stream
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
 from tests.http.conftest import parse_sse
@@ -444,7 +441,7 @@ async def test_sse_error_after_start_is_flat() -> None:
 
     first = {"type": "response.created", "response": {"id": "resp_1"}, "sequence_number": 0}
     async with asyncio.timeout(5):
-        frames = [frame async for frame in _sse_stream(first, rest())]
+        frames = [frame async for frame in sse_stream(first, rest())]
     events = parse_sse(b"".join(frames))
     assert events[1] == {
         "type": "error",
