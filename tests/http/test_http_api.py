@@ -14,7 +14,7 @@ from bidi_responses.server.core.tenants import tenant_from_authorization
 from bidi_responses.server.transports.http import sse_frame, sse_stream
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.http.conftest import parse_sse
+from tests.http.conftest import http_client, parse_sse
 
 # Every field a Response object must carry (nullable ones present as null).
 RESPONSE_FIELDS = {
@@ -343,7 +343,7 @@ async def test_cancel_an_in_flight_streaming_response(server_factory: ServerFact
     running: RunningServer = await server_factory(http=True, tokens_per_second=20)
     async with (
         asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}", timeout=10) as http,
+        http_client(running) as http,
     ):
         raw = b""
         async with http.stream(
@@ -373,7 +373,7 @@ async def test_body_over_the_message_limit_is_413(
     running: RunningServer = await server_factory(config, http=True)
     async with (
         asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}", timeout=10) as http,
+        http_client(running) as http,
     ):
         big = {"model": "sim-model", "input": "x" * 5000}
         assert_error(await http.post("/v1/responses", json=big), 413, "request_too_large")

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import grpc
 from bidi_responses.codec import ProtoDecoder
@@ -21,7 +21,7 @@ from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
-from bidi_responses.server.transports.callers import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
@@ -33,12 +33,7 @@ log = logging.getLogger("bidi_responses.grpc")
 # How long a refused Connect call waits for the client's first message before its status.
 _REFUSAL_READ_S = 1.0
 
-SHUTTING_DOWN = ApiError(
-    "The server is shutting down and takes no new streams; retry on another replica.",
-    code="server_shutting_down",
-    status=503,
-    type="server_error",
-)
+SHUTTING_DOWN = shutting_down("streams")
 
 
 def _write_timeout(seconds: float) -> ApiError:
@@ -171,7 +166,7 @@ async def connect_stream(
     streams: StreamsPerConnection,
     request_iterator: AsyncIterator[bytes],
     context: Context,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The stateful stream: pre-serialized ``ConnectResponse`` messages out.
 
     Requests arrive as raw bytes and are decoded here, so one that cannot be decoded becomes
@@ -189,13 +184,15 @@ async def connect_stream(
         await _refuse_after_first_message(request_iterator, context, error)
         raise
     with streams.counted(peer):
-        async for message in _serve_session(core, session, caller, context):
-            yield message
+        # Closed with this call, not whenever the garbage collector gets to it.
+        async with contextlib.aclosing(_serve_session(core, session, caller, context)) as out:
+            async for message in out:
+                yield message
 
 
 async def _serve_session(
     core: ResponsesCore, session: Session, caller: Caller, context: Context
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Run an open session over the call until either side ends it; always closes it."""
     outbound = Outbound()
     write_timeout = core.config.limits.write_timeout_s

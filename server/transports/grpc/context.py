@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 from bidi_responses.server.core.auth import ApiKeys
-from bidi_responses.server.transports.callers import Caller, identify
+from bidi_responses.server.transports.admission import Caller, identify
 
 # A servicer call's context; the message types vary by method and do not matter here.
 Context = grpc.aio.ServicerContext[Any, Any]

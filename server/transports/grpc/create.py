@@ -7,14 +7,14 @@ error ends the call with its status, never OK.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import OutEvent
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.callers import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.grpc.connect import SHUTTING_DOWN
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
@@ -25,7 +25,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 
 async def create_response(
     core: ResponsesCore, raw: bytes, context: Context
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Run one create and stream its events (background mode: follow its event log)."""
     caller = caller_of(core.keys, context)
     create = decode_request(pb.CreateResponseRequest, raw, "CreateResponse")
@@ -38,13 +38,14 @@ async def create_response(
         events = _background(core, body, caller, context, outbound)
     else:
         events = _stateless(core, body, caller, context, outbound)
-    async for message in events:
-        yield message
+    async with contextlib.aclosing(events):
+        async for message in events:
+            yield message
 
 
 async def _background(
     core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The response runs on its own; this call only reads its event log, so dropping the call
     leaves it running (resume with StreamResponse)."""
     tenant, quota = caller
@@ -58,7 +59,7 @@ async def _background(
 
 async def _stateless(
     core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """One stateless create: one message per event, or batched if the delivery asks."""
     tenant, quota = caller
     failure: ApiError | None = None

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -36,7 +36,7 @@ SERVICE = pb.DESCRIPTOR.services_by_name["ResponsesService"]
 PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
 
 UnaryMethod = Callable[[Any, Context], Awaitable[Message]]
-StreamMethod = Callable[[Any, Context], AsyncIterator[Any]]
+StreamMethod = Callable[[Any, Context], AsyncGenerator[Any, None]]
 
 
 class _Statuses:
@@ -85,8 +85,10 @@ def _stream(
         async with statuses.guard(context, name):
             if request_class is not None:
                 request = decode_request(request_class, request, name)
-            async for out in method(request, context):
-                yield out
+            # Closed with the call, so its cleanup runs now (not when collected).
+            async with contextlib.aclosing(method(request, context)) as events:
+                async for out in events:
+                    yield out
 
     return handler
 

@@ -7,13 +7,13 @@ two pre-serialized streaming calls have their own modules: ``connect.py`` and ``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_to_pb, usage_to_pb
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.callers import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.create import create_response
@@ -34,13 +34,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     # Pre-serialized (see registration.PRE_SERIALIZED): these yield encoded bytes.
     def Connect(  # type: ignore[override]
         self, request_iterator: AsyncIterator[bytes], context: Context
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The stateful stream (``connect.py``)."""
         return connect_stream(self.core, self._streams, request_iterator, context)
 
     def CreateResponse(  # type: ignore[override]
         self, request: bytes, context: Context
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The stateless baseline: one call per turn (``create.py``)."""
         return create_response(self.core, request, context)
 
@@ -142,7 +142,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
 
     async def StreamResponse(
         self, request: pb.StreamResponseRequest, context: Context
-    ) -> AsyncIterator[pb.StreamResponseResponse]:
+    ) -> AsyncGenerator[pb.StreamResponseResponse, None]:
         """Resume a background response's events after ``starting_after``."""
         tenant, _ = self._caller(context)
         starting_after = request.starting_after if request.HasField("starting_after") else -1

@@ -69,16 +69,6 @@ def event_error_response(
     )
 
 
-def shutting_down() -> ApiError:
-    """The 503 for a request that arrives once a drain has begun."""
-    return ApiError(
-        "The server is shutting down and takes no new requests; retry on another replica.",
-        code="server_shutting_down",
-        status=503,
-        type="server_error",
-    )
-
-
 def too_large(limit: int) -> ApiError:
     """The 413 for a body or frame over the message limit."""
     return ApiError(

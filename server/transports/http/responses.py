@@ -16,12 +16,11 @@ from typing import Any, cast
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.callers import label_open_caller
+from bidi_responses.server.transports.admission import label_open_caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
     error_response,
     event_error_response,
     json_response,
-    shutting_down,
 )
 from bidi_responses.server.transports.http.reading import caller, query_int, read_json
 from bidi_responses.server.transports.http.sse import SseResponse, sse_stream
@@ -41,7 +40,7 @@ async def create(core: ResponsesCore, request: Request) -> Response:
     """Create a response: SSE when the body says ``"stream": true``, else one JSON object."""
     who = caller(core, request.headers)
     if core.draining:
-        raise shutting_down()
+        raise shutting_down("requests")
     body = await read_json(core, request)
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")

@@ -9,7 +9,7 @@ from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.callers import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.http.errors import json_response
 from bidi_responses.server.transports.http.reading import caller, query_int, read_json
 from bidi_responses.server.transports.http.sse import event_log_response

@@ -17,12 +17,11 @@ from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
-from bidi_responses.server.transports.callers import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
     auth_headers,
     error_response,
     invalid_json,
-    shutting_down,
     too_large,
 )
 from bidi_responses.server.transports.http.framing import ws_batch_frame, ws_frame
@@ -73,7 +72,7 @@ class WebSocketMode:
         try:
             who = caller(core, websocket.headers)
             if core.draining:
-                raise shutting_down()
+                raise shutting_down("requests")
             session = core.open_session("websocket", tenant=who[0], quota_key=who[1])
         except ApiError as error:
             core.metrics.error("websocket", error.status, error.code)

@@ -1,7 +1,7 @@
-"""Who is calling: the tenant and the quota key behind a request's ``Authorization`` value.
+"""Admitting a request, the same on every transport: who is calling (the tenant and quota key
+behind its ``Authorization`` value), and the refusal of a server that is draining.
 
-Both transports ask the same question of the core's API keys; only where they find the header
-differs (HTTP headers, gRPC metadata).
+Only where the header is found differs (HTTP headers, gRPC metadata).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bidi_responses.server.core.auth import ApiKeys
+from bidi_responses.server.core.errors import ApiError
 
 # (tenant, quota key): the tenant is None on an open server; the quota key is whom limits count
 # against (the tenant, or on an open server the token's label).
@@ -29,3 +30,13 @@ def label_open_caller(body: dict[str, Any], caller: Caller) -> None:
     tenant, quota = caller
     if tenant is None and quota is not None and body.get("user") is None:
         body["user"] = quota
+
+
+def shutting_down(what: str) -> ApiError:
+    """The 503 for new ``what`` (streams, requests) once a drain has begun."""
+    return ApiError(
+        f"The server is shutting down and takes no new {what}; retry on another replica.",
+        code="server_shutting_down",
+        status=503,
+        type="server_error",
+    )
