@@ -26,12 +26,14 @@ StopHttp = Callable[[float], Awaitable[None]]
 class _AppOwnsSignals(uvicorn.Server):
     """uvicorn's server, minus its signal handlers: the one lifecycle override kept.
 
-    ``Server.serve`` always runs inside ``capture_signals``, which replaces the SIGINT and
-    SIGTERM handlers with uvicorn's own: on a signal it closes the listener and sends close
-    1012 to every WebSocket at once. The app's stop must instead report NOT_SERVING first,
-    keep listening through the drain notice and let in-flight turns finish, so it installs
-    its own handlers (``app.serve``, ``workers``). uvicorn has no setting to leave signals
-    alone, hence this override of its public hook.
+    ``Server.serve`` always runs inside ``capture_signals``, which swaps in uvicorn's own
+    SIGINT and SIGTERM handlers and, when serving ends, puts back the ones it found. The app
+    installs its own (``app.serve``, ``workers``), and one of the two would lose: either
+    uvicorn takes the signal and at once closes the listener and every WebSocket (close
+    1012), skipping the drain (NOT_SERVING first, the drain notice, in-flight turns
+    finishing), or uvicorn's exit puts the default handlers back while the app is still
+    draining, so a second SIGTERM or Ctrl+C kills the process mid-drain. uvicorn (0.54) has
+    no setting to leave signals alone, hence this override of its public hook.
     """
 
     @contextlib.contextmanager
