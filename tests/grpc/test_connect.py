@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client import AsyncResponsesClient, Response, ResponsesError
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
@@ -60,25 +60,20 @@ async def test_25_turn_loop_renders_only_new_input(server_factory: ServerFactory
         history: list[dict[str, Any]] = [
             {"type": "message", "role": "user", "content": "Fix the failing test."}
         ]
-        stateless = []
-        response = await client.create(
-            model="sim-model",
-            instructions=INSTRUCTIONS,
-            input=history,
-            tools=[SHELL_TOOL],
-            store=False,
-        )
-        stateless.append(response)
-        for turn in range(1, 25):
-            history = [*history, *response.output, _output_for(response.function_calls[0], turn)]
-            response = await client.create(
-                model="sim-model",
-                instructions=INSTRUCTIONS,
-                input=history,
-                tools=[SHELL_TOOL],
-                store=False,
+        stateless: list[Response] = []
+        for turn in range(25):
+            if stateless:  # the whole history again, with the last output and its tool result
+                last = stateless[-1]
+                history = [*history, *last.output, _output_for(last.function_calls[0], turn)]
+            stateless.append(
+                await client.create(
+                    model="sim-model",
+                    instructions=INSTRUCTIONS,
+                    input=history,
+                    tools=[SHELL_TOOL],
+                    store=False,
+                )
             )
-            stateless.append(response)
 
     assert len(stateful) == len(stateless) == 25
     rendered = [r.stats["tokens_rendered"] for r in stateful]

@@ -341,10 +341,7 @@ async def test_input_items_cursor_paging(http: httpx.AsyncClient) -> None:
 async def test_cancel_an_in_flight_streaming_response(server_factory: ServerFactory) -> None:
     # A slow engine (20 tokens/s for a 30-token answer) keeps the response in flight.
     running: RunningServer = await server_factory(http=True, tokens_per_second=20)
-    async with (
-        asyncio.timeout(20),
-        http_client(running) as http,
-    ):
+    async with asyncio.timeout(20), http_client(running) as http:
         raw = b""
         async with http.stream(
             "POST", "/v1/responses", json={"model": "sim-model", "input": "hi", "stream": True}
@@ -371,10 +368,7 @@ async def test_body_over_the_message_limit_is_413(
     config = make_config(tmp_path)
     config.limits.max_message_bytes = 4096
     running: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        http_client(running) as http,
-    ):
+    async with asyncio.timeout(20), http_client(running) as http:
         big = {"model": "sim-model", "input": "x" * 5000}
         assert_error(await http.post("/v1/responses", json=big), 413, "request_too_large")
 

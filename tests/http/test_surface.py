@@ -483,10 +483,7 @@ async def test_background_event_log_is_bounded(
     config = make_config(tmp_path)
     config.background.max_events = 4
     server: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        http_client(server) as http,
-    ):
+    async with asyncio.timeout(20), http_client(server) as http:
         queued = (
             await http.post(
                 "/v1/responses", json={"model": "sim-model", "input": "hi", "background": True}
@@ -567,10 +564,7 @@ async def test_background_responses_are_bounded_and_stopped_with_the_server(
     config = make_config(tmp_path, tokens_per_second=100, answer_tokens=1000)
     config.background.max_running = 1
     server: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        http_client(server) as http,
-    ):
+    async with asyncio.timeout(20), http_client(server) as http:
         body = {"model": "sim-model", "input": "hi", "background": True}
         running = (await http.post("/v1/responses", json=body)).json()
         assert running["status"] == "queued"
