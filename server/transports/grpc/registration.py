@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from bidi_responses.codec import wire_bytes
 from bidi_responses.server.core.errors import ApiError, server_error
+from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.transports.grpc.context import Context
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
@@ -39,35 +40,27 @@ UnaryMethod = Callable[[Any, Context], Awaitable[Message]]
 StreamMethod = Callable[[Any, Context], AsyncGenerator[Any, None]]
 
 
-class _Statuses:
-    """The guard shared by every handler of one servicer."""
-
-    def __init__(self, servicer: ResponsesServicer) -> None:
-        self._metrics = servicer.core.metrics
-
-    @contextlib.asynccontextmanager
-    async def guard(self, context: Context, name: str) -> AsyncIterator[None]:
-        """End the call with the status of whatever the block raises."""
-        try:
-            yield
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except ApiError as error:
-            self._metrics.error("grpc", error.status, error.code)
-            await abort(context, error)
-        except Exception:
-            log.exception("%s failed", name)
-            await abort(context, server_error())
+@contextlib.asynccontextmanager
+async def _statuses(metrics: Metrics, context: Context, name: str) -> AsyncIterator[None]:
+    """End the call with the status of whatever the block raises."""
+    try:
+        yield
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except ApiError as error:
+        metrics.error("grpc", error.status, error.code)
+        await abort(context, error)
+    except Exception:
+        log.exception("%s failed", name)
+        await abort(context, server_error())
 
 
-def _unary(
-    statuses: _Statuses, method: UnaryMethod, request_class: type[Message], name: str
-) -> Any:
+def _unary(metrics: Metrics, method: UnaryMethod, request_class: type[Message], name: str) -> Any:
     """A unary handler that decodes its own request."""
 
     @functools.wraps(method)
     async def handler(raw: bytes, context: Context) -> Message:
-        async with statuses.guard(context, name):
+        async with _statuses(metrics, context, name):
             return await method(decode_request(request_class, raw, name), context)
         raise AssertionError("unreachable: the guard ends the call")
 
@@ -75,14 +68,14 @@ def _unary(
 
 
 def _stream(
-    statuses: _Statuses, method: StreamMethod, request_class: type[Message] | None, name: str
+    metrics: Metrics, method: StreamMethod, request_class: type[Message] | None, name: str
 ) -> Any:
     """A streaming handler; it decodes its request first unless ``request_class`` is None (the
     method takes the raw request)."""
 
     @functools.wraps(method)
     async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
-        async with statuses.guard(context, name):
+        async with _statuses(metrics, context, name):
             if request_class is not None:
                 request = decode_request(request_class, request, name)
             # Closed with the call, so its cleanup runs now (not when collected).
@@ -95,7 +88,7 @@ def _stream(
 
 def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     """Register every method of ``ResponsesService`` with a raw-bytes request deserializer."""
-    statuses = _Statuses(servicer)
+    metrics = servicer.core.metrics
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         name = method.name
@@ -106,20 +99,20 @@ def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
         decoded = None if name in PRE_SERIALIZED else request_class
         if method.client_streaming and method.server_streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                _stream(statuses, impl, None, name),
+                _stream(metrics, impl, None, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         elif method.server_streaming:
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _stream(statuses, impl, decoded, name),
+                _stream(metrics, impl, decoded, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         else:
             assert inspect.iscoroutinefunction(impl)
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(statuses, impl, request_class, name),
+                _unary(metrics, impl, request_class, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
