@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-from bidi_responses.server.core.errors import ApiError, server_error
+from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import label_open_caller, shutting_down
@@ -31,9 +31,8 @@ from starlette.routing import BaseRoute, Route
 
 
 def _ended_early(what: str) -> ApiError:
-    error = server_error()
-    error.message = what
-    return error
+    """The 500 for a core event stream that ended without its terminal event."""
+    return ApiError(what, code="server_error", status=500, type="server_error")
 
 
 async def create(core: ResponsesCore, request: Request) -> Response:
