@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
+
+from bidi_responses.bench.jsontypes import JSONObject, JSONValue
 
 __all__ = ["JSONObject", "JSONValue", "Target"]
-
-#: A value of the results file. Summaries and raw runs are free JSON: their rows carry a
-#: column per figure, per pipeline stage and per sweep parameter, so their values are ``Any``.
-JSONValue = Any
-#: One row or object of the results file (a summary, a summary row, a run, a turn).
-JSONObject = dict[str, JSONValue]
 
 
 class Target(TypedDict):
