@@ -17,6 +17,7 @@ from bidi_responses.bench.clients.modes import MODES
 from bidi_responses.bench.cpu import process_cpu_clock
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.wire import WireCounter
+from bidi_responses.bench.workload import user_item
 
 __all__ = ["worker_main"]
 
@@ -35,10 +36,6 @@ def _base_body(cmd: JSONObject) -> JSONObject:
     return base
 
 
-def _user(text: str) -> JSONObject:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 async def _cmd_agents(cmd: JSONObject, progress: Callable[[], None]) -> JSONObject:
     """Run ``agents`` rollouts concurrently (one rollout when ``agents`` is 1)."""
     mode = MODES[cmd["mode"]]
@@ -54,7 +51,7 @@ async def _cmd_agents(cmd: JSONObject, progress: Callable[[], None]) -> JSONObje
         run: AgentRun | None = None
         try:
             first = list(first_input) or [
-                _user(f"Session {cmd['nonce']}-{index}.\n\n{cmd['user_text']}")
+                user_item(f"Session {cmd['nonce']}-{index}.\n\n{cmd['user_text']}")
             ]
             run = await run_agent(
                 conn,
@@ -120,7 +117,7 @@ async def _cmd_keepup(cmd: JSONObject, progress: Callable[[], None]) -> JSONObje
                 body: JSONObject = {
                     "model": "sim-model",
                     "store": False,
-                    "input": [_user(f"Continue ({index}).")],
+                    "input": [user_item(f"Continue ({index}).")],
                 }
                 if previous is not None:
                     body["previous_response_id"] = previous
