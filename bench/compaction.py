@@ -27,25 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.bench.workload import WorkloadSpec, build_workload
 from bidi_responses.server.app import start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.engines.sim import SimConfig
 
 
 async def run(spec: WorkloadSpec, repeats: int) -> dict[str, Any]:
     """Run the rollout once, then measure the next turn ``repeats`` times each way."""
     workload = build_workload(spec)
-    sim = SimConfig(
-        tokens_per_second=1_000_000,
-        ttft_ms=0,
-        prefill_tokens_per_second=1e9,
-        tool_rounds=spec.tool_turns,
-        answer_tokens=200,
-    )
+    sim = fast_sim(tool_rounds=spec.tool_turns)
     with tempfile.TemporaryDirectory() as data_dir:
-        config = ServerConfig(grpc_port=0, http_port=0, data_dir=data_dir)
-        config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+        config = sim_server_config(data_dir, sim)
         server = await start_server(config, http=True)
         try:
             base = f"http://127.0.0.1:{server.http_port}"

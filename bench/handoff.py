@@ -31,29 +31,21 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.bench.workload import build_history_workload
 from bidi_responses.client import AsyncResponsesClient, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer, start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.pg_store import PostgresStore
-from bidi_responses.server.engines.sim import SimConfig
 
 # The engine is made nearly free, so what differs between modes is the API's own work.
-SIM = SimConfig(
-    tokens_per_second=1_000_000,
-    ttft_ms=0,
-    prefill_tokens_per_second=1e9,
-    tool_rounds=1000,
-    function_call_tokens=40,
-    answer_tokens=40,
-)
+SIM = fast_sim(tool_rounds=1000, answer_tokens=40)
 
 
 def _config(root: Path, name: str, url: str) -> ServerConfig:
-    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(root / name))
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=SIM)}
+    config = sim_server_config(root / name, SIM)
     config.store.url = url
     return config
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -42,7 +43,12 @@ def sim_server_config(data_dir: str | Path, sim: SimConfig) -> ServerConfig:
 
 
 def serve_command(
-    config: Path, *, grpc_port: int, http_port: int | None, data_dir: Path, extra: list[str]
+    config: Path,
+    *,
+    grpc_port: int,
+    http_port: int | None,
+    data_dir: Path,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """``bidi-responses serve`` as a subprocess command line (``http_port`` None: no HTTP)."""
     command = [
@@ -61,7 +67,7 @@ def serve_command(
         command.append("--no-http")
     else:
         command += ["--http-port", str(http_port)]
-    return command + extra
+    return [*command, *extra]
 
 
 class ManagedService(ABC):
