@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from bidi_responses.bench.clients import MODES
 from bidi_responses.bench.report.assembly import Report
 from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["write_plots"]
 
@@ -43,6 +46,14 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     by_name = {s["name"]: s for s in report.summaries}
 
+    def save(fig: Figure, name: str) -> Path:
+        """Lay out, write ``name`` in the output directory, and free the figure."""
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
     def style(key: str) -> _LineStyle:
         color, line, marker = _STYLE.get(key, ("black", "-", "o"))
         return {
@@ -72,10 +83,7 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         ax.set_title("Per-turn API overhead vs history length (small turns)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths["plot_history"] = out_dir / "overhead_vs_history.png"
-        fig.savefig(paths["plot_history"], dpi=110)
-        plt.close(fig)
+        paths["plot_history"] = save(fig, "overhead_vs_history.png")
 
     tps_cells = sorted(
         (s for s in report.summaries if s["kind"] == "rollout" and s["name"].startswith("tps-")),
@@ -112,10 +120,7 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         ax2.set_ylabel("speedup over mode 1 (HTTP, full history, new conn)")
         ax2.set_title("Speedup vs tokens/s")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths["plot_tps"] = out_dir / "e2e_vs_tps.png"
-        fig.savefig(paths["plot_tps"], dpi=110)
-        plt.close(fig)
+        paths["plot_tps"] = save(fig, "e2e_vs_tps.png")
 
     concs = [s for s in report.summaries if s["kind"] == "concurrency"]
     if concs:
@@ -144,10 +149,7 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         ax.set_title("Throughput vs concurrency")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths["plot_concurrency"] = out_dir / "throughput_vs_concurrency.png"
-        fig.savefig(paths["plot_concurrency"], dpi=110)
-        plt.close(fig)
+        paths["plot_concurrency"] = save(fig, "throughput_vs_concurrency.png")
 
     head = by_name.get("headline")
     if head and head["rows"]:
@@ -170,10 +172,7 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         ax.set_title("Headline rollout per mode (labels: API share of turn time)")
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([f"{r['number']}\n{r['mode']}" for r in rows], fontsize=7)
-        fig.tight_layout()
-        paths["plot_headline"] = out_dir / "headline.png"
-        fig.savefig(paths["plot_headline"], dpi=110)
-        plt.close(fig)
+        paths["plot_headline"] = save(fig, "headline.png")
 
     keep = by_name.get("keepup")
     if keep and keep["rows"]:
@@ -202,8 +201,5 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
             "(labels: delivered/engine rate)"
         )
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths["plot_keepup"] = out_dir / "keepup.png"
-        fig.savefig(paths["plot_keepup"], dpi=110)
-        plt.close(fig)
+        paths["plot_keepup"] = save(fig, "keepup.png")
     return paths

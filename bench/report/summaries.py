@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.records import JSONObject
+from bidi_responses.bench.report.records import JSONObject, JSONValue
 from bidi_responses.bench.report.stats import mean, median, percentile
 from bidi_responses.bench.run import CellResult
 
@@ -113,12 +113,20 @@ def _rollout_summary(cell: CellResult) -> JSONObject:
     return {"name": cell.name, "kind": cell.kind, "params": cell.params, "rows": rows}
 
 
+def _point(
+    cell: CellResult, mode: str, column: str, value: JSONValue
+) -> tuple[list[JSONObject], list[JSONObject]]:
+    """The runs and turns of one mode at one point of a sweep (``column`` equal to ``value``)."""
+    runs = [r for r in cell.runs if r["mode"] == mode and r[column] == value]
+    turns = [t for t in cell.turns if t["mode"] == mode and t[column] == value]
+    return runs, turns
+
+
 def _history_summary(cell: CellResult) -> JSONObject:
     rows = []
     for key in cell.params["modes"]:
         for size in cell.params["sizes"]:
-            runs = [r for r in cell.runs if r["mode"] == key and r["history_target"] == size]
-            turns = [t for t in cell.turns if t["mode"] == key and t["history_target"] == size]
+            runs, turns = _point(cell, key, "history_target", size)
             if not runs:
                 continue
             figures = _turn_figures(turns, runs)
@@ -147,8 +155,7 @@ def _concurrency_summary(cell: CellResult) -> JSONObject:
     rows = []
     for key in cell.params["modes"]:
         for agents in cell.params["agents"]:
-            runs = [r for r in cell.runs if r["mode"] == key and r["agents"] == agents]
-            turns = [t for t in cell.turns if t["mode"] == key and t["agents"] == agents]
+            runs, turns = _point(cell, key, "agents", agents)
             if not runs:
                 continue
             throughput = [r["responses"] / r["wall_s"] for r in runs if r["wall_s"] > 0]

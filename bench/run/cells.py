@@ -160,12 +160,7 @@ class Runner(Measurer):
         count (``serve --workers``) for this cell.
         """
         cfg = self.config
-        spec = WorkloadSpec(
-            seed=cfg.seed,
-            tool_turns=cfg.concurrency_turns,
-            tool_output_tokens=cfg.concurrency_output_tokens,
-            tool_ms=cfg.tool_ms,
-        )
+        spec = cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
         workload = self.workload(spec)
         settings = self.settings(modes, tokens_per_second=cfg.tps, tool_rounds=spec.tool_turns)
         settings.delta_window_ms = window

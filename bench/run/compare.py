@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from bidi_responses.bench.clients import ModeInfo
 from bidi_responses.bench.run.cells import Runner
 from bidi_responses.bench.run.settings import DEFAULT_DELTA_WINDOW_MS, CellResult, CompareConfig
-from bidi_responses.bench.workload import WorkloadSpec, load_trace_turns
+from bidi_responses.bench.workload import load_trace_turns
 
 __all__ = ["run_compare"]
 
@@ -21,12 +21,7 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
         if config.trace and config.turns != load_trace_turns(config.trace):
             config.turns = load_trace_turns(config.trace)
         if "headline" in config.sweeps:
-            spec = WorkloadSpec(
-                seed=config.seed,
-                tool_turns=config.turns,
-                tool_output_tokens=config.output_tokens,
-                tool_ms=config.tool_ms,
-            )
+            spec = config.workload_spec(config.turns, config.output_tokens)
             cells.append(
                 runner.rollout_cell(
                     "headline", tps=config.tps, spec=spec, modes=modes, repeats=config.repeats
@@ -39,12 +34,7 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
         if "history" in config.sweeps:
             cells.append(runner.history_cell(_subset(config.history_modes, modes, None)))
         if "tps" in config.sweeps:
-            spec = WorkloadSpec(
-                seed=config.seed,
-                tool_turns=config.tps_turns,
-                tool_output_tokens=config.tps_output_tokens,
-                tool_ms=config.tool_ms,
-            )
+            spec = config.workload_spec(config.tps_turns, config.tps_output_tokens)
             for tps in config.tps_values:
                 slow = tps <= config.slow_tps
                 chosen = (

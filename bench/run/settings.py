@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bidi_responses.bench.clients import ModeInfo
 from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.workload import WorkloadSpec
 from bidi_responses.server.config import StreamingConfig
 
 __all__ = [
@@ -159,6 +160,15 @@ class CompareConfig:
     malloc_tuned: bool = False
     show_progress: bool = True
     command: str = ""
+
+    def workload_spec(self, tool_turns: int, tool_output_tokens: int) -> WorkloadSpec:
+        """A rollout of this run's seed and tool time with the given turns and output size."""
+        return WorkloadSpec(
+            seed=self.seed,
+            tool_turns=tool_turns,
+            tool_output_tokens=tool_output_tokens,
+            tool_ms=self.tool_ms,
+        )
 
 
 @dataclass(slots=True)
