@@ -24,15 +24,15 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import aiohttp
+from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.servers import fast_sim, sim_server_config
-from bidi_responses.bench.workload import WorkloadSpec, build_workload
+from bidi_responses.bench.workload import Workload, WorkloadSpec, build_workload
 from bidi_responses.server.app import start_server
 
 
-async def run(spec: WorkloadSpec, repeats: int) -> dict[str, Any]:
+async def run(spec: WorkloadSpec, repeats: int) -> JSONObject:
     """Run the rollout once, then measure the next turn ``repeats`` times each way."""
     workload = build_workload(spec)
     sim = fast_sim(tool_rounds=spec.tool_turns)
@@ -48,14 +48,14 @@ async def run(spec: WorkloadSpec, repeats: int) -> dict[str, Any]:
             await server.stop(grace=0)
 
 
-async def _post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _post(http: aiohttp.ClientSession, path: str, body: JSONObject) -> JSONObject:
     async with http.post("/v1" + path, json=body) as reply:
         reply.raise_for_status()
-        result: dict[str, Any] = await reply.json()
+        result: JSONObject = await reply.json()
     return result
 
 
-async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> dict[str, Any]:
+async def _measure(http: aiohttp.ClientSession, workload: Workload, repeats: int) -> JSONObject:
     common = {"model": "sim-model", "instructions": workload.instructions, "tools": workload.tools}
     response = await _post(
         http, "/responses", {**common, "input": [workload.user_message("compaction")]}
@@ -78,7 +78,7 @@ async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> 
     question = {"role": "user", "content": "Summarize what you changed."}
 
     compact_ms: list[float] = []
-    compacted: dict[str, Any] = {}
+    compacted: JSONObject = {}
     for _ in range(repeats):
         start = time.perf_counter()
         compacted = await _post(
@@ -90,7 +90,7 @@ async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> 
         "full history": {**common, "previous_response_id": last, "input": [question]},
         "compacted": {**common, "input": [*compacted["output"], question]},
     }
-    results: dict[str, Any] = {}
+    results: JSONObject = {}
     for name, body in ways.items():
         server_ms: list[float] = []
         tokens = 0

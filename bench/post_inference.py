@@ -47,7 +47,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from bidi_responses.bench.jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from bidi_responses.bench.workload import Workload
 
 MODES = ("queued", "unjournaled", "journal-nosync", "queued-slow", "no-writes", "inline-slow")
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
@@ -113,7 +118,9 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
 
     real_handle = Session.handle
 
-    async def handle_after_writes(self: Session, event: Any, received: float | None = None) -> None:
+    async def handle_after_writes(
+        self: Session, event: object, received: float | None = None
+    ) -> None:
         while kept:
             job = kept.pop(0)
             await slow_write([(job.record, job.ledger)])
@@ -156,7 +163,7 @@ class ModeResult:
     # turns (tail + gap), with 0 ms of client tool time.
     turnarounds_ms: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """Median, p90, p99 and the spread of per-repeat medians."""
         flat = sorted(g for rep in self.gaps_ms for g in rep)
         medians = [statistics.median(rep) for rep in self.gaps_ms if rep]
@@ -186,7 +193,7 @@ def _pct(values: list[float], q: float) -> float:
     return values[low] + (values[high] - values[low]) * (pos - low)
 
 
-async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> list[float]:
+async def _rollout(port: int, workload: Workload, nonce: str, result: ModeResult) -> list[float]:
     """One rollout on a fresh Connect stream; its gaps (tails and turnarounds go to result)."""
     from bidi_responses.client import AsyncResponsesClient
 
@@ -198,7 +205,7 @@ async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> 
         AsyncResponsesClient(f"127.0.0.1:{port}") as client,
         client.connect() as stream,
     ):
-        params: dict[str, Any] = {
+        params: JSONObject = {
             "model": "sim-model",
             "instructions": workload.instructions,
             "tools": workload.tools,
@@ -206,7 +213,7 @@ async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> 
         }
         terminal_at: float | None = None
         for turn in range(workload.spec.tool_turns + 1):
-            response: dict[str, Any] | None = None
+            response: JSONObject | None = None
             async for event in stream.create_events(**params):
                 kind = event["type"]
                 now = time.perf_counter()
@@ -293,7 +300,7 @@ async def _stop_server(process: asyncio.subprocess.Process) -> int | None:
     return written if written >= 0 else None
 
 
-async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> JSONObject:
     """Run every mode; returns the results document.
 
     All the modes' servers run side by side (idle when not measured) and the repeats go
@@ -347,7 +354,7 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> d
     }
 
 
-def format_table(document: dict[str, Any]) -> str:
+def format_table(document: JSONObject) -> str:
     """The summaries as an aligned text table."""
     header = [
         "mode",

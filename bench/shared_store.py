@@ -21,8 +21,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
+from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.cluster.postgres import TempPostgres
@@ -30,7 +30,7 @@ from bidi_responses.server.app import start_server
 from bidi_responses.server.config import ServerConfig
 
 SIM = fast_sim(tool_rounds=100_000)
-TOOL: dict[str, Any] = {
+TOOL: JSONObject = {
     "type": "function",
     "name": "exec_command",
     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
