@@ -10,6 +10,7 @@ from bidi_responses.bench.report.assembly import Report
 from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["write_plots"]
@@ -34,6 +35,15 @@ _STYLE = {
     "grpc_connect": ("tab:green", "-", "o"),
     "grpc_append": ("tab:olive", "-", "s"),
 }
+
+
+def _line_chart(ax: Axes, *, x: str, y: str, title: str) -> None:
+    """Axis labels, title, a light grid and the legend of one of the line charts."""
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
@@ -78,11 +88,12 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
                 )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("history length (thousand tokens)")
-        ax.set_ylabel("API overhead per turn, median (ms)")
-        ax.set_title("Per-turn API overhead vs history length (small turns)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _line_chart(
+            ax,
+            x="history length (thousand tokens)",
+            y="API overhead per turn, median (ms)",
+            title="Per-turn API overhead vs history length (small turns)",
+        )
         paths["plot_history"] = save(fig, "overhead_vs_history.png")
 
     tps_cells = sorted(
@@ -144,11 +155,12 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
                     **kwargs,
                 )
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent agents")
-        ax.set_ylabel("throughput (turns/s, median)")
-        ax.set_title("Throughput vs concurrency")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _line_chart(
+            ax,
+            x="concurrent agents",
+            y="throughput (turns/s, median)",
+            title="Throughput vs concurrency",
+        )
         paths["plot_concurrency"] = save(fig, "throughput_vs_concurrency.png")
 
     head = by_name.get("headline")
