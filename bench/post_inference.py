@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.stats import percentile
 
 if TYPE_CHECKING:
     from bidi_responses.bench.workload import Workload
@@ -76,8 +77,8 @@ class Settings:
 
 
 async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -> None:
+    from bidi_responses.bench.servers import sim_server_config
     from bidi_responses.server.app import start_server
-    from bidi_responses.server.config import RouteConfig, ServerConfig
     from bidi_responses.server.core.post import PostJob
     from bidi_responses.server.core.session import Session
     from bidi_responses.server.core.store import LedgerRow, StoredResponse
@@ -90,8 +91,7 @@ async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) 
         tool_rounds=settings.turns + 10,
         seed=settings.seed,
     )
-    config = ServerConfig(grpc_port=0, data_dir=data_dir)
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+    config = sim_server_config(data_dir, sim)
     config.durability.journal = mode != "unjournaled"
     config.durability.fsync = mode != "journal-nosync"
     running = await start_server(config, http=False)
@@ -170,27 +170,18 @@ class ModeResult:
         return {
             "mode": self.mode,
             "turns": len(flat),
-            "gap_p50_ms": _pct(flat, 50),
-            "gap_p90_ms": _pct(flat, 90),
-            "gap_p99_ms": _pct(flat, 99),
+            "gap_p50_ms": percentile(flat, 50),
+            "gap_p90_ms": percentile(flat, 90),
+            "gap_p99_ms": percentile(flat, 99),
             "gap_mean_ms": statistics.fmean(flat) if flat else float("nan"),
             "repeat_medians_ms": [round(m, 3) for m in medians],
-            "server_api_pre_p50_ms": _pct(sorted(self.api_pre_ms), 50),
-            "tail_p50_ms": _pct(sorted(self.tails_ms), 50),
-            "tail_p99_ms": _pct(sorted(self.tails_ms), 99),
-            "turnaround_p50_ms": _pct(sorted(self.turnarounds_ms), 50),
-            "turnaround_p99_ms": _pct(sorted(self.turnarounds_ms), 99),
+            "server_api_pre_p50_ms": percentile(self.api_pre_ms, 50),
+            "tail_p50_ms": percentile(self.tails_ms, 50),
+            "tail_p99_ms": percentile(self.tails_ms, 99),
+            "turnaround_p50_ms": percentile(self.turnarounds_ms, 50),
+            "turnaround_p99_ms": percentile(self.turnarounds_ms, 99),
             "server_jobs_written": self.server_written,
         }
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    pos = (len(values) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (pos - low)
 
 
 async def _rollout(port: int, workload: Workload, nonce: str, result: ModeResult) -> list[float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ import psutil
 from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.run import ServerProcess, ServerSettings
+from bidi_responses.bench.stats import percentile
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.server.core.store import read_ledger
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
@@ -146,11 +146,8 @@ def prefix_cache_note(blocks: int) -> str:
 
 
 def _pct(values: Sequence[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(pct) - 1]
+    # 0 rather than NaN for an empty list: a soak row with no turns of a kind prints 0.
+    return percentile(values, pct) if values else 0.0
 
 
 async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bool) -> AgentResult:

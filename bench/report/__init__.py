@@ -17,7 +17,7 @@ Conventions, so every number means one thing:
 * *Bytes* are TCP payload bytes on the client's sockets (``wire.py``): request direction
   ("up") and response direction ("down"), per turn.
 
-The package, one job per module: ``stats`` (percentile, median, mean), ``summaries`` (cells
+The package, one job per module: ``summaries`` (cells
 to per-mode figures), ``targets`` (the verdicts), ``network`` (the projection on paper),
 ``tables`` (text tables), ``assembly`` (the ``Report``), ``plots`` (PNG), ``files`` (every
 output file) and ``machine`` (what the run was measured on).
@@ -30,9 +30,9 @@ from bidi_responses.bench.report.files import write_outputs
 from bidi_responses.bench.report.machine import machine_info
 from bidi_responses.bench.report.network import NETWORK_PROFILES, network_projection
 from bidi_responses.bench.report.plots import write_plots
-from bidi_responses.bench.report.stats import percentile
 from bidi_responses.bench.report.summaries import summarize
 from bidi_responses.bench.report.targets import evaluate_targets
+from bidi_responses.bench.stats import percentile
 
 __all__ = [
     "NETWORK_PROFILES",

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 
 from bidi_responses.bench.clients import MODES
 from bidi_responses.bench.report.records import JSONObject, JSONValue
-from bidi_responses.bench.report.stats import mean, median, percentile
 from bidi_responses.bench.run import CellResult
+from bidi_responses.bench.stats import mean, median, percentile
 
 __all__ = ["summarize"]
 

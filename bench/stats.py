@@ -1,4 +1,4 @@
-"""Order statistics of the figures: percentile, and a median and mean that skip gaps."""
+"""Order statistics of the benchmarks' figures: percentile, and a median and mean that skip gaps."""
 
 from __future__ import annotations
 
