@@ -39,6 +39,13 @@ connection), ``http_conn``, ``ws_conn`` and ``grpc_conn`` (a connection per tran
 from __future__ import annotations
 
 from bidi_responses.bench.clients.agent import AgentRun, TurnRecord, run_agent
+from bidi_responses.bench.clients.commands import (
+    AgentsCommand,
+    AgentsResult,
+    Command,
+    KeepupCommand,
+    KeepupResult,
+)
 from bidi_responses.bench.clients.exchange import BenchError, Conn, Exchange, ServerAddress
 from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn, GrpcCreateConn
 from bidi_responses.bench.clients.http_conn import HttpConn
@@ -51,13 +58,18 @@ __all__ = [
     "CLASSIC_MODES",
     "MODES",
     "AgentRun",
+    "AgentsCommand",
+    "AgentsResult",
     "BenchError",
     "ClientKit",
+    "Command",
     "Conn",
     "Exchange",
     "GrpcConnectConn",
     "GrpcCreateConn",
     "HttpConn",
+    "KeepupCommand",
+    "KeepupResult",
     "ModeInfo",
     "ServerAddress",
     "TurnRecord",

@@ -11,7 +11,15 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 
 from bidi_responses.bench.clients.agent import AgentRun, run_agent
-from bidi_responses.bench.clients.exchange import BenchError, ServerAddress
+from bidi_responses.bench.clients.commands import (
+    AgentsCommand,
+    AgentsResult,
+    Command,
+    KeepupCommand,
+    KeepupResponse,
+    KeepupResult,
+)
+from bidi_responses.bench.clients.exchange import BenchError
 from bidi_responses.bench.clients.kit import ClientKit
 from bidi_responses.bench.clients.modes import MODES
 from bidi_responses.bench.cpu import process_cpu_clock
@@ -22,7 +30,7 @@ from bidi_responses.bench.workload import user_item
 __all__ = ["worker_main"]
 
 
-def _base_body(cmd: JSONObject) -> JSONObject:
+def _base_body(cmd: AgentsCommand) -> JSONObject:
     base: JSONObject = {
         "model": cmd.get("model", "sim-model"),
         "store": bool(cmd.get("store_all", False)),
@@ -36,14 +44,14 @@ def _base_body(cmd: JSONObject) -> JSONObject:
     return base
 
 
-async def _cmd_agents(cmd: JSONObject, progress: Callable[[], None]) -> JSONObject:
+async def _cmd_agents(cmd: AgentsCommand, progress: Callable[[], None]) -> AgentsResult:
     """Run ``agents`` rollouts concurrently (one rollout when ``agents`` is 1)."""
     mode = MODES[cmd["mode"]]
-    server: ServerAddress = cmd["server"]
+    server = cmd["server"]
     agents = int(cmd.get("agents", 1))
     wire = WireCounter(server.host, server.ports) if cmd.get("bytes", True) else None
-    outputs: list[str] = cmd["tool_outputs"]
-    first_input: list[JSONObject] = cmd.get("first_input") or []
+    outputs = cmd["tool_outputs"]
+    first_input = cmd.get("first_input") or []
     base = _base_body(cmd)
 
     async def one(kit: ClientKit, index: int) -> AgentRun:
@@ -103,11 +111,11 @@ async def _cmd_agents(cmd: JSONObject, progress: Callable[[], None]) -> JSONObje
     }
 
 
-async def _cmd_keepup(cmd: JSONObject, progress: Callable[[], None]) -> JSONObject:
+async def _cmd_keepup(cmd: KeepupCommand, progress: Callable[[], None]) -> KeepupResult:
     """Long text answers on one stream: how fast do deltas arrive, against the engine rate."""
     mode = MODES[cmd["mode"]]
-    server: ServerAddress = cmd["server"]
-    results = []
+    server = cmd["server"]
+    results: list[KeepupResponse] = []
     t0 = time.perf_counter()
     async with ClientKit(mode, server, None) as kit:
         conn = await kit.conn()
@@ -145,7 +153,10 @@ async def _cmd_keepup(cmd: JSONObject, progress: Callable[[], None]) -> JSONObje
     return {"responses": results, "t_start": t0, "t_end": time.perf_counter()}
 
 
-_COMMANDS = {"agents": _cmd_agents, "keepup": _cmd_keepup}
+async def _run(cmd: Command, progress: Callable[[], None]) -> AgentsResult | KeepupResult:
+    if cmd["cmd"] == "agents":
+        return await _cmd_agents(cmd, progress)
+    return await _cmd_keepup(cmd, progress)
 
 
 def worker_main(conn: Connection) -> None:
@@ -164,9 +175,8 @@ def worker_main(conn: Connection) -> None:
                 return
             if cmd is None:
                 return
-            handler = _COMMANDS[cmd["cmd"]]
             try:
-                result = loop.run_until_complete(handler(cmd, lambda: conn.send(("progress", 1))))
+                result = loop.run_until_complete(_run(cmd, lambda: conn.send(("progress", 1))))
             except Exception:
                 conn.send(("error", traceback.format_exc()))
             else:

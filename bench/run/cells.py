@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bidi_responses.bench.clients import ModeInfo
-from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.clients import AgentsCommand, KeepupCommand, ModeInfo
 from bidi_responses.bench.run.measure import Measurer, rotated
 from bidi_responses.bench.run.rows import keepup_run
 from bidi_responses.bench.run.settings import (
@@ -66,7 +65,7 @@ class Runner(Measurer):
             for repeat in range(repeats):
                 for mode in rotated(modes, repeat):
                     bar.describe(f"{mode.key} r{repeat + 1}")
-                    cmd = {
+                    cmd: AgentsCommand = {
                         **base,
                         "mode": mode.key,
                         "repeat": repeat,
@@ -109,7 +108,7 @@ class Runner(Measurer):
         total = len(cfg.history_sizes) * len(modes) * cfg.history_repeats * (cfg.history_turns + 1)
         with self.timed(cell, total, "history") as bar, self.server("history", settings) as server:
             assert server.address is not None
-            base: JSONObject = {
+            base: AgentsCommand = {
                 "cmd": "agents",
                 "server": server.address,
                 "agents": 1,
@@ -132,7 +131,7 @@ class Runner(Measurer):
                 for size in cfg.history_sizes:
                     for mode in rotated(modes, repeat):
                         bar.describe(f"{size // 1000}k {mode.key} r{repeat + 1}")
-                        cmd = {
+                        cmd: AgentsCommand = {
                             **base,
                             "mode": mode.key,
                             "repeat": repeat,
@@ -183,29 +182,25 @@ class Runner(Measurer):
         total = sum(cfg.agents) * len(modes) * cfg.concurrency_repeats * (spec.tool_turns + 1)
         with self.timed(cell, total, name) as bar, self.server(name, settings) as server:
             assert server.address is not None
-            base = {**self.rollout_cmd(workload, server.address), "bytes": False}
+            base: AgentsCommand = {**self.rollout_cmd(workload, server.address), "bytes": False}
             self.warm_up(modes, base)
             for agents in cfg.agents:
                 procs = max(1, min(agents, cfg.concurrency_processes))
                 for repeat in range(cfg.concurrency_repeats):
                     for mode in rotated(modes, repeat):
                         bar.describe(f"{agents} agents {mode.key} r{repeat + 1}")
-                        jobs: list[tuple[Worker, JSONObject]] = []
+                        jobs: list[tuple[Worker, AgentsCommand]] = []
                         for p in range(procs):
                             share = agents // procs + (1 if p < agents % procs else 0)
-                            jobs.append(
-                                (
-                                    self.worker(mode, p),
-                                    {
-                                        **base,
-                                        "mode": mode.key,
-                                        "repeat": repeat,
-                                        "agents": share,
-                                        "agent_base": p * 1000,
-                                        "nonce": f"conc-{agents}-{mode.key}-{repeat}-{p}",
-                                    },
-                                )
-                            )
+                            job: AgentsCommand = {
+                                **base,
+                                "mode": mode.key,
+                                "repeat": repeat,
+                                "agents": share,
+                                "agent_base": p * 1000,
+                                "nonce": f"conc-{agents}-{mode.key}-{repeat}-{p}",
+                            }
+                            jobs.append((self.worker(mode, p), job))
                         self.run_measured(
                             cell,
                             server,
@@ -242,16 +237,16 @@ class Runner(Measurer):
                     assert server.address is not None
                     for mode in modes:
                         bar.describe(f"{policy} {mode.key}")
-                        cmd: JSONObject = {
+                        keep: KeepupCommand = {
                             "cmd": "keepup",
                             "server": server.address,
                             "mode": mode.key,
                             "responses": 1,
                         }
-                        self.pool.run([(self.worker(mode), cmd)])  # warm-up
-                        cmd["responses"] = cfg.keepup_responses
+                        self.pool.run([(self.worker(mode), keep)])  # warm-up
+                        keep["responses"] = cfg.keepup_responses
                         cpu0 = server.cpu_seconds()
-                        (result,) = self.pool.run([(self.worker(mode), cmd)], bar.update)
+                        (result,) = self.pool.run([(self.worker(mode), keep)], bar.update)
                         cpu1 = server.cpu_seconds()
                         cell.runs.append(
                             keepup_run(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bidi_responses.bench.clients import MODES, ModeInfo, ServerAddress
+from bidi_responses.bench.clients import MODES, AgentsCommand, ModeInfo, ServerAddress
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.run.rows import measured_run
 from bidi_responses.bench.run.server import ServerProcess
@@ -122,9 +122,9 @@ class Measurer:
             bar.close()
         cell.params["duration_s"] = round(time.perf_counter() - started, 1)
 
-    def rollout_cmd(self, workload: Workload, address: ServerAddress) -> JSONObject:
+    def rollout_cmd(self, workload: Workload, address: ServerAddress) -> AgentsCommand:
         """The worker command of one agent rollout of ``workload``."""
-        cmd: JSONObject = {
+        cmd: AgentsCommand = {
             "cmd": "agents",
             "server": address,
             "agents": 1,
@@ -147,29 +147,23 @@ class Measurer:
         """The worker of ``mode`` (worker i serves mode i, and i + 8 ... for more processes)."""
         return self.pool.get((mode.number - 1) + len(MODES) * slot)
 
-    def warm_up(self, modes: Sequence[ModeInfo], base: JSONObject) -> None:
+    def warm_up(self, modes: Sequence[ModeInfo], base: AgentsCommand) -> None:
         """A short unmeasured rollout per mode: imports, connections, the cached prompt head."""
-        jobs = [
-            (
-                self.worker(m),
-                {
-                    **base,
-                    "mode": m.key,
-                    "max_tool_turns": 2,
-                    "nonce": f"warmup-{m.key}",
-                    "bytes": False,
-                },
-            )
-            for m in modes
-        ]
-        for job in jobs:
-            self.pool.run([job])
+        for m in modes:
+            cmd: AgentsCommand = {
+                **base,
+                "mode": m.key,
+                "max_tool_turns": 2,
+                "nonce": f"warmup-{m.key}",
+                "bytes": False,
+            }
+            self.pool.run([(self.worker(m), cmd)])
 
     def run_measured(
         self,
         cell: CellResult,
         server: ServerProcess,
-        jobs: list[tuple[Worker, JSONObject]],
+        jobs: list[tuple[Worker, AgentsCommand]],
         progress: Callable[[int], None],
         tags: JSONObject,
     ) -> JSONObject:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from bidi_responses.bench.clients import AgentsResult, KeepupResult
 from bidi_responses.bench.jsontypes import JSONObject
 
 __all__ = ["keepup_run", "measured_run"]
 
 
 def measured_run(
-    tags: JSONObject, results: list[JSONObject], server_cpu_s: float
+    tags: JSONObject, results: list[AgentsResult], server_cpu_s: float
 ) -> tuple[JSONObject, list[JSONObject]]:
     """One run's row and its turns (each tagged), from the results of its parallel jobs."""
     turns = [dict(t, **tags) for r in results for t in r["turns"]]
@@ -34,7 +35,7 @@ def keepup_run(
     policy: str,
     window: float | None,
     tps: float,
-    result: JSONObject,
+    result: KeepupResult,
     server_cpu_s: float,
 ) -> JSONObject:
     """The keep-up row of one mode and delta policy: delivered rate, messages, server CPU."""

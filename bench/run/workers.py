@@ -8,9 +8,15 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext
+from typing import cast, overload
 
-from bidi_responses.bench.clients import worker_main
-from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.clients import (
+    AgentsCommand,
+    AgentsResult,
+    KeepupCommand,
+    KeepupResult,
+    worker_main,
+)
 
 __all__ = ["Worker", "WorkerError", "WorkerPool"]
 
@@ -57,15 +63,29 @@ class WorkerPool:
                 self._workers.append(Worker(self._ctx, len(self._workers)))
         return self._workers[index]
 
+    @overload
     def run(
         self,
-        jobs: Sequence[tuple[Worker, JSONObject]],
+        jobs: Sequence[tuple[Worker, AgentsCommand]],
         progress: Callable[[int], None] | None = None,
-    ) -> list[JSONObject]:
+    ) -> list[AgentsResult]: ...
+
+    @overload
+    def run(
+        self,
+        jobs: Sequence[tuple[Worker, KeepupCommand]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[KeepupResult]: ...
+
+    def run(
+        self,
+        jobs: Sequence[tuple[Worker, AgentsCommand]] | Sequence[tuple[Worker, KeepupCommand]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[AgentsResult] | list[KeepupResult]:
         """Send each worker its command at once; wait for all results (in job order)."""
         for worker, cmd in jobs:
             worker.conn.send(cmd)
-        results: dict[int, JSONObject] = {}
+        results: dict[int, AgentsResult | KeepupResult] = {}
         errors: list[str] = []
         waiting = {worker.conn: i for i, (worker, _) in enumerate(jobs)}
         while waiting:
@@ -88,7 +108,9 @@ class WorkerPool:
                     results[index] = payload
         if errors:
             raise WorkerError("\n".join(errors))
-        return [results[i] for i in range(len(jobs))]
+        ordered = [results[i] for i in range(len(jobs))]
+        # The pipe carries pickled dicts; each has the shape its command's result has.
+        return cast("list[AgentsResult] | list[KeepupResult]", ordered)
 
     def close(self) -> None:
         """Stop every worker."""
