@@ -1,23 +1,20 @@
 """What the benchmarks, cluster tools and tests share to start servers and helper processes.
 
 A nearly free simulated engine (so that what differs between runs is the API's own work),
-an in-process server config on free ports around it, the ``serve`` command line of a server
-subprocess, and the context-manager protocol of every process wrapper that starts and stops.
+an in-process server config on free ports around it, and the ``serve`` command line of a
+server subprocess.
 """
 
 from __future__ import annotations
 
 import sys
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.sim import SimConfig
 
-__all__ = ["ManagedService", "fast_sim", "serve_command", "sim_server_config"]
+__all__ = ["fast_sim", "serve_command", "sim_server_config"]
 
 
 def fast_sim(*, tool_rounds: int, answer_tokens: int = 200) -> SimConfig:
@@ -68,31 +65,3 @@ def serve_command(
     else:
         command += ["--http-port", str(http_port)]
     return [*command, *extra]
-
-
-class ManagedService(ABC):
-    """Something started and stopped around a ``with`` block, and stopped if it fails to start."""
-
-    @abstractmethod
-    def start(self) -> object:
-        """Start, and wait until ready."""
-
-    @abstractmethod
-    def stop(self) -> None:
-        """Stop and clean up; safe to call more than once and after a failed start."""
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
-from bidi_responses.bench.servers import ManagedService
 
 
 class PostgresUnavailable(RuntimeError):

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
-from bidi_responses.bench.servers import ManagedService
 from bidi_responses.cluster.envoy import EnvoyProcess, render_config
 from bidi_responses.cluster.postgres import TempPostgres
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from bidi_responses.bench.clients import ServerAddress
 from bidi_responses.bench.cpu import process_cpu_clock
+from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
 from bidi_responses.bench.run.settings import ServerSettings
-from bidi_responses.bench.servers import ManagedService, serve_command
+from bidi_responses.bench.servers import serve_command
 
 __all__ = ["ServerProcess"]
 
