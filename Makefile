@@ -18,7 +18,7 @@ all: check test
 # removed needs a new link, so the install depends on the module list.
 $(MODULES): FORCE
 	@mkdir -p $(@D)
-	@find server client bench cluster protos \( -name '*.py' -o -name '*.proto' -o -name py.typed \) \
+	@find server client bench cluster codec protos \( -name '*.py' -o -name '*.proto' -o -name py.typed \) \
 		-not -name '*_pb2*' -not -path 'protos/bidi_responses/v1/__init__.py' | LC_ALL=C sort > $@.new
 	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
 
@@ -55,11 +55,11 @@ node-deps: $(BUF) $(NODE_SDK)
 # mypy --strict over the installed package (through the editable install's link tree) and the tests.
 typecheck: proto
 	$(VENV)/bin/mypy -p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench \
-		-p bidi_responses.cluster -m bidi_responses.codec -p tests
+		-p bidi_responses.cluster -p bidi_responses.codec -p tests
 
 lint: proto lint-proto typecheck
-	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
-	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py protos/bidi_responses/codec.py
+	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec
+	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec
 
 # Lint and types; `make test` runs the suite. CI runs both.
 check: lint

@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import tempfile
 import zlib
 from collections.abc import Iterable
 from functools import lru_cache
@@ -46,12 +47,20 @@ def load_key(path: Path) -> bytes:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         key = secrets.token_hex(32).encode()
+        # Written whole under a private name, then linked into place: a worker starting at
+        # the same moment sees either no key or the whole key, never an empty file.
+        fd, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process created it first: use theirs
-            return load_key(path)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(key + b"\n")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(key + b"\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(staged, path)
+            except FileExistsError:  # another process created it first: use theirs
+                return load_key(path)
+        finally:
+            os.unlink(staged)
     if len(key) < 16:
         raise ValueError(f"the compaction key in {path} is shorter than 16 bytes")
     return key

@@ -1,17 +1,21 @@
 """The tools of a request, checked once per distinct tool list.
 
 Clients send the same tool definitions with every turn of a conversation. A ``ToolSet`` holds
-everything the core derives from one list (the checked tools as the Response echoes them, the
-function names, the engine's function specs) and is immutable, so a lane can keep the last one
-and hand it to the next request whose tools have the same fingerprint, skipping the schema checks.
+everything the core derives from one list: the checked tools as the Response echoes them, the
+function names, the engine's function specs, and, built on first use, their protobuf form (the
+gRPC echo) and their rendered tokens. It is immutable, so a lane keeps the last one and hands it
+to the next request whose tools have the same fingerprint, skipping the checks and conversions;
+nothing else keeps tools between turns.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
-from typing import Any
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from bidi_responses.server.config import Limits
@@ -19,24 +23,55 @@ from bidi_responses.server.core.errors import invalid, missing
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.engines.base import FunctionSpec
 
+if TYPE_CHECKING:
+    from array import array
+
+    from bidi_responses.server.core.render import Renderer
+    from bidi_responses.v1.responses_pb2 import Tool
+
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
 
 
+class ToolList(list[dict[str, Any]]):
+    """Checked tools as the Response echoes them (JSON transports write it as a list), keeping
+    the protobuf form that the gRPC encoder asks for (``codec.tools.ProtoTools``)."""
+
+    __slots__ = ("_protobuf",)
+
+    def __init__(self, tools: Iterable[dict[str, Any]] = ()) -> None:
+        super().__init__(tools)
+        self._protobuf: tuple[Tool, ...] | None = None
+
+    def protobuf(self) -> Sequence[Tool]:
+        """The tools as ``Tool`` messages, converted on the first call."""
+        if self._protobuf is None:
+            # Imported here: the core runs without protobuf on its import path.
+            from bidi_responses.codec.tools import tool_to_pb
+
+            self._protobuf = tuple(tool_to_pb(tool) for tool in self)
+        return self._protobuf
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSet:
-    """One checked tool list and what the core derives from it; never mutated once built."""
+    """One checked tool list and what the core derives from it; never mutated once built
+    (the derived forms are filled in on first use)."""
 
     #: Digest of the list's canonical JSON (sorted keys), as the client sent it.
     fingerprint: bytes | None
     #: The checked tools, normalized as the Response echoes them.
-    tools: list[dict[str, Any]]
+    tools: ToolList
     #: Names of the function tools, which ``tool_choice`` and function calls must name.
     function_names: frozenset[str]
     #: The function tools as the engine sees them, with canonical key order and numbers so
     #: that gRPC (Struct) and JSON clients sample alike.
     functions: tuple[FunctionSpec, ...]
+    #: Rendered tools per live renderer (one per chat format), see ``prefix_tokens``.
+    _prefix_tokens: weakref.WeakKeyDictionary[Renderer, array[int]] = field(
+        default_factory=weakref.WeakKeyDictionary, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, raw: Any, limits: Limits, last: ToolSet | None = None) -> ToolSet:
@@ -53,11 +88,25 @@ class ToolSet:
             for t in tools
             if t["type"] == "function"
         )
-        return cls(key, tools, frozenset(f.name for f in functions), functions)
+        return cls(key, ToolList(tools), frozenset(f.name for f in functions), functions)
+
+    def protobuf(self) -> Sequence[Tool]:
+        """The tools as ``Tool`` messages (the gRPC echo), converted once."""
+        return self.tools.protobuf()
+
+    def prefix_tokens(self, renderer: Renderer) -> array[int]:
+        """The tokens ``renderer`` writes for these tools at the start of a prompt, rendered
+        once per renderer: the tools section of the generic format, the developer message of
+        harmony (which renders instructions and tools as one unit, here without instructions).
+        Callers must not modify the array."""
+        tokens = self._prefix_tokens.get(renderer)
+        if tokens is None:
+            tokens = self._prefix_tokens[renderer] = renderer.render_prefix(None, self.tools)
+        return tokens
 
 
 #: The tool set of a request without tools.
-NO_TOOLS = ToolSet(None, [], frozenset(), ())
+NO_TOOLS = ToolSet(None, ToolList(), frozenset(), ())
 
 
 def fingerprint(raw: Any) -> bytes | None:

@@ -82,3 +82,19 @@ def test_a_short_key_is_refused(tmp_path: Path) -> None:
     path.write_text("short")
     with pytest.raises(ValueError, match="shorter than 16 bytes"):
         load_key(path)
+
+
+def _load_key_hex(path: str) -> str:
+    return load_key(Path(path)).hex()
+
+
+def test_workers_starting_together_share_one_whole_key(tmp_path: Path) -> None:
+    # Processes racing to create the key must all read the same, complete key.
+    from concurrent.futures import ProcessPoolExecutor
+
+    path = tmp_path / "race" / "compaction.key"
+    with ProcessPoolExecutor(max_workers=4) as pool:
+        keys = list(pool.map(_load_key_hex, [str(path)] * 16, timeout=60))
+    assert len(set(keys)) == 1
+    assert bytes.fromhex(keys[0]) == path.read_bytes().strip()
+    assert [p.name for p in path.parent.iterdir()] == ["compaction.key"]

@@ -1,0 +1,107 @@
+"""Create parameters: a JSON create body <-> ``ResponseCreateParams``, both ways.
+
+The client encodes the body it was given; the server decodes the message into the body of
+POST /v1/responses, leaving out what the client did not set.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from bidi_responses.codec.depth import deep
+from bidi_responses.codec.items import canonical_item, item_to_dict, item_to_pb
+from bidi_responses.codec.settings import (
+    reasoning_to_dict,
+    reasoning_to_pb,
+    text_to_dict,
+    text_to_pb,
+)
+from bidi_responses.codec.structs import JSONObject
+from bidi_responses.codec.tools import (
+    tool_choice_to_dict,
+    tool_choice_to_pb,
+    tool_to_dict,
+    tools_to_pb,
+)
+from bidi_responses.v1 import responses_pb2 as pb
+
+# The optional scalar fields of ResponseCreateParams: present in JSON iff set in protobuf.
+OptionalParam = Literal[
+    "instructions",
+    "previous_response_id",
+    "store",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "generate",
+    "append_mode",
+    "safety_identifier",
+    "prompt_cache_key",
+    "user",
+    "truncation",
+    "max_tool_calls",
+    "background",
+    "idempotency_key",
+]
+OPTIONAL_PARAMS: tuple[OptionalParam, ...] = get_args(OptionalParam)
+
+
+def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
+    """Create parameters as the POST /v1/responses body (absent fields left out)."""
+    body: JSONObject = {
+        "model": params.model,
+        "input": [item_to_dict(i) for i in params.input],
+    }
+    if params.tools:
+        body["tools"] = [tool_to_dict(t) for t in params.tools]
+    if params.HasField("tool_choice"):
+        choice = tool_choice_to_dict(params.tool_choice)
+        if choice is not None:
+            body["tool_choice"] = choice
+    for name in OPTIONAL_PARAMS:
+        if params.HasField(name):
+            body[name] = getattr(params, name)
+    if params.metadata:
+        body["metadata"] = dict(params.metadata)
+    if params.HasField("text"):
+        body["text"] = text_to_dict(params.text)
+    if params.HasField("reasoning"):
+        body["reasoning"] = reasoning_to_dict(params.reasoning)
+    if params.include:
+        body["include"] = list(params.include)
+    return body
+
+
+@deep
+def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
+    """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``)."""
+    params = pb.ResponseCreateParams(model=body.get("model", ""))
+    raw_input = body.get("input")
+    if isinstance(raw_input, str):
+        raw_input = [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": raw_input}],
+            }
+        ]
+    for item in raw_input or ():
+        params.input.append(item_to_pb(canonical_item(item)))
+    tools = body.get("tools")
+    if tools:
+        params.tools.extend(tools_to_pb(tools))
+    if body.get("tool_choice") is not None:
+        params.tool_choice.CopyFrom(tool_choice_to_pb(body["tool_choice"]))
+    for name in OPTIONAL_PARAMS:
+        if body.get(name) is not None:
+            setattr(params, name, body[name])
+    for key, value in (body.get("metadata") or {}).items():
+        params.metadata[key] = value
+    if isinstance(body.get("text"), dict):
+        params.text.CopyFrom(text_to_pb(body["text"]))
+    if isinstance(body.get("reasoning"), dict):
+        params.reasoning.CopyFrom(reasoning_to_pb(body["reasoning"]))
+    if body.get("include"):
+        params.include.extend(body["include"])
+    return params

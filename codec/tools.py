@@ -1,0 +1,95 @@
+"""Tool definitions and ``tool_choice``: JSON <-> ``Tool`` / ``ToolChoice``.
+
+Tool lists are the one bulky part of a request that repeats every turn. Converting them is
+plain work here; reusing the result is the server's ``ToolSet``'s job (one per distinct tool
+list), whose checked list hands the encoder its protobuf form, built once (``ProtoTools``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from bidi_responses.codec.depth import deep
+from bidi_responses.codec.structs import JSONObject, JSONValue, fill_struct, struct_to_dict
+from bidi_responses.v1 import responses_pb2 as pb
+
+#: The optional fields of a function tool, null in the Response's echo when unset.
+_FUNCTION_OPTIONAL = ("description", "parameters", "strict")
+
+
+@runtime_checkable
+class ProtoTools(Protocol):
+    """A tool list that keeps its own protobuf form (the server's checked tool lists)."""
+
+    def protobuf(self) -> Sequence[pb.Tool]:
+        """The tools as ``Tool`` messages, built once."""
+        ...
+
+
+def tool_to_dict(tool: pb.Tool) -> JSONObject:
+    """A Tool message as the JSON tool (unset optional fields left out)."""
+    kind = tool.WhichOneof("tool")
+    if kind == "function":
+        f = tool.function
+        result: JSONObject = {"type": "function", "name": f.name}
+        if f.HasField("description"):
+            result["description"] = f.description
+        if f.HasField("parameters"):
+            result["parameters"] = struct_to_dict(f.parameters)
+        if f.HasField("strict"):
+            result["strict"] = f.strict
+        return result
+    if kind == "other":
+        return struct_to_dict(tool.other)
+    return {}
+
+
+def tool_echo_to_dict(tool: pb.Tool) -> JSONObject:
+    """A Tool message as a Response echoes it: a function's optional fields null when unset."""
+    result = tool_to_dict(tool)
+    if result.get("type") == "function":
+        for key in _FUNCTION_OPTIONAL:
+            result.setdefault(key, None)
+    return result
+
+
+@deep
+def tool_to_pb(tool: JSONObject) -> pb.Tool:
+    """A JSON tool as a Tool."""
+    if tool.get("type") != "function":
+        other = pb.Tool()
+        fill_struct(other.other, tool)
+        return other
+    function = pb.FunctionTool(name=tool["name"])
+    if tool.get("description") is not None:
+        function.description = tool["description"]
+    if tool.get("parameters") is not None:
+        fill_struct(function.parameters, tool["parameters"])
+    if tool.get("strict") is not None:
+        function.strict = tool["strict"]
+    return pb.Tool(function=function)
+
+
+def tools_to_pb(tools: Sequence[JSONObject]) -> Sequence[pb.Tool]:
+    """A JSON tool list as Tool messages; a ``ProtoTools`` list gives its own."""
+    if isinstance(tools, ProtoTools):
+        return tools.protobuf()
+    return [tool_to_pb(tool) for tool in tools]
+
+
+def tool_choice_to_dict(choice: pb.ToolChoice) -> JSONValue:
+    """A ToolChoice as JSON: the mode, or ``{"type": "function", "name"}``; None when unset."""
+    which = choice.WhichOneof("choice")
+    if which == "function":
+        return {"type": "function", "name": choice.function.name}
+    if which == "mode":
+        return choice.mode
+    return None
+
+
+def tool_choice_to_pb(choice: JSONValue) -> pb.ToolChoice:
+    """The JSON ``tool_choice`` (a mode or a forced function) as a ToolChoice."""
+    if isinstance(choice, dict):
+        return pb.ToolChoice(function=pb.FunctionToolChoice(name=choice.get("name", "")))
+    return pb.ToolChoice(mode=str(choice))

@@ -1,0 +1,105 @@
+"""Protobuf wire framing written by hand, for the streaming hot path.
+
+A serialized message is its fields' encodings in any order, and a message field is its tag,
+its length and the sub-message's bytes. So the streaming path builds bytes, not messages:
+a batch is the events' bytes framed as ``EventBatch.events`` (no copy of each event into a
+container message), and a snapshot's request echo is serialized once per response instead of
+once per snapshot. The gRPC transport sends these bytes as they are; any protobuf parser reads
+them as the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bidi_responses.v1 import responses_pb2 as pb
+from google.protobuf.message import Message
+
+#: Wire type of varints (tag & 7).
+VARINT = 0
+#: Wire type of length-delimited fields: sub-messages, strings, bytes.
+LENGTH_DELIMITED = 2
+
+
+def varint(value: int) -> bytes:
+    """``value`` (non-negative) as a base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the offset after it; IndexError when it runs off the end."""
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def tag(number: int, wire_type: int) -> bytes:
+    """The encoded key of field ``number``."""
+    return varint(number << 3 | wire_type)
+
+
+def field_number(message_class: type[Message], name: str) -> int:
+    """The field number of ``name`` in ``message_class``."""
+    number: int = message_class.DESCRIPTOR.fields_by_name[name].number
+    return number
+
+
+def field_bytes(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a sub-message or a string): tag, length, payload."""
+    return tag(number, LENGTH_DELIMITED) + varint(len(payload)) + payload
+
+
+_BATCH_FIELD = field_number(pb.ConnectResponse, "batch")
+_BATCH_EVENTS_FIELD = field_number(pb.EventBatch, "events")
+#: ``CreateResponseResponse.event``: the field each event of a unary-stream call travels in.
+EVENT_FIELD = field_number(pb.CreateResponseResponse, "event")
+
+
+def batch_bytes(events: Sequence[bytes]) -> bytes:
+    """Serialized ``ConnectResponse{batch: {events}}`` from serialized events."""
+    return field_bytes(_BATCH_FIELD, b"".join(field_bytes(_BATCH_EVENTS_FIELD, e) for e in events))
+
+
+def batch_messages(events: Sequence[bytes], max_events: int, max_bytes: int) -> list[bytes]:
+    """Serialized events ready together as few messages, in order: ``batch`` messages of at
+    most ``max_events`` events and about ``max_bytes`` (a larger event travels alone); a run
+    of one event stays a plain single-event message."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    size = 0
+    for event in events:
+        if run and (size + len(event) > max_bytes or len(run) >= max_events):
+            out.append(run[0] if len(run) == 1 else batch_bytes(run))
+            run, size = [], 0
+        run.append(event)
+        size += len(event)
+    if run:
+        out.append(run[0] if len(run) == 1 else batch_bytes(run))
+    return out
+
+
+def unbatch(message: pb.ConnectResponse) -> Sequence[pb.ConnectResponse]:
+    """The events a message carries: the batch's events, or the message itself."""
+    if message.WhichOneof("event") == "batch":
+        return message.batch.events
+    return (message,)
+
+
+def wire_bytes(message: bytes | Message) -> bytes:
+    """The response serializer of the streaming calls: bytes pass through, messages are
+    serialized."""
+    if isinstance(message, bytes):
+        return message
+    return message.SerializeToString()
