@@ -15,7 +15,11 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bidi_responses.bench.clients import ModeInfo
+    from bidi_responses.bench.run import CompareConfig
 
 __all__ = ["add_compare", "config_from_args", "run"]
 
@@ -39,7 +43,7 @@ def _windows(text: str) -> list[float | None]:
     return out
 
 
-def _modes(text: str | None) -> Any:
+def _modes(text: str | None) -> list[ModeInfo] | None:
     """Modes from a list that may use ranges ("1-8,10"); None when empty."""
     from bidi_responses.bench.clients import resolve_modes
 
@@ -210,7 +214,7 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=run)
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
+def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """A CompareConfig from parsed arguments."""
     from bidi_responses.bench.clients import resolve_modes
     from bidi_responses.bench.run import CompareConfig
@@ -269,7 +273,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return config
 
 
-def _smoke(config: Any) -> None:
+def _smoke(config: CompareConfig) -> None:
     """Shrink everything: a few turns of small outputs, one repeat, a fast engine."""
     from bidi_responses.bench.clients import resolve_modes
 

@@ -24,28 +24,20 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-from bidi_responses.bench.workload import WorkloadSpec, build_workload
+from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.servers import fast_sim, sim_server_config
+from bidi_responses.bench.workload import Workload, WorkloadSpec, build_workload
 from bidi_responses.server.app import start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.engines.sim import SimConfig
 
 
-async def run(spec: WorkloadSpec, repeats: int) -> dict[str, Any]:
+async def run(spec: WorkloadSpec, repeats: int) -> JSONObject:
     """Run the rollout once, then measure the next turn ``repeats`` times each way."""
     workload = build_workload(spec)
-    sim = SimConfig(
-        tokens_per_second=1_000_000,
-        ttft_ms=0,
-        prefill_tokens_per_second=1e9,
-        tool_rounds=spec.tool_turns,
-        answer_tokens=200,
-    )
+    sim = fast_sim(tool_rounds=spec.tool_turns)
     with tempfile.TemporaryDirectory() as data_dir:
-        config = ServerConfig(grpc_port=0, http_port=0, data_dir=data_dir)
-        config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
+        config = sim_server_config(data_dir, sim)
         server = await start_server(config, http=True)
         try:
             base = f"http://127.0.0.1:{server.http_port}"
@@ -56,14 +48,14 @@ async def run(spec: WorkloadSpec, repeats: int) -> dict[str, Any]:
             await server.stop(grace=0)
 
 
-async def _post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _post(http: aiohttp.ClientSession, path: str, body: JSONObject) -> JSONObject:
     async with http.post("/v1" + path, json=body) as reply:
         reply.raise_for_status()
-        result: dict[str, Any] = await reply.json()
+        result: JSONObject = await reply.json()
     return result
 
 
-async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> dict[str, Any]:
+async def _measure(http: aiohttp.ClientSession, workload: Workload, repeats: int) -> JSONObject:
     common = {"model": "sim-model", "instructions": workload.instructions, "tools": workload.tools}
     response = await _post(
         http, "/responses", {**common, "input": [workload.user_message("compaction")]}
@@ -86,7 +78,7 @@ async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> 
     question = {"role": "user", "content": "Summarize what you changed."}
 
     compact_ms: list[float] = []
-    compacted: dict[str, Any] = {}
+    compacted: JSONObject = {}
     for _ in range(repeats):
         start = time.perf_counter()
         compacted = await _post(
@@ -98,7 +90,7 @@ async def _measure(http: aiohttp.ClientSession, workload: Any, repeats: int) -> 
         "full history": {**common, "previous_response_id": last, "input": [question]},
         "compacted": {**common, "input": [*compacted["output"], question]},
     }
-    results: dict[str, Any] = {}
+    results: JSONObject = {}
     for name, body in ways.items():
         server_ms: list[float] = []
         tokens = 0

@@ -27,44 +27,37 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import asyncpg
+from bidi_responses.bench.jsontypes import JSONObject, JSONValue
+from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.bench.workload import build_history_workload
 from bidi_responses.client import AsyncResponsesClient, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer, start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.pg_store import PostgresStore
-from bidi_responses.server.engines.sim import SimConfig
 
 # The engine is made nearly free, so what differs between modes is the API's own work.
-SIM = SimConfig(
-    tokens_per_second=1_000_000,
-    ttft_ms=0,
-    prefill_tokens_per_second=1e9,
-    tool_rounds=1000,
-    function_call_tokens=40,
-    answer_tokens=40,
-)
+SIM = fast_sim(tool_rounds=1000, answer_tokens=40)
 
 
 def _config(root: Path, name: str, url: str) -> ServerConfig:
-    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(root / name))
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=SIM)}
+    config = sim_server_config(root / name, SIM)
     config.store.url = url
     return config
 
 
-async def _timed(coro: Any) -> tuple[Response, float]:
+async def _timed(coro: Awaitable[Response]) -> tuple[Response, float]:
     started = time.perf_counter()
     response: Response = await coro
     return response, (time.perf_counter() - started) * 1000
 
 
-def _row(response: Response, turn_ms: float) -> dict[str, Any]:
+def _row(response: Response, turn_ms: float) -> JSONObject:
     stats = response.stats
     return {
         "api_pre_ms": stats["api_pre_ms"],
@@ -78,17 +71,17 @@ def _row(response: Response, turn_ms: float) -> dict[str, Any]:
 
 async def one_run(
     url: str, root: Path, b: RunningServer, history_tokens: int, run: int
-) -> dict[str, Any]:
+) -> JSONObject:
     """One conversation on a fresh replica A, handed to B."""
     work = build_history_workload(seed=run, max_tokens=history_tokens + 8000)
     a = await start_server(_config(root, f"a{run}", url), http=False)
-    params: dict[str, Any] = {
+    params: JSONObject = {
         "model": "sim-model",
         "instructions": work.instructions,
         "tools": work.tools,
     }
 
-    def small(previous: Response, index: int) -> dict[str, Any]:
+    def small(previous: Response, index: int) -> JSONObject:
         call = previous.function_calls[0]
         output = work.small_outputs[index % len(work.small_outputs)]
         return {
@@ -163,7 +156,7 @@ async def one_run(
     }
 
 
-async def run(history_tokens: int, repeats: int) -> dict[str, Any]:
+async def run(history_tokens: int, repeats: int) -> JSONObject:
     """Every run, on one PostgreSQL and one replica B."""
     with TempPostgres(fast=False) as pg:
         root = pg.root.parent / f"{pg.root.name}-servers"
@@ -180,27 +173,27 @@ async def run(history_tokens: int, repeats: int) -> dict[str, Any]:
     }
 
 
-def _values(runs: list[dict[str, Any]], *path: str) -> list[float]:
+def _values(runs: list[JSONObject], *path: str) -> list[float]:
     """The figure at ``path`` (nested keys) in each run."""
     values = []
     for r in runs:
-        value: Any = r
+        value: JSONValue = r
         for key in path:
             value = value[key]
         values.append(float(value))
     return values
 
 
-def _median(runs: list[dict[str, Any]], *path: str) -> float:
+def _median(runs: list[JSONObject], *path: str) -> float:
     return statistics.median(_values(runs, *path))
 
 
-def _spread(runs: list[dict[str, Any]], *path: str) -> str:
+def _spread(runs: list[JSONObject], *path: str) -> str:
     values = _values(runs, *path)
     return f"{min(values):.2f}-{max(values):.2f}"
 
 
-def report(result: dict[str, Any]) -> str:
+def report(result: JSONObject) -> str:
     """A markdown table of medians (min-max)."""
     runs = result["runs"]
     lines = [

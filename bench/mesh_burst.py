@@ -16,13 +16,12 @@ import json
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import grpc
+from bidi_responses.bench.servers import sim_server_config
 from bidi_responses.client.aio import ConnectCall
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -37,8 +36,7 @@ async def burst(
 ) -> Counter[str]:
     """Open the streams and count outcomes."""
     with tempfile.TemporaryDirectory() as data:
-        config = ServerConfig(grpc_port=0, data_dir=str(Path(data)))
-        config.models = {"sim-model": RouteConfig(sim=SimConfig(tokens_per_second=100_000))}
+        config = sim_server_config(data, SimConfig(tokens_per_second=100_000))
         config.tenant_limits.max_streams_per_connection = per_connection
         config.tenant_limits.max_streams_per_tenant = per_tenant
         if pending is not None:

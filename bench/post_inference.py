@@ -47,96 +47,18 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-MODES = ("queued", "unjournaled", "journal-nosync", "queued-slow", "no-writes", "inline-slow")
+from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.post_inference_server import MODES, Settings, serve
+from bidi_responses.bench.stats import percentile
+
+if TYPE_CHECKING:
+    from bidi_responses.bench.workload import Workload
+
+__all__ = ["MODES", "Settings", "format_table", "main", "run_benchmark"]
+
 FIRST_TOKEN = ("response.output_text.delta", "response.function_call_arguments.delta")
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """One benchmark run's knobs (the same for every mode)."""
-
-    turns: int = 25
-    repeats: int = 3
-    store_ms: float = 20.0
-    tool_output_tokens: int = 4000
-    tokens_per_second: float = 1000.0
-    ttft_ms: float = 0.0
-    prefill_tokens_per_second: float = 1e9
-    seed: int = 0
-
-
-# -- the server side (a child process per mode) -----------------------------------------------
-
-
-async def _serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -> None:
-    from bidi_responses.server.app import start_server
-    from bidi_responses.server.config import RouteConfig, ServerConfig
-    from bidi_responses.server.core.post import PostJob
-    from bidi_responses.server.core.session import Session
-    from bidi_responses.server.core.store import LedgerRow, StoredResponse
-    from bidi_responses.server.engines.sim import SimConfig
-
-    sim = SimConfig(
-        tokens_per_second=settings.tokens_per_second,
-        ttft_ms=settings.ttft_ms,
-        prefill_tokens_per_second=settings.prefill_tokens_per_second,
-        tool_rounds=settings.turns + 10,
-        seed=settings.seed,
-    )
-    config = ServerConfig(grpc_port=0, data_dir=data_dir)
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=sim)}
-    config.durability.journal = mode != "unjournaled"
-    config.durability.fsync = mode != "journal-nosync"
-    running = await start_server(config, http=False)
-    core = running.core
-    store = core.store
-    real_write = store.write_many
-    Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
-
-    async def slow_write(jobs: Jobs) -> None:
-        await asyncio.sleep(store_ms / 1000)  # a slow disk: latency, not event-loop work
-        await real_write(jobs)
-
-    async def no_write(jobs: Jobs) -> None:
-        return None
-
-    # In line: the job is kept, the terminal event goes out, and the connection's next request
-    # is handled only after the kept jobs are written.
-    kept: list[PostJob] = []
-
-    async def keep(job: PostJob) -> None:
-        if job.record is not None:
-            store.stage(job.record.response["id"], job.record)
-        kept.append(job)
-
-    real_handle = Session.handle
-
-    async def handle_after_writes(self: Session, event: Any, received: float | None = None) -> None:
-        while kept:
-            job = kept.pop(0)
-            await slow_write([(job.record, job.ledger)])
-        await real_handle(self, event, received)
-
-    if mode == "queued-slow":
-        store.write_many = slow_write  # type: ignore[method-assign]
-    elif mode == "no-writes":
-        store.write_many = no_write  # type: ignore[method-assign]
-    elif mode == "inline-slow":
-        core.post.put = keep  # type: ignore[method-assign]
-        Session.handle = handle_after_writes  # type: ignore[method-assign]
-    elif mode not in ("queued", "unjournaled", "journal-nosync"):
-        raise SystemExit(f"unknown mode {mode}")
-    print(f"listening {running.grpc_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await running.stop()  # drains the queue
-    written = core.post.written if mode != "inline-slow" else -1
-    print(f"written {written} failed {core.post.failed}", flush=True)
 
 
 # -- the client side ----------------------------------------------------------------------------
@@ -156,37 +78,28 @@ class ModeResult:
     # turns (tail + gap), with 0 ms of client tool time.
     turnarounds_ms: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """Median, p90, p99 and the spread of per-repeat medians."""
         flat = sorted(g for rep in self.gaps_ms for g in rep)
         medians = [statistics.median(rep) for rep in self.gaps_ms if rep]
         return {
             "mode": self.mode,
             "turns": len(flat),
-            "gap_p50_ms": _pct(flat, 50),
-            "gap_p90_ms": _pct(flat, 90),
-            "gap_p99_ms": _pct(flat, 99),
+            "gap_p50_ms": percentile(flat, 50),
+            "gap_p90_ms": percentile(flat, 90),
+            "gap_p99_ms": percentile(flat, 99),
             "gap_mean_ms": statistics.fmean(flat) if flat else float("nan"),
             "repeat_medians_ms": [round(m, 3) for m in medians],
-            "server_api_pre_p50_ms": _pct(sorted(self.api_pre_ms), 50),
-            "tail_p50_ms": _pct(sorted(self.tails_ms), 50),
-            "tail_p99_ms": _pct(sorted(self.tails_ms), 99),
-            "turnaround_p50_ms": _pct(sorted(self.turnarounds_ms), 50),
-            "turnaround_p99_ms": _pct(sorted(self.turnarounds_ms), 99),
+            "server_api_pre_p50_ms": percentile(self.api_pre_ms, 50),
+            "tail_p50_ms": percentile(self.tails_ms, 50),
+            "tail_p99_ms": percentile(self.tails_ms, 99),
+            "turnaround_p50_ms": percentile(self.turnarounds_ms, 50),
+            "turnaround_p99_ms": percentile(self.turnarounds_ms, 99),
             "server_jobs_written": self.server_written,
         }
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    pos = (len(values) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (pos - low)
-
-
-async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> list[float]:
+async def _rollout(port: int, workload: Workload, nonce: str, result: ModeResult) -> list[float]:
     """One rollout on a fresh Connect stream; its gaps (tails and turnarounds go to result)."""
     from bidi_responses.client import AsyncResponsesClient
 
@@ -198,7 +111,7 @@ async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> 
         AsyncResponsesClient(f"127.0.0.1:{port}") as client,
         client.connect() as stream,
     ):
-        params: dict[str, Any] = {
+        params: JSONObject = {
             "model": "sim-model",
             "instructions": workload.instructions,
             "tools": workload.tools,
@@ -206,7 +119,7 @@ async def _rollout(port: int, workload: Any, nonce: str, result: ModeResult) -> 
         }
         terminal_at: float | None = None
         for turn in range(workload.spec.tool_turns + 1):
-            response: dict[str, Any] | None = None
+            response: JSONObject | None = None
             async for event in stream.create_events(**params):
                 kind = event["type"]
                 now = time.perf_counter()
@@ -293,7 +206,7 @@ async def _stop_server(process: asyncio.subprocess.Process) -> int | None:
     return written if written >= 0 else None
 
 
-async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> JSONObject:
     """Run every mode; returns the results document.
 
     All the modes' servers run side by side (idle when not measured) and the repeats go
@@ -347,7 +260,7 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> d
     }
 
 
-def format_table(document: dict[str, Any]) -> str:
+def format_table(document: JSONObject) -> str:
     """The summaries as an aligned text table."""
     header = [
         "mode",
@@ -410,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         prefill_tokens_per_second=args.prefill_tps,
     )
     if args.serve:
-        asyncio.run(_serve(args.serve, args.data_dir, args.store_ms, settings))
+        asyncio.run(serve(args.serve, args.data_dir, args.store_ms, settings))
         return 0
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = set(modes) - set(MODES)

@@ -21,22 +21,16 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
+from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import start_server
-from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.config import ServerConfig
 
-SIM = SimConfig(
-    tokens_per_second=1_000_000,
-    ttft_ms=0,
-    prefill_tokens_per_second=1e9,
-    tool_rounds=100_000,
-    function_call_tokens=40,
-)
-TOOL: dict[str, Any] = {
+SIM = fast_sim(tool_rounds=100_000)
+TOOL: JSONObject = {
     "type": "function",
     "name": "exec_command",
     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
@@ -68,8 +62,7 @@ async def turn_times(config: ServerConfig, turns: int) -> list[float]:
 
 
 def _config(root: Path, name: str, url: str, ack: bool | None) -> ServerConfig:
-    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(root / name))
-    config.models = {"sim-model": RouteConfig(engine="sim", sim=SIM)}
+    config = sim_server_config(root / name, SIM)
     config.store.url = url
     config.store.ack_after_write = ack
     return config

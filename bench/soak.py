@@ -23,25 +23,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import orjson
 import psutil
 from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
+from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.run import ServerProcess, ServerSettings
+from bidi_responses.bench.stats import percentile
 from bidi_responses.client.aio import AsyncResponsesClient
-from bidi_responses.server.core.store import read_ledger
+from bidi_responses.server.core.sqlite_schema import read_ledger
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
 
 TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}
-TOOL: dict[str, Any] = {
+TOOL: JSONObject = {
     "type": "function",
     "name": "exec_command",
     "description": "Run a shell command and return its output.",
@@ -85,7 +85,7 @@ class TransportResult:
     rss_peak: int
     rss_after: int
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The figures the table shows."""
         ids = [i for r in self.results for i in r.ids]
         first = [r.turn_ms[0] for r in self.results if r.turn_ms]
@@ -146,18 +146,15 @@ def prefix_cache_note(blocks: int) -> str:
 
 
 def _pct(values: Sequence[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(pct) - 1]
+    # 0 rather than NaN for an empty list: a soak row with no turns of a kind prints 0.
+    return percentile(values, pct) if values else 0.0
 
 
 async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bool) -> AgentResult:
     result = AgentResult()
     # Streams chain through their cache; HTTP chains through the store.
-    body: dict[str, Any] = {"model": "sim-model", "tools": [TOOL], "store": store}
-    new_input: list[dict[str, Any]] = [
+    body: JSONObject = {"model": "sim-model", "tools": [TOOL], "store": store}
+    new_input: list[JSONObject] = [
         {"type": "message", "role": "user", "content": f"agent {index}: fix the failing test"}
     ]
     previous: str | None = None
@@ -208,11 +205,11 @@ async def _rss_sampler(pid: int, peak: list[int], stop: asyncio.Event) -> None:
                 await stop.wait()
 
 
-async def _stats(base: str) -> dict[str, Any]:
+async def _stats(base: str) -> JSONObject:
     import aiohttp
 
     async with aiohttp.ClientSession() as session, session.get(f"{base}/v1/stats") as reply:
-        data: dict[str, Any] = orjson.loads(await reply.read())
+        data: JSONObject = orjson.loads(await reply.read())
         return data
 
 
@@ -304,14 +301,14 @@ def run_soak(
     progress: bool = False,
     sim_prefix_blocks: int | None = None,
     rounds: int = 1,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Soak every transport in turn on one server, ``rounds`` times; one summary per burst."""
     settings = SoakSettings(tool_rounds=turns + 1, function_call_tokens=40)
     if sim_prefix_blocks is not None:
         settings.prefix_cache_max_blocks = sim_prefix_blocks
     with ServerProcess(settings, workdir, "soak") as server:
 
-        async def run_all() -> list[dict[str, Any]]:
+        async def run_all() -> list[JSONObject]:
             # A small warm-up on every transport first, so the RSS baseline includes what a
             # server allocates once (imports, caches, thread pools), not just an idle start.
             for transport in transports:
@@ -334,7 +331,7 @@ def run_soak(
     return summaries
 
 
-def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+def format_table(summaries: Sequence[JSONObject]) -> str:
     """The soak's summary table."""
     header = (
         f"{'transport':<10}{'responses':>10}{'ledger':>8}{'lost':>6}{'dup':>5}{'failed':>7}"

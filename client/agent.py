@@ -14,12 +14,12 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from bidi_responses.client.aio import ConnectStream
-from bidi_responses.client.types import Response
+from bidi_responses.client.stream import ConnectStream
+from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput
 
-ToolFunction = Callable[[dict[str, Any]], "str | Awaitable[str]"]
+ToolFunction = Callable[[JSONObject], "str | Awaitable[str]"]
 
 
 @dataclass(slots=True)
@@ -35,7 +35,7 @@ class AgentResult:
         return sum(len(turn.function_calls) for turn in self.turns[:-1])
 
 
-async def _call_tool(functions: Mapping[str, ToolFunction], call: dict[str, Any]) -> str:
+async def _call_tool(functions: Mapping[str, ToolFunction], call: JSONObject) -> str:
     function = functions.get(call["name"])
     if function is None:
         return json.dumps({"error": f"unknown tool {call['name']}"})
@@ -50,8 +50,8 @@ async def _call_tool(functions: Mapping[str, ToolFunction], call: dict[str, Any]
 
 
 async def run_tools(
-    functions: Mapping[str, ToolFunction], calls: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    functions: Mapping[str, ToolFunction], calls: Sequence[JSONObject]
+) -> list[JSONObject]:
     """Run each call's function; return the ``function_call_output`` items."""
     return [
         {
@@ -67,13 +67,13 @@ async def run_agent_loop(
     stream: ConnectStream,
     *,
     model: str,
-    input: Any,
-    tools: Sequence[dict[str, Any]],
+    input: ResponseInput,
+    tools: Sequence[JSONObject],
     functions: Mapping[str, ToolFunction],
     mode: Literal["chain", "append"] = "chain",
     max_turns: int = 100,
     stream_id: str = "",
-    **params: Any,
+    **params: JSONValue,
 ) -> AgentResult:
     """Run an agent until it answers without tool calls (or ``max_turns`` is reached)."""
     tools = list(tools)

@@ -19,11 +19,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream
-from bidi_responses.client.types import Response, ResponsesError
+from bidi_responses.client.aio import AsyncResponsesClient
+from bidi_responses.client.stream import ConnectStream
+from bidi_responses.client.types import (
+    JSONObject,
+    JSONValue,
+    Response,
+    ResponseInput,
+    ResponsesError,
+)
 
 # Error codes after which the same turn is sent again on a new stream.
 RETRYABLE_CODES = frozenset(
@@ -83,7 +89,7 @@ class Conversation:
             w.get("code") == "server_draining" for w in stream.warnings
         )
 
-    async def create(self, **params: Any) -> Response:
+    async def create(self, **params: JSONValue) -> Response:
         """Send one turn until some replica acknowledges it; returns its response.
 
         Raises ResponsesError for a rejection that a retry cannot fix (a bad request), or
@@ -125,11 +131,11 @@ async def run_resilient_agent(
     conversation: Conversation,
     *,
     model: str,
-    input: Any,
-    tools: Sequence[dict[str, Any]],
-    tool_output: Any,
+    input: ResponseInput,
+    tools: Sequence[JSONObject],
+    tool_output: Callable[[JSONObject], str],
     turns: int,
-    **params: Any,
+    **params: JSONValue,
 ) -> list[Response]:
     """A chained agent loop of ``turns`` responses that survives replica loss; every turn
     answers each function call with ``tool_output(call) -> str``."""

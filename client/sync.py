@@ -10,11 +10,12 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loop
-from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream
-from bidi_responses.client.types import Response
+from bidi_responses.client.aio import AsyncResponsesClient
+from bidi_responses.client.stream import ConnectStream
+from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput
 
 T = TypeVar("T")
 
@@ -27,7 +28,7 @@ class _LoopThread:
         )
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[object, object, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def stop(self) -> None:
@@ -43,12 +44,12 @@ class SyncConnectStream:
         self._loop = loop
         self._stream = stream
 
-    def create(self, *, stream_id: str = "", **params: Any) -> Response:
+    def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
         """See ConnectStream.create."""
         return self._loop.run(self._stream.create(stream_id=stream_id, **params))
 
     def append(
-        self, response_id: str, input: Sequence[dict[str, Any]], *, stream_id: str = ""
+        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
     ) -> Response:
         """See ConnectStream.append."""
         return self._loop.run(self._stream.append(response_id, input, stream_id=stream_id))
@@ -57,11 +58,11 @@ class SyncConnectStream:
         self,
         *,
         model: str,
-        input: Any,
-        tools: Sequence[dict[str, Any]],
+        input: ResponseInput,
+        tools: Sequence[JSONObject],
         functions: Mapping[str, ToolFunction],
         mode: Literal["chain", "append"] = "chain",
-        **params: Any,
+        **params: JSONValue,
     ) -> AgentResult:
         """See bidi_responses.client.agent.run_agent_loop (tool functions run on the loop)."""
         return self._loop.run(
@@ -121,7 +122,7 @@ class ResponsesClient:
 
         return SyncConnectStream(self._loop, self._loop.run(open_stream()))
 
-    def create(self, **params: Any) -> Response:
+    def create(self, **params: JSONValue) -> Response:
         """Stateless create."""
         return self._loop.run(self._client.create(**params))
 
@@ -133,23 +134,27 @@ class ResponsesClient:
         """Delete a stored response."""
         return self._loop.run(self._client.delete(response_id))
 
-    def list_input_items(self, response_id: str, **kwargs: Any) -> dict[str, Any]:
+    def list_input_items(
+        self, response_id: str, *, limit: int = 20, order: str = "desc", after: str = ""
+    ) -> JSONObject:
         """A page of input items."""
-        return self._loop.run(self._client.list_input_items(response_id, **kwargs))
+        return self._loop.run(
+            self._client.list_input_items(response_id, limit=limit, order=order, after=after)
+        )
 
-    def compact(self, **params: Any) -> dict[str, Any]:
+    def compact(self, **params: JSONValue) -> JSONObject:
         """Compact a conversation (the ``response.compaction`` object)."""
         return self._loop.run(self._client.compact(**params))
 
-    def count_input_tokens(self, **params: Any) -> int:
+    def count_input_tokens(self, **params: JSONValue) -> int:
         """The prompt tokens a create with ``params`` would use."""
         return self._loop.run(self._client.count_input_tokens(**params))
 
-    def list_models(self) -> list[dict[str, Any]]:
+    def list_models(self) -> list[JSONObject]:
         """The configured models."""
         return self._loop.run(self._client.list_models())
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """Server counters."""
         return self._loop.run(self._client.stats())
 

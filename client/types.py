@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
+
+#: Free JSON, shaped as the Responses API documents it (items, events, request parameters):
+#: the client passes it through and reads only the fields it names.
+JSONValue: TypeAlias = Any
+#: A JSON object of that kind (an item, an event, a Response).
+JSONObject: TypeAlias = dict[str, JSONValue]
+#: A create's ``input``: a user message's text, or the items to add.
+ResponseInput: TypeAlias = str | Sequence[JSONObject]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -21,7 +30,7 @@ class ResponsesError(Exception):
         self.status = status
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> ResponsesError:
+    def from_event(cls, event: JSONObject) -> ResponsesError:
         """From a JSON ``error`` event."""
         error = event.get("error") or {}
         return cls(
@@ -39,7 +48,7 @@ class Usage:
     total_tokens: int
 
     @classmethod
-    def from_dict(cls, usage: dict[str, Any] | None) -> Usage | None:
+    def from_dict(cls, usage: JSONObject | None) -> Usage | None:
         """From the JSON usage object (None stays None)."""
         if not usage:
             return None
@@ -57,19 +66,19 @@ class Response:
 
     id: str
     status: str
-    output: list[dict[str, Any]]
+    output: list[JSONObject]
     usage: Usage | None
-    stats: dict[str, Any]
+    stats: JSONObject
     previous_response_id: str | None
-    error: dict[str, Any] | None
+    error: JSONObject | None
     incomplete_reason: str | None
-    safety_flags: list[dict[str, Any]]
-    raw: dict[str, Any] = field(repr=False)
-    pending_calls: list[dict[str, Any]] = field(default_factory=list)
+    safety_flags: list[JSONObject]
+    raw: JSONObject = field(repr=False)
+    pending_calls: list[JSONObject] = field(default_factory=list)
 
     @classmethod
     def from_dict(
-        cls, response: dict[str, Any], pending_calls: list[dict[str, Any]] | None = None
+        cls, response: JSONObject, pending_calls: list[JSONObject] | None = None
     ) -> Response:
         """From the JSON Response object."""
         incomplete = response.get("incomplete_details") or {}
@@ -88,13 +97,13 @@ class Response:
         )
 
     @property
-    def function_calls(self) -> list[dict[str, Any]]:
+    def function_calls(self) -> list[JSONObject]:
         """The function_call items of the output (or the pending calls in append mode)."""
         if self.pending_calls:
             return self.pending_calls
         return [item for item in self.output if item.get("type") == "function_call"]
 
-    def call_output(self, output: str, index: int = 0) -> dict[str, Any]:
+    def call_output(self, output: str, index: int = 0) -> JSONObject:
         """The input item answering function call ``index`` with ``output`` (the next turn's
         input in a tool loop)."""
         call_id = self.function_calls[index]["call_id"]

@@ -28,7 +28,8 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+
+from bidi_responses.bench.jsontypes import JSONObject
 
 HEALTH_INTERVAL_S = 1.0
 
@@ -45,7 +46,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _endpoints(addresses: list[tuple[str, int]]) -> list[dict[str, Any]]:
+def _endpoints(addresses: list[tuple[str, int]]) -> list[JSONObject]:
     return [
         {
             "lb_endpoints": [
@@ -56,7 +57,7 @@ def _endpoints(addresses: list[tuple[str, int]]) -> list[dict[str, Any]]:
     ]
 
 
-def _outlier_detection() -> dict[str, Any]:
+def _outlier_detection() -> JSONObject:
     # A dead replica fails fast (connection refused / reset): eject it after one gateway
     # failure rather than wait for the next health check.
     return {
@@ -69,9 +70,9 @@ def _outlier_detection() -> dict[str, Any]:
 
 
 def _cluster(
-    name: str, addresses: list[tuple[str, int]], *, http2: bool, health: dict[str, Any]
-) -> dict[str, Any]:
-    cluster: dict[str, Any] = {
+    name: str, addresses: list[tuple[str, int]], *, http2: bool, health: JSONObject
+) -> JSONObject:
+    cluster: JSONObject = {
         "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
@@ -116,14 +117,14 @@ def _cluster(
 
 def _listener(
     name: str, port: int, cluster: str, *, grpc: bool, host: str = "127.0.0.1"
-) -> dict[str, Any]:
-    route: dict[str, Any] = {
+) -> JSONObject:
+    route: JSONObject = {
         "cluster": cluster,
         "timeout": "0s",  # no limit: a stream lasts as long as its agent
         "idle_timeout": "3600s",
         "retry_policy": {"retry_on": "connect-failure,refused-stream", "num_retries": 3},
     }
-    manager: dict[str, Any] = {
+    manager: JSONObject = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": name,
@@ -174,7 +175,7 @@ def render_config(
     http_port: int,
     admin_port: int,
     host: str = "127.0.0.1",
-) -> dict[str, Any]:
+) -> JSONObject:
     """The bootstrap configuration (JSON, which Envoy reads as YAML)."""
     listeners = [_listener("grpc", grpc_port, "replicas_grpc", grpc=True, host=host)]
     clusters = [
@@ -202,7 +203,7 @@ def render_config(
 class EnvoyProcess:
     """Envoy running a rendered configuration; ``stop()`` ends it."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, admin_port: int) -> None:
+    def __init__(self, config: JSONObject, workdir: Path, admin_port: int) -> None:
         self.config_path = workdir / "envoy.json"
         self.config_path.write_text(json.dumps(config, indent=2))
         self.log_path = workdir / "envoy.log"

@@ -18,13 +18,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
+from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.client import AsyncResponsesClient, Conversation, Response
 from bidi_responses.cluster.replicas import Cluster
 
-TOOL: dict[str, Any] = {
+TOOL: JSONObject = {
     "type": "function",
     "name": "exec_command",
     "description": "Run a shell command.",
@@ -195,13 +195,13 @@ async def failover(
     drain_at: float = 2 / 3,
     serve_args: Sequence[str] = SERVE_ARGS,
     output_chars: int = 2000,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The failover run; returns its report (``ok`` says whether every check held)."""
     total = agents * turns
     cluster = Cluster(replicas, serve_args=serve_args, http=False, fast_postgres=False)
     loop = asyncio.get_running_loop()
     events: list[str] = []
-    actions: list[Awaitable[Any]] = []
+    actions: list[Awaitable[int]] = []
 
     def on_turn(done: int) -> None:
         if done == int(total * kill_at):
@@ -283,7 +283,7 @@ async def throughput(
     *,
     serve_args: Sequence[str] = SERVE_ARGS,
     output_chars: int = 2000,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Turns per second through Envoy with each replica count (no failures)."""
     loop = asyncio.get_running_loop()
     rows = []

@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
+from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
 
 
@@ -44,7 +44,7 @@ def find_bin_dir() -> Path:
     )
 
 
-class TempPostgres:
+class TempPostgres(ManagedService):
     """Start with ``with TempPostgres() as pg:``; ``pg.url`` is the database to use.
 
     ``fast=True`` turns off fsync (tests: the data dies with the directory anyway); the
@@ -153,14 +153,3 @@ class TempPostgres:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> TempPostgres:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
+from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
 from bidi_responses.cluster.envoy import EnvoyProcess, render_config
 from bidi_responses.cluster.postgres import TempPostgres
@@ -52,7 +52,7 @@ class Replica:
         return self.process is not None and self.process.poll() is None
 
 
-class Cluster:
+class Cluster(ManagedService):
     """PostgreSQL, ``n`` replicas and Envoy; a context manager that tears all down."""
 
     def __init__(
@@ -197,21 +197,6 @@ class Cluster:
             self.postgres.stop()
         if not os.environ.get("BIDI_KEEP_CLUSTER_DIR"):  # keep the logs for a post-mortem
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Cluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

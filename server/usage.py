@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from bidi_responses.server.core.store import LedgerRow, read_ledger
+from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.core.store_backend import is_postgres_url
 
 GroupKey = Literal["tenant", "model", "transport", "status"]

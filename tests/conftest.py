@@ -13,24 +13,18 @@ from typing import Any, TypeVar
 import grpc
 import openai
 import pytest
+from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.store import LedgerRow, Store
-from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow
 from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import FunctionToolParam, Response
 
 # A fast engine for functional tests: high decode rate, no time to first token. Benchmarks
 # use the headline operating point instead.
-FAST_SIM = SimConfig(
-    tokens_per_second=1_000_000,
-    ttft_ms=0,
-    prefill_tokens_per_second=1e9,
-    tool_rounds=3,
-    function_call_tokens=40,
-    answer_tokens=30,
-)
+FAST_SIM = fast_sim(tool_rounds=3, answer_tokens=30)
 
 # Typed for the openai SDK's parameters; the plain-dict form below is for raw JSON.
 SHELL_TOOL_PARAM: FunctionToolParam = {
@@ -104,11 +98,8 @@ def run_cli(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str
 def make_config(tmp_path: Path, **sim: Any) -> ServerConfig:
     """A config on free loopback ports with a private data dir."""
     settings = dataclasses.replace(FAST_SIM, **sim)
-    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
-    config.models = {
-        "sim-model": RouteConfig(engine="sim", sim=settings),
-        "sim-other": RouteConfig(engine="sim", sim=settings),
-    }
+    config = sim_server_config(tmp_path / "data", settings)
+    config.models["sim-other"] = RouteConfig(engine="sim", sim=settings)
     return config
 
 

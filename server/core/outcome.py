@@ -52,7 +52,7 @@ def stored_response(
         return None
     self_contained = request.previous_response_id is None or not state.stored_chain
     if self_contained:
-        # The whole conversation but this response's output (see ``Store``).
+        # The whole conversation but this response's output (see ``sqlite_schema``).
         output_ids = {id(item) for item in record.output}
         kept = [item for item in state.items if id(item) not in output_ids]
     else:

@@ -1,7 +1,8 @@
 """Stored responses and the usage ledger in a shared PostgreSQL database (asyncpg).
 
-The same tables and semantics as the SQLite store (``store.py``), so that several replicas
-behind a proxy share one store: a continuation lands on any replica and finds its chain.
+The same tables and semantics as the SQLite store (``sqlite_store.py``; the rules both keep
+in memory are in ``store.py``), so that several replicas behind a proxy share one store: a
+continuation lands on any replica and finds its chain.
 The schema is brought up to date by numbered migrations under an advisory lock, so replicas
 that start together migrate once. Writes are idempotent by response id: a response written
 twice (a replayed dead-letter job, or a retried turn with the same idempotency key on two
@@ -17,15 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import orjson
-
-# One row per response: the first wins, except that a finished attempt replaces the
-# "cancelled" row of an attempt cut short (the same rule as store.py).
 from bidi_responses.server.core.store import (
+    LEDGER_COLUMNS,
     LEDGER_CONFLICT_RULE,
+    RESPONSE_INSERT_COLUMNS,
+    RESPONSE_SELECT_COLUMNS,
     LedgerRow,
+    QueuedWrites,
     StoredResponse,
-    walk_chain,
+    WriteJob,
 )
 from bidi_responses.server.core.store_backend import StoreUnavailable, redact
 
@@ -111,15 +112,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
-_LEDGER_COLUMNS = (
-    "response_id, tenant, model, status, input_tokens, cached_tokens, output_tokens, "
-    "engine_ms, api_pre_ms, api_post_ms, transport, created_at, completed_at"
-)
-
 
 async def _purge(conn: Any, response_id: str, needed: set[str | None]) -> None:
     """Remove deleted rows no stored response needs any more, from ``response_id`` up its
-    chain (as ``store._purge`` does for SQLite)."""
+    chain (as ``sqlite_schema.purge`` does for SQLite; here
+    the tombstone goes too)."""
     current: str | None = response_id
     while current is not None and current not in needed:
         child = await conn.fetchrow(
@@ -162,18 +159,17 @@ async def migrate(conn: Any) -> list[int]:
     return applied
 
 
-class PostgresStore:
+class PostgresStore(QueuedWrites):
     """The ``ResponseStore`` on a shared PostgreSQL database."""
 
     shared = True
 
     def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 30.0) -> None:
+        super().__init__()
         self._url = url
         self._pool_size = pool_size
         self._connect_timeout_s = connect_timeout_s
         self._pool: Any = None
-        self._pending: dict[str, StoredResponse] = {}
-        self._deleted_pending: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -215,122 +211,50 @@ class PostgresStore:
             raise RuntimeError("PostgresStore used before open()")
         return self._pool
 
-    # -- writes (post-inference) -----------------------------------------------------------
+    # -- the database work of QueuedWrites -------------------------------------------------
 
-    def stage(self, response_id: str, record: StoredResponse) -> None:
-        """Make a response readable in this process now; ``write`` makes it durable."""
-        self._pending[response_id] = record
-
-    def unstage(self, response_id: str, record: StoredResponse) -> None:
-        """Withdraw a staged record whose write will not happen."""
-        if self._pending.get(response_id) is record:
-            del self._pending[response_id]
-
-    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
-        """Several ``write``s (each its own transaction; each is idempotent)."""
-        for record, ledger in jobs:
-            await self.write(record, ledger)
-
-    async def write(self, record: StoredResponse | None, ledger: LedgerRow | None) -> None:
-        """Write a response and/or its ledger row in one transaction (idempotent by id)."""
+    async def _write_rows(self, jobs: list[WriteJob], needed: set[str | None]) -> None:
+        # Each job in its own transaction (each is idempotent).
         pool = self._require()
-        async with pool.acquire() as conn, conn.transaction():
-            if record is not None:
-                resp = record.response
-                await conn.execute(
-                    "INSERT INTO responses (id, previous_response_id, created_at, "
-                    "response_json, input_json, self_contained, instructions, tenant) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-                    "ON CONFLICT (id) DO UPDATE SET previous_response_id = "
-                    "EXCLUDED.previous_response_id, created_at = EXCLUDED.created_at, "
-                    "response_json = EXCLUDED.response_json, input_json = EXCLUDED.input_json, "
-                    "self_contained = EXCLUDED.self_contained, "
-                    "instructions = EXCLUDED.instructions, tenant = EXCLUDED.tenant",
-                    resp["id"],
-                    record.previous_response_id,
-                    resp["created_at"],
-                    orjson.dumps(resp),
-                    orjson.dumps(record.input_items),
-                    record.self_contained,
-                    resp.get("instructions"),
-                    record.tenant,
-                )
-            if ledger is not None:
-                await conn.execute(
-                    f"INSERT INTO usage_ledger ({_LEDGER_COLUMNS}) VALUES "
-                    "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
-                    + LEDGER_CONFLICT_RULE,
-                    ledger.response_id,
-                    ledger.tenant,
-                    ledger.model,
-                    ledger.status,
-                    ledger.input_tokens,
-                    ledger.cached_tokens,
-                    ledger.output_tokens,
-                    ledger.engine_ms,
-                    ledger.api_pre_ms,
-                    ledger.api_post_ms,
-                    ledger.transport,
-                    ledger.created_at,
-                    ledger.completed_at,
-                )
-        if record is not None:
-            response_id = record.response["id"]
-            if self._pending.get(response_id) is record:
-                del self._pending[response_id]
-            if response_id in self._deleted_pending:
-                self._deleted_pending.discard(response_id)
-                await self._delete(response_id)
+        for record, ledger in jobs:
+            async with pool.acquire() as conn, conn.transaction():
+                if record is not None:
+                    await conn.execute(
+                        f"INSERT INTO responses ({RESPONSE_INSERT_COLUMNS}) "
+                        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                        "ON CONFLICT (id) DO UPDATE SET previous_response_id = "
+                        "EXCLUDED.previous_response_id, created_at = EXCLUDED.created_at, "
+                        "response_json = EXCLUDED.response_json, "
+                        "input_json = EXCLUDED.input_json, "
+                        "self_contained = EXCLUDED.self_contained, "
+                        "instructions = EXCLUDED.instructions, tenant = EXCLUDED.tenant",
+                        *record.row(),
+                    )
+                if ledger is not None:
+                    await conn.execute(
+                        f"INSERT INTO usage_ledger ({LEDGER_COLUMNS}) VALUES "
+                        "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+                        + LEDGER_CONFLICT_RULE,
+                        *ledger.row(),
+                    )
 
-    # -- reads -----------------------------------------------------------------------------
+    async def _hide_queued(self, response_id: str) -> None:
+        # Nothing to do yet: ``_landed_hidden`` deletes it once its write lands.
+        return None
 
-    async def get(
-        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
-    ) -> StoredResponse | None:
-        """A stored response owned by ``tenant``, or None (absent or another tenant's);
-        ``include_deleted``: see ``ResponseStore.get``."""
-        record = await self._get(response_id, include_deleted)
-        return record if record is not None and record.visible_to(tenant) else None
+    async def _landed_hidden(self, response_id: str) -> None:
+        # Deleted while its write was queued: delete it now that it has landed.
+        await self._delete_written(response_id, self._needed_by_pending())
 
-    async def _get(self, response_id: str, include_deleted: bool = False) -> StoredResponse | None:
-        if response_id in self._deleted_pending and not include_deleted:
-            return None
-        pending = self._pending.get(response_id)
-        if pending is not None:
-            return pending
+    async def _read(self, response_id: str, include_deleted: bool) -> StoredResponse | None:
         hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
         row = await self._require().fetchrow(
-            "SELECT response_json, input_json, previous_response_id, self_contained, tenant "
-            "FROM responses WHERE id = $1" + hidden,
+            f"SELECT {RESPONSE_SELECT_COLUMNS} FROM responses WHERE id = $1" + hidden,
             response_id,
         )
-        if row is None:
-            return None
-        return StoredResponse(
-            orjson.loads(row[0]), orjson.loads(row[1]), row[2], bool(row[3]), row[4]
-        )
+        return None if row is None else StoredResponse.from_row(tuple(row))
 
-    async def chain(
-        self, response_id: str, tenant: str | None = None, max_links: int = 100_000
-    ) -> list[StoredResponse] | None:
-        """The stored responses of ``tenant`` from the conversation's start to
-        ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
-        return await walk_chain(self.get, response_id, tenant, max_links)
-
-    async def delete(self, response_id: str, tenant: str | None = None) -> bool:
-        """Delete a stored response of ``tenant``; False if there was none."""
-        if await self.get(response_id, tenant) is None:
-            return False
-        return await self._delete(response_id)
-
-    async def _delete(self, response_id: str) -> bool:
-        if response_id in self._pending:
-            if response_id in self._deleted_pending:
-                return False
-            # The write is still queued: hide it now and delete once it lands.
-            self._deleted_pending.add(response_id)
-            return True
-        needed = {r.previous_response_id for r in self._pending.values() if not r.self_contained}
+    async def _delete_written(self, response_id: str, needed: set[str | None]) -> bool:
         async with self._require().acquire() as conn, conn.transaction():
             found = await conn.fetchrow(
                 "SELECT 1 FROM responses WHERE id = $1 "
@@ -351,10 +275,12 @@ class PostgresStore:
             await _purge(conn, response_id, needed)
         return True
 
+    # -- the rest of ResponseStore ---------------------------------------------------------
+
     async def ledger_rows(self) -> list[LedgerRow]:
         """Every ledger row, oldest first."""
         rows = await self._require().fetch(
-            f"SELECT {_LEDGER_COLUMNS} FROM usage_ledger ORDER BY created_at, seq"
+            f"SELECT {LEDGER_COLUMNS} FROM usage_ledger ORDER BY created_at, seq"
         )
         return [LedgerRow(*row) for row in rows]
 

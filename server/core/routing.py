@@ -18,11 +18,10 @@ from bidi_responses.server.engines.base import Engine, close_engine
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A resolved model: the alias, its engine and a key of the settings it was built from."""
+    """A resolved model: the engine that serves it (a lane keeps it while ``route_key``
+    stays the same)."""
 
-    alias: str
     engine: Engine
-    settings_key: str
 
 
 EngineBuilder = Callable[[RouteConfig], Engine]
@@ -69,7 +68,7 @@ class Router:
         engine = self._engines.get(model)
         if engine is None:
             engine = self._engines[model] = self._build_engine(config)
-        return Route(alias=model, engine=engine, settings_key=_settings_key(config))
+        return Route(engine)
 
     def build_all(self) -> None:
         """Build every alias's engine now, so a bad route stops the server at start-up
@@ -120,7 +119,3 @@ class Router:
             await close_engine(engine)
         if self._retired:
             await asyncio.gather(*self._retired, return_exceptions=True)
-
-
-def _settings_key(config: RouteConfig) -> str:
-    return repr(config)

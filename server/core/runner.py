@@ -5,7 +5,8 @@ classifies and renders only the new input and appends the tokens to the cached o
 one (a stateless request, or a continuation resolved from the durable store) the same stages
 run over the whole history. Both paths share this code, so the comparison measures only what
 the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
-``streaming`` (the engine segment), ``append`` (append mode), ``outcome`` (what is written).
+``streaming`` (the engine segment), ``append`` (append mode), ``run_account`` (what the run
+counts), ``terminal`` (its end: cache, durable rows, terminal event).
 """
 
 from __future__ import annotations
@@ -24,43 +25,41 @@ from bidi_responses.server.core.event_types import (
     ResponseDoneEvent,
     ResponseError,
     ResponseInProgressEvent,
-    ResponseObject,
 )
 from bidi_responses.server.core.events import (
     EventSequence,
     ResponseRecord,
-    Usage,
     error_event,
     terminal_event,
 )
 from bidi_responses.server.core.idempotency import find_replay
 from bidi_responses.server.core.ids import assign_ids, new_id
+from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import FunctionCallItem, Item, JSONObject, JSONValue
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.metrics import ResponseMetrics
-from bidi_responses.server.core.outcome import ledger_row, stored_response
-from bidi_responses.server.core.post import PostJob, StorageUnavailable
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import CreateRequest, parse_input
+from bidi_responses.server.core.requests import CreateRequest
 from bidi_responses.server.core.routing import Route
+from bidi_responses.server.core.run_account import RunAccount
 from bidi_responses.server.core.state import (
     ConversationState,
     common_prefix,
     object_bytes,
     observe,
 )
-from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.core.streaming import (
     Emit,
     ItemStreamer,
     engine_request_for,
     stream_segment,
 )
+from bidi_responses.server.core.terminal import abandon, finish
 from bidi_responses.server.engines.base import (
     EngineError,
     EngineFinish,
 )
-from bidi_responses.server.pipeline.base import StageCounters, StageInput
+from bidi_responses.server.pipeline.base import StageInput
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
@@ -91,7 +90,6 @@ class ResponseRun:
         self.body = body
         self.emit = emit
         self.transport = transport
-        self.received = received
         self.id = new_id("resp")
         self.task: asyncio.Task[None] | None = None
         self.record: ResponseRecord | None = None
@@ -99,12 +97,7 @@ class ResponseRun:
         self.seq = EventSequence()
         self.appends = AppendWait()
         self._cancel_reason: str | None = None
-        self._counters = StageCounters(items={}, ms={})
-        self._usage = Usage()
-        self._engine_end = 0.0
-        self._started = False
-        self._posted = False
-        self._inputs: list[Item] = []
+        self.account = RunAccount(received)
         self.route: Route | None = None
         self.renderer: Renderer = core.renderer
         self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
@@ -178,18 +171,18 @@ class ResponseRun:
                 # The stream went away (client gone, or the server stopping after its grace
                 # period): no terminal event can be sent, but a started response still gets
                 # its ledger row, so usage is never lost.
-                self._abandon()
+                abandon(self)
                 raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
-            await self._finish("incomplete", reason=self._cancel_reason)
+            await finish(self, "incomplete", reason=self._cancel_reason)
         except EngineError as exc:  # the inference backend failed: fail this response only
             core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
             failure: ResponseError = {"code": exc.code, "message": str(exc)}
-            if self.record is None or not self._started:
+            if self.record is None or not self.account.started:
                 upstream: ErrorObject = {
                     "type": "server_error",
                     "code": failure["code"],
@@ -199,10 +192,10 @@ class ResponseRun:
                 await self.emit(error_event(502, upstream))
             else:
                 self.record.error = failure
-                await self._finish("failed")
+                await finish(self, "failed")
         except Exception:  # an engine or pipeline bug: fail this response only
             core.log.exception("response %s failed", self.id)
-            if self.record is None or not self._started:
+            if self.record is None or not self.account.started:
                 internal = ApiError(
                     "The server had an error processing the request.",
                     code="server_error",
@@ -216,7 +209,7 @@ class ResponseRun:
                     "code": "server_error",
                     "message": "The server had an error processing your request.",
                 }
-                await self._finish("failed")
+                await finish(self, "failed")
         finally:
             if core.inflight.get(self.id) is self:
                 del core.inflight[self.id]
@@ -274,8 +267,7 @@ class ResponseRun:
             )
         rendered += history_rendered + self._append_items(request.input)
         stats.tokens_rendered += rendered
-        self._usage.cached_tokens += reused
-        self._inputs.extend(request.input)
+        self.account.took_input(request.input, reused)
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
@@ -286,10 +278,11 @@ class ResponseRun:
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
         )
-        flags = await self.core.pipeline.run(batch, self.state.stage_state, self._counters)
+        counters = self.account.counters
+        flags = await self.core.pipeline.run(batch, self.state.stage_state, counters)
         self.record.safety_flags.extend(flag.to_dict() for flag in flags)
-        self.record.stats.stage_items = self._counters.items
-        self.record.stats.stage_ms = self._counters.ms
+        self.record.stats.stage_items = counters.items
+        self.record.stats.stage_ms = counters.ms
 
     def _append_items(self, items: list[Item]) -> int:
         """Render items onto the conversation's tokens and record them; returns tokens added."""
@@ -314,12 +307,10 @@ class ResponseRun:
             )
         )
         record.status = "in_progress"
-        self._started = True
+        self.account.started = True
         if not request.generate:
-            record.stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
-            self._usage.input_tokens = len(self.state.tokens)
-            self._engine_end = time.perf_counter()
-            await self._finish("completed")
+            self.account.skipped_engine(record.stats, len(self.state.tokens))
+            await finish(self, "completed")
             return
         await self.emit(
             ResponseInProgressEvent(
@@ -330,22 +321,22 @@ class ResponseRun:
         )
         budget = request.max_output_tokens
         while True:
-            finish, calls = await self._sample(budget, request)
+            segment, calls = await self._sample(budget, request)
             if budget is not None:
-                budget -= finish.output_tokens
-            if finish.reason == "max_output_tokens":
-                await self._finish("incomplete", reason="max_output_tokens")
+                budget -= segment.output_tokens
+            if segment.reason == "max_output_tokens":
+                await finish(self, "incomplete", reason="max_output_tokens")
                 return
             if not (request.append_mode and calls):
                 break
             appended = await self._wait_for_append(calls)
             if appended is None:
-                await self._finish("incomplete", reason="append_timeout")
+                await finish(self, "incomplete", reason="append_timeout")
                 return
             if budget is not None and budget < 16:
-                await self._finish("incomplete", reason="max_output_tokens")
+                await finish(self, "incomplete", reason="max_output_tokens")
                 return
-        await self._finish("completed")
+        await finish(self, "completed")
 
     async def _wait_for_append(self, calls: list[FunctionCallItem]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
@@ -376,8 +367,7 @@ class ResponseRun:
             self.record.stats.items_validated += len(items)
             reused = len(self.state.tokens)
             self.record.stats.tokens_rendered += self._append_items(items)
-            self._usage.cached_tokens += reused
-            self._inputs.extend(items)
+            self.account.took_input(items, reused)
             self.appends.expect([])
             return items
 
@@ -390,112 +380,19 @@ class ResponseRun:
         record = self.record
         stats = record.stats
         engine_request = engine_request_for(request, state, budget, self.lane.affinity)
-        self._usage.input_tokens += len(state.tokens)
-        if stats.engine_runs == 0:
-            stats.api_pre_ms = (time.perf_counter() - self.received) * 1000
-        stats.engine_runs += 1
+        self.account.segment_starts(stats, len(state.tokens))
         streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)
         assert self.route is not None
         try:
-            finish = await stream_segment(
+            segment = await stream_segment(
                 self.route.engine, engine_request, streamer, self.core.config.streaming
             )
         except BaseException:
-            self._usage.output_tokens += streamer.tokens
+            # Cut short: what was streamed still counts.
+            self.account.usage.output_tokens += streamer.tokens
             raise
-        self._engine_end = time.perf_counter()
-        stats.engine_ms += finish.engine_seconds * 1000
-        stats.prefill_tokens += finish.prefill_tokens
-        stats.engine_prompt_tokens += finish.prompt_tokens
-        stats.engine_cached_tokens += finish.cached_tokens
-        self._usage.output_tokens += finish.output_tokens
+        self.account.segment_ends(stats, segment)
         items = streamer.items
         stats.tokens_rendered += self._append_items(items)
         calls = [item for item in items if item["type"] == "function_call"]
-        return finish, calls
-
-    async def _finish(self, outcome: Outcome, reason: str | None = None) -> None:
-        """Post-inference: cache the state, queue ledger/store writes, send the terminal event."""
-        assert self.record is not None
-        core = self.core
-        record = self.record
-        request = record.request
-        if record.status != "cancelled":
-            record.status = outcome
-        record.incomplete_reason = reason
-        record.completed_at = int(time.time()) if outcome == "completed" else None
-        record.usage = self._usage
-        if self._engine_end:
-            record.stats.api_post_ms = (time.perf_counter() - self._engine_end) * 1000
-        snapshot = record.snapshot()
-        state = self.state
-        if (
-            state is not None
-            and self.lane.cache is not None
-            and record.status in ("completed", "incomplete")
-        ):
-            state.last_response = snapshot
-            if not request.store:
-                state.stored_chain = False
-            evicted = self.lane.cache.put(self.id, state)
-            if evicted:
-                core.metrics.cache_evictions.inc(evicted)
-        stored = self._stored(snapshot)
-        ledger = self._ledger_row()
-        if self.lane.inflight is self:
-            self.lane.inflight = None
-        core.limiter.charge_tokens(
-            self.quota_key, self._usage.input_tokens + self._usage.output_tokens
-        )
-        if stored is not None and state is not None and core.draining:
-            await continuation.hand_off(core, self.lane, self.id, state)
-        job = PostJob(stored, ledger)
-        if core.ack_after_write or (stored is not None and core.config.workers > 1):
-            # A shared store (or worker processes sharing the SQLite file, which read stored
-            # responses from disk only): the terminal event goes out only once any process can
-            # read the response (the write goes on if this task is cancelled).
-            self._posted = True
-            await core.post.write_through(job)
-        else:
-            try:
-                # Durable (journal) before the terminal event; the store write comes later.
-                await core.post.put(job)
-            except StorageUnavailable as exc:
-                # What cannot be made durable is never reported done: the response fails.
-                if self.lane.cache is not None:
-                    self.lane.cache.take(self.id)
-                outcome = record.status = "failed"
-                record.completed_at = None
-                record.error = {
-                    "code": "storage_unavailable",
-                    "message": f"The response could not be stored ({exc}); it was not kept.",
-                }
-                snapshot = record.snapshot()
-                await core.post.put(PostJob(None, self._ledger_row()))
-            self._posted = True  # from here on, a cut-short stream must not queue a second row
-        core.counters.record(record.stats)
-        self.metrics.finished(record.status, record.stats)
-        await self.emit(terminal_event(outcome, snapshot, self.seq.take()))
-
-    def _stored(self, snapshot: ResponseObject) -> StoredResponse | None:
-        assert self.record is not None
-        return stored_response(self.record, snapshot, self.state, self._inputs, self.tenant)
-
-    def _ledger_row(self) -> LedgerRow:
-        assert self.record is not None
-        return ledger_row(self.record, self._usage, self.tenant, self.transport)
-
-    def _abandon(self) -> None:
-        """Queue the ledger row of a started response that the stream's end cut short."""
-        if self.record is None or not self._started or self._posted:
-            return
-        self._posted = True
-        self.record.status = "cancelled"
-        self.record.incomplete_reason = "stream_closed"
-        self.record.usage = self._usage
-        self.core.counters.record(self.record.stats)
-        self.metrics.finished("cancelled", self.record.stats)
-        # No client waits for it, and the stream's task is being cancelled: the queue makes
-        # it durable on its own (and its drain waits for it). A ``store: true`` response is
-        # stored with the output it had.
-        self.core.post.submit(PostJob(self._stored(self.record.snapshot()), self._ledger_row()))
+        return segment, calls

@@ -3,7 +3,7 @@
 Two backends implement ``ResponseStore`` with the same semantics (the conformance suite in
 ``tests/store/`` runs every test against both):
 
-* ``Store`` (``store.py``): embedded SQLite under the data directory, the default, for one
+* ``Store`` (``sqlite_store.py``): embedded SQLite under the data directory, the default, for one
   process on one machine.
 * ``PostgresStore`` (``pg_store.py``): a shared PostgreSQL database, for several replicas
   behind a proxy, so a ``store: true`` continuation finds its predecessor on any replica.
@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
 
 
 class ResponseStore(Protocol):

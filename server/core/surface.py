@@ -28,11 +28,12 @@ from bidi_responses.server.core.event_types import (
 )
 from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue, MessageItem
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.post import PostJob, PostQueue
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import parse_create, parse_input
+from bidi_responses.server.core.requests import parse_create
 from bidi_responses.server.core.routing import Router
 from bidi_responses.server.core.store import LedgerRow
 from bidi_responses.server.core.store_backend import ResponseStore

@@ -1,15 +1,20 @@
 """Inference engines: the interface (``base``) and the simulated engines behind it.
 
 * ``base``: the ``Engine`` protocol and its request/event types.
-* ``sim``: ``SimEngine``, a deterministic simulated model (tool calls, then an answer).
+* ``sim``: ``SimEngine``, a deterministic simulated model (tool calls, then an answer);
+  ``schema_sampler`` draws its tool arguments from the tools' JSON schemas.
 * ``script``: ``ScriptEngine``, which replays model turns from a JSONL file.
 * ``completions``: ``CompletionsEngine``, real inference on an OpenAI-compatible
-  ``/v1/completions`` backend (vLLM, SGLang, llama.cpp), token ids in and out.
+  ``/v1/completions`` backend (vLLM, SGLang, llama.cpp), token ids in and out;
+  ``completion_stream`` reads its streamed answer.
 * ``upstream``: ``UpstreamResponsesEngine``, an upstream Responses API over WebSocket mode
-  (HTTP as the fallback), chaining ``previous_response_id`` per stream lane.
+  (HTTP as the fallback), chaining ``previous_response_id`` per stream lane; ``upstream_wire``
+  speaks the two wires, ``upstream_events`` translates the upstream's events.
+* ``http_backend``: what the two HTTP engines share (session pool, API key, SSE, errors).
 * ``formats``, ``harmony``: chat formats (prompt renderer plus completion parser).
 * ``completion_parser``: sampled token ids back into items, for the project's chat format.
-* ``timing``: the cost model, pacing and prefix (KV) cache both simulated engines share.
+* ``timing``, ``prefix_cache``: the cost model and pacing, and the bounded prefix (KV)
+  cache, which both simulated engines share.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
 ``engines.base`` stays cheap (no tokenizer load).

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 from bidi_responses.server.core.items import Item
+
+#: Free JSON whose shape its sender decides: a tool's JSON schema, an item from the
+#: conversation, an upstream's event, a backend's chunk. Engines check what they read of it.
+JSONValue: TypeAlias = Any
+#: A JSON object of that kind.
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +27,7 @@ class FunctionSpec:
     """A callable function tool as the engine sees it (name and JSON-schema parameters)."""
 
     name: str
-    parameters: dict[str, Any]
+    parameters: JSONObject
 
 
 class EngineAffinity:
@@ -29,7 +35,7 @@ class EngineAffinity:
     connection. The lane owns it and closes it when the stream ends (``aclose``)."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, object] = {}
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
@@ -56,7 +62,7 @@ class EngineConversation:
 
     items: Sequence[Item]
     instructions: str | None
-    tools: Sequence[dict[str, Any]]
+    tools: Sequence[Mapping[str, JSONValue]]
     affinity: EngineAffinity
 
 
@@ -82,7 +88,7 @@ class EngineRequest:
     seed: int = 0
     # Structured output: the request's ``text.format`` when it is ``json_schema`` or
     # ``json_object``; a text answer must then be JSON of that shape.
-    response_format: Mapping[str, Any] | None = None
+    response_format: Mapping[str, JSONValue] | None = None
     # Sampling settings from the request, for engines that sample for real.
     temperature: float = 1.0
     top_p: float = 1.0
@@ -129,7 +135,7 @@ class EngineFinish:
     output_tokens: int
     prefill_tokens: int
     engine_seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JSONValue] = field(default_factory=dict)
     prompt_tokens: int = 0
     cached_tokens: int = 0
 

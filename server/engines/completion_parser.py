@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import Any
 
+import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
 
@@ -33,7 +33,7 @@ STOP_TOKENS: tuple[int, ...] = (tokenizer.RETURN, tokenizer.CALL)
 class CompletionParser:
     """Incremental parser for one sampling segment (see the module docstring)."""
 
-    def __init__(self, encoding: Any, *, max_header_tokens: int = 64) -> None:
+    def __init__(self, encoding: tiktoken.Encoding, *, max_header_tokens: int = 64) -> None:
         self._token_bytes = encoding.decode_single_token_bytes
         self._max_header = max_header_tokens
         self._state = "header"  # header | content | between | done

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.items import FunctionCallItem
 from bidi_responses.server.core.render import Renderer
@@ -64,7 +65,7 @@ class ChatFormat:
 
 
 def build_format(
-    name: str, encoding: Any, open_compaction: Callable[[str], str] | None = None
+    name: str, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
 ) -> ChatFormat:
     """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
     turns a compaction item's sealed content back into its summary (``core.compaction``)."""

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import openai_harmony as oh
 import orjson
+import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.items import Item, part_text
 from bidi_responses.server.core.jsonshape import canonical_json
@@ -59,12 +60,28 @@ def load_harmony() -> oh.HarmonyEncoding:
         ) from None
 
 
+def developer_message(
+    instructions: str | None, functions: Sequence[oh.ToolDescription]
+) -> oh.Message | None:
+    """The developer message holding the instructions and function tools (None if neither)."""
+    if not instructions and not functions:
+        return None
+    developer = oh.DeveloperContent.new()
+    if instructions:
+        developer = developer.with_instructions(instructions)
+    if functions:
+        developer = developer.with_function_tools(list(functions))
+    return oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer)
+
+
 class HarmonyRenderer(Renderer):
     """Renders a conversation in the Harmony format (same interface as ``Renderer``)."""
 
     format_name = "harmony"
 
-    def __init__(self, encoding: Any, open_compaction: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+    ) -> None:
         super().__init__(encoding, open_compaction)
         self._harmony = load_harmony()
         self._render = self._harmony.render
@@ -95,13 +112,9 @@ class HarmonyRenderer(Renderer):
             # Harmony's developer message carries output formats in their own section.
             spec = orjson.dumps(canonical_json(response_format)).decode()
             instructions = f"{instructions or ''}\n\n# Response Formats\n\n{spec}".lstrip()
-        if instructions or functions:
-            developer = oh.DeveloperContent.new()
-            if instructions:
-                developer = developer.with_instructions(instructions)
-            if functions:
-                developer = developer.with_function_tools(functions)
-            messages.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer))
+        developer = developer_message(instructions, functions)
+        if developer is not None:
+            messages.append(developer)
         tokens = self._harmony.render_conversation(oh.Conversation.from_messages(messages))
         return _array(tokens)
 

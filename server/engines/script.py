@@ -22,15 +22,15 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import tiktoken
 from bidi_responses.server.core.tokenizer import load_encoding
-from bidi_responses.server.engines.base import EngineEvent, EngineRequest
+from bidi_responses.server.engines.base import EngineEvent, EngineRequest, JSONValue
+from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.timing import (
     EngineTiming,
     PlannedItem,
-    PrefixCache,
     play,
     token_deltas,
 )
@@ -84,7 +84,7 @@ def load_script(path: str | os.PathLike[str]) -> list[list[ScriptItem]]:
     return turns
 
 
-def _parse_turn(turn: Any, where: str) -> list[ScriptItem]:
+def _parse_turn(turn: JSONValue, where: str) -> list[ScriptItem]:
     if not isinstance(turn, dict):
         raise ScriptError(f"{where}: a turn must be a JSON object with an 'output' list")
     unknown = sorted(set(turn) - _TURN_KEYS)
@@ -96,7 +96,7 @@ def _parse_turn(turn: Any, where: str) -> list[ScriptItem]:
     return [_parse_item(item, f"{where}: output[{i}]") for i, item in enumerate(output)]
 
 
-def _parse_item(item: Any, where: str) -> ScriptItem:
+def _parse_item(item: JSONValue, where: str) -> ScriptItem:
     if not isinstance(item, dict):
         raise ScriptError(f"{where}: an item must be a JSON object")
     kind = item.get("type")

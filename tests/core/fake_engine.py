@@ -1,9 +1,9 @@
 """A scripted engine and a core that routes every model to it, for driving the core directly.
 
 The engine is the one thing these tests fake: it plays back a script per turn (text deltas,
-an engine error, or a pause that only cancellation ends) and records each request, so the
-tests can check the prompt tokens the core hands it. Everything else (session, runner, cache,
-SQLite store, post-inference queue) is the real core.
+function calls, an engine error, or a pause that only cancellation ends) and records each
+request, so the tests can check the prompt tokens the core hands it. Everything else
+(session, runner, cache, SQLite store, post-inference queue) is the real core.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.service import ResponsesCore
@@ -30,14 +30,25 @@ from bidi_responses.server.engines.base import (
 from tests.conftest import make_config
 
 
+@dataclass(frozen=True)
+class Call:
+    """A function call the engine makes."""
+
+    call_id: str
+    name: str
+    arguments: str = "{}"
+
+
 @dataclass
 class Turn:
-    """What the engine does for one request: stream ``deltas`` as one message, then finish,
-    fail with ``fail`` after them, or wait on ``hold`` (set by the test) after them."""
+    """What the engine does for one request: stream ``deltas`` as one message (none if
+    empty), then ``calls``, then finish; or fail with ``fail`` after the deltas, or wait on
+    ``hold`` (set by the test) after them."""
 
     deltas: tuple[str, ...] = ("Hello", " world")
     fail: str | None = None
     hold: asyncio.Event | None = None
+    calls: tuple[Call, ...] = ()
 
 
 @dataclass
@@ -50,22 +61,35 @@ class ScriptedEngine:
     prompts: list[list[int]] = field(default_factory=list)
     # Set once a held turn has streamed its deltas.
     holding: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the core cancels a held turn (its client went away, or it was cancelled).
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     name: str = "scripted"
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         self.requests.append(request)
         self.prompts.append(list(request.prompt_tokens))
         turn = self.turns.pop(0)
-        yield ItemStart("message")
-        for index, text in enumerate(turn.deltas):
-            yield Delta(text, (index,))
-        if turn.fail is not None:
-            raise EngineError("backend_failed", turn.fail)
-        if turn.hold is not None:
-            self.holding.set()
-            await turn.hold.wait()
-        yield ItemEnd()
-        yield EngineFinish("stop", len(turn.deltas), len(request.prompt_tokens), 0.0)
+        if turn.deltas:
+            yield ItemStart("message")
+            for index, text in enumerate(turn.deltas):
+                yield Delta(text, (index,))
+            if turn.fail is not None:
+                raise EngineError("backend_failed", turn.fail)
+            if turn.hold is not None:
+                self.holding.set()
+                try:
+                    await turn.hold.wait()
+                except asyncio.CancelledError:
+                    self.cancelled.set()
+                    raise
+            yield ItemEnd()
+        for call in turn.calls:
+            yield ItemStart("function_call", name=call.name, call_id=call.call_id)
+            yield Delta(call.arguments, (0,))
+            yield ItemEnd()
+        output_tokens = len(turn.deltas) + len(turn.calls)
+        reason: Literal["tool_calls", "stop"] = "tool_calls" if turn.calls else "stop"
+        yield EngineFinish(reason, output_tokens, len(request.prompt_tokens), 0.0)
 
 
 class ScriptedCore(ResponsesCore):

@@ -19,7 +19,8 @@ from bidi_responses.server.app import RunningServer
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.journal import Journal
 from bidi_responses.server.core.post import PostJob, PostQueue
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config, until
 

@@ -1,21 +1,18 @@
-"""``ResponseRun`` and ``Session`` driven directly: a scripted engine, events collected in a list.
+"""``ResponseRun`` driven directly: a scripted engine, events collected in a list.
 
-No transport and no client: what these tests see is what the core hands every transport.
+No transport, no client and no session: what these tests see is what a run hands its
+session (``test_session.py`` drives the session).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from bidi_responses.server.core.event_types import ResponseEvent
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.runner import ResponseRun
-from bidi_responses.server.core.session import Session
 from bidi_responses.server.core.state import ResponseCache
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
@@ -33,17 +30,6 @@ MESSAGE_EVENTS = [
     "response.output_item.done",
     "response.completed",
 ]
-
-
-@pytest.fixture
-async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
-    engine = ScriptedEngine()
-    core = ScriptedCore(tmp_path, engine)
-    await core.start()
-    try:
-        yield engine, core
-    finally:
-        await core.close()
 
 
 def _lane(core: ScriptedCore) -> Lane:
@@ -160,74 +146,3 @@ async def test_same_tools_reuse_the_lanes_tool_set(
     await _run(core, lane, tools=again, previous_response_id=first["id"])
     assert lane.toolset is toolset
     assert engine.requests[1].tools is toolset.functions
-
-
-async def _until_holding(session: Session, engine: ScriptedEngine) -> list[dict[str, Any]]:
-    """Events of the session up to the first text delta, once the engine is holding."""
-    seen: list[dict[str, Any]] = []
-    async for out in session.events():
-        seen.append(out.data)
-        if out.data["type"] == "response.output_text.delta" and engine.holding.is_set():
-            return seen
-    raise AssertionError("the session ended before the engine held")
-
-
-async def _until_terminal(session: Session) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
-    async for out in session.events():
-        seen.append(out.data)
-        if out.data["type"] in ("response.completed", "response.incomplete", "response.failed"):
-            return seen
-    raise AssertionError("the session ended without a terminal event")
-
-
-async def test_session_cancel_keeps_the_partial_output(
-    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
-) -> None:
-    engine, core = engine_and_core
-    engine.turns.append(Turn(("partial",), hold=asyncio.Event()))
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle({"type": "response.create", "model": "sim-model", "input": "hi"})
-            started = await _until_holding(session, engine)
-            response_id = started[0]["response"]["id"]
-            await session.handle({"type": "response.cancel", "response_id": response_id})
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
-
-    terminal = rest[-1]
-    assert terminal["type"] == "response.incomplete"
-    response = terminal["response"]
-    assert response["id"] == response_id
-    assert response["incomplete_details"] == {"reason": "cancelled"}
-    (item,) = response["output"]
-    assert item["status"] == "incomplete"
-    assert item["content"][0]["text"] == "partial"
-    assert response["usage"]["output_tokens"] == 1
-
-
-async def test_session_refuses_a_second_response_on_a_busy_lane(
-    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
-) -> None:
-    engine, core = engine_and_core
-    hold = asyncio.Event()
-    engine.turns += [Turn(("a",), hold=hold)]
-    session = core.open_session("test")
-    create = {"type": "response.create", "model": "sim-model", "input": "hi"}
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await session.handle(create)
-            await _until_holding(session, engine)
-            await session.handle(create)
-            error = (await anext(session.events())).data
-            hold.set()
-            rest = await _until_terminal(session)
-    finally:
-        await core.close_session(session)
-
-    assert error["type"] == "error"
-    assert error["error"]["code"] == "conversation_already_has_active_response"
-    assert rest[-1]["type"] == "response.completed"
-    assert len(engine.requests) == 1

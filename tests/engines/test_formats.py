@@ -12,7 +12,7 @@ from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
 from bidi_responses.server.engines.formats import FORMATS, ChatFormat, build_format
-from bidi_responses.server.engines.harmony import load_harmony
+from bidi_responses.server.engines.harmony import developer_message, load_harmony
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,13 +48,9 @@ def _harmony_messages(conversation: Conversation) -> list[oh.Message]:
     functions = [
         oh.ToolDescription.new(t["name"], t["description"] or "", t["parameters"]) for t in tools
     ]
-    if instructions or functions:
-        developer = oh.DeveloperContent.new()
-        if instructions:
-            developer = developer.with_instructions(instructions)
-        if functions:
-            developer = developer.with_function_tools(functions)
-        messages.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer))
+    developer = developer_message(instructions, functions)
+    if developer is not None:
+        messages.append(developer)
     names: dict[str, str] = {}
     for item in items:
         if item["type"] == "message":

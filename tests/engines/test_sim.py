@@ -29,38 +29,29 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.engines.prefix_cache import PrefixCache
+from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
-from bidi_responses.server.engines.sim import (
-    PREFIX_BLOCK_BYTES,
-    SimConfig,
-    SimEngine,
-    schema_instance,
-)
+from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig, SimEngine
 from bidi_responses.server.engines.timing import (
     EngineTiming,
     Pacer,
     PlannedItem,
-    PrefixCache,
     play,
     token_deltas,
 )
 
-# Fast settings for most tests: no base latency, effectively instant decoding.
-FAST: dict[str, Any] = {"tokens_per_second": 1e6, "ttft_ms": 0.0, "prefill_tokens_per_second": 1e9}
+from tests.conftest import SHELL_TOOL
 
-EXEC_COMMAND = FunctionSpec(
-    "exec_command",
-    {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "string", "description": "shell command"},
-            "workdir": {"type": "string"},
-            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600_000},
-        },
-        "required": ["cmd"],
-        "additionalProperties": False,
-    },
-)
+# Fast settings for most tests: no base latency, effectively instant decoding.
+FAST: dict[str, Any] = {
+    "tokens_per_second": 1e6,
+    "ttft_ms": 0.0,
+    "prefill_tokens_per_second": 1e9,
+}
+
+# The shell tool the live-server tests use, as the engine sees it.
+EXEC_COMMAND = FunctionSpec("exec_command", SHELL_TOOL["parameters"])
 
 KITCHEN_SINK = FunctionSpec(
     "kitchen_sink",

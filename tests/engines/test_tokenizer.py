@@ -7,7 +7,6 @@ import hashlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import tiktoken
@@ -35,7 +34,7 @@ from bidi_responses.server.core.tokenizer import (
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No network, no user vocabulary from the environment, and a private cache directory."""
 
-    def refuse(*args: Any, **kwargs: Any) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the tokenizer must never open a network connection")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)

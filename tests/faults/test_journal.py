@@ -13,7 +13,8 @@ import pytest
 from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.journal import Journal, StorageUnavailable
 from bidi_responses.server.core.post import PostJob, PostQueue
-from bidi_responses.server.core.store import Store, StoredResponse
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import StoredResponse
 
 from tests.conftest import until
 from tests.core.test_post import _row

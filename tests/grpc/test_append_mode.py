@@ -11,6 +11,7 @@ from bidi_responses.codec import item_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.conftest import SHELL_TOOL, ServerFactory, collect_until_terminal, make_config
+from tests.grpc.conftest import open_stream, pause_for_tool_outputs
 
 
 def _outputs(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -58,11 +59,7 @@ async def test_ten_tool_calls_in_one_response(server_factory: ServerFactory) -> 
 
 async def test_one_terminal_event_for_the_whole_rollout(server_factory: ServerFactory) -> None:
     running = await server_factory(tool_rounds=3)
-    async with (
-        asyncio.timeout(30),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
+    async with asyncio.timeout(30), open_stream(running) as stream:
         events = [
             e
             async for e in stream.create_events(
@@ -89,14 +86,8 @@ async def test_append_with_wrong_call_id_is_rejected_and_response_keeps_waiting(
     server_factory: ServerFactory,
 ) -> None:
     running = await server_factory(tool_rounds=1)
-    async with (
-        asyncio.timeout(30),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
-        paused = await stream.create(
-            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
-        )
+    async with asyncio.timeout(30), open_stream(running) as stream:
+        paused = await pause_for_tool_outputs(stream)
         assert paused.pending_calls
         with pytest.raises(ResponsesError) as caught:
             await stream.append(
@@ -131,14 +122,8 @@ async def test_response_left_waiting_ends_incomplete(
     config = make_config(tmp_path, tool_rounds=1)
     config.limits.append_timeout_s = 0.2
     running = await server_factory(config)
-    async with (
-        asyncio.timeout(20),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
-        paused = await stream.create(
-            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
-        )
+    async with asyncio.timeout(20), open_stream(running) as stream:
+        paused = await pause_for_tool_outputs(stream)
         assert paused.pending_calls
         rest = await collect_until_terminal(stream.events())
         assert rest[-1]["type"] == "response.incomplete"
@@ -166,14 +151,8 @@ async def test_append_mode_needs_a_stream(client: AsyncResponsesClient) -> None:
 
 async def test_cancel_while_waiting_for_append(server_factory: ServerFactory) -> None:
     running = await server_factory(tool_rounds=1)
-    async with (
-        asyncio.timeout(20),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
-        paused = await stream.create(
-            model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
-        )
+    async with asyncio.timeout(20), open_stream(running) as stream:
+        paused = await pause_for_tool_outputs(stream)
         await stream.cancel(paused.id)
         rest = await collect_until_terminal(stream.events())
         assert rest[-1]["type"] == "response.incomplete"
@@ -189,9 +168,7 @@ async def test_half_close_ends_a_response_waiting_for_outputs(
         AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
     ):
         async with client.connect() as stream:
-            paused = await stream.create(
-                model="sim-model", input="go", tools=[SHELL_TOOL], append_mode=True
-            )
+            paused = await pause_for_tool_outputs(stream)
             assert paused.pending_calls
             events = stream.events()
             await stream.close()  # half-close; the server ends the waiting response

@@ -8,12 +8,13 @@ import statistics
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client import AsyncResponsesClient, Response, ResponsesError
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.conftest import SHELL_TOOL, ServerFactory, collect_until_terminal, make_config
+from tests.grpc.conftest import open_stream, start_create
 from tests.workload import tool_output
 
 INSTRUCTIONS = "You are a coding agent. Use exec_command to inspect and fix the repository."
@@ -59,25 +60,20 @@ async def test_25_turn_loop_renders_only_new_input(server_factory: ServerFactory
         history: list[dict[str, Any]] = [
             {"type": "message", "role": "user", "content": "Fix the failing test."}
         ]
-        stateless = []
-        response = await client.create(
-            model="sim-model",
-            instructions=INSTRUCTIONS,
-            input=history,
-            tools=[SHELL_TOOL],
-            store=False,
-        )
-        stateless.append(response)
-        for turn in range(1, 25):
-            history = [*history, *response.output, _output_for(response.function_calls[0], turn)]
-            response = await client.create(
-                model="sim-model",
-                instructions=INSTRUCTIONS,
-                input=history,
-                tools=[SHELL_TOOL],
-                store=False,
+        stateless: list[Response] = []
+        for turn in range(25):
+            if stateless:  # the whole history again, with the last output and its tool result
+                last = stateless[-1]
+                history = [*history, *last.output, _output_for(last.function_calls[0], turn)]
+            stateless.append(
+                await client.create(
+                    model="sim-model",
+                    instructions=INSTRUCTIONS,
+                    input=history,
+                    tools=[SHELL_TOOL],
+                    store=False,
+                )
             )
-            stateless.append(response)
 
     assert len(stateful) == len(stateless) == 25
     rendered = [r.stats["tokens_rendered"] for r in stateful]
@@ -155,11 +151,7 @@ async def test_cache_size_is_configurable(server_factory: ServerFactory, tmp_pat
     config = make_config(tmp_path)
     config.cache.max_responses = 2
     running = await server_factory(config)
-    async with (
-        asyncio.timeout(20),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
+    async with asyncio.timeout(20), open_stream(running) as stream:
         first = await stream.create(model="sim-model", input="one", store=False)
         await stream.create(model="sim-model", input="two", store=False)
         third = await stream.create(
@@ -172,18 +164,8 @@ async def test_second_create_while_one_is_in_flight_is_rejected(
     server_factory: ServerFactory,
 ) -> None:
     running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=40)
-    async with (
-        asyncio.timeout(30),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
-        await stream.send(
-            pb.ConnectRequest(
-                response_create=params_to_pb({"model": "sim-model", "input": "first"})
-            )
-        )
-        events = stream.events()
-        created = await anext(events)
+    async with asyncio.timeout(30), open_stream(running) as stream:
+        events, created = await start_create(stream, "first")
         assert created["type"] == "response.created"
         await stream.send(
             pb.ConnectRequest(
@@ -326,18 +308,8 @@ async def test_store_lets_another_stream_and_a_restarted_server_continue(
 async def test_cancel_stops_an_in_flight_response(server_factory: ServerFactory) -> None:
     # At 2 tokens/s the answer would take minutes; the test's timeout proves cancellation.
     running = await server_factory(tokens_per_second=2, answer_tokens=400)
-    async with (
-        asyncio.timeout(15),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
-        client.connect() as stream,
-    ):
-        await stream.send(
-            pb.ConnectRequest(
-                response_create=params_to_pb({"model": "sim-model", "input": "long answer"})
-            )
-        )
-        events = stream.events()
-        created = await anext(events)
+    async with asyncio.timeout(15), open_stream(running) as stream:
+        events, created = await start_create(stream, "long answer")
         await stream.cancel(created["response"]["id"])
         rest = await collect_until_terminal(events)
         assert rest[-1]["type"] == "response.incomplete"
@@ -354,12 +326,7 @@ async def test_client_going_away_aborts_engine_work(server_factory: ServerFactor
         AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
     ):
         async with client.connect() as stream:
-            await stream.send(
-                pb.ConnectRequest(
-                    response_create=params_to_pb({"model": "sim-model", "input": "long"})
-                )
-            )
-            await anext(stream.events())
+            await start_create(stream, "long")
             assert len(running.core.inflight) == 1
             stream.abort()
         await running.core.wait_until_idle()

@@ -12,8 +12,8 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
+from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import Item
-from bidi_responses.server.core.requests import parse_input
 from bidi_responses.server.core.state import common_prefix
 from bidi_responses.server.core.tools import parse_tools
 from hypothesis import HealthCheck, given, settings

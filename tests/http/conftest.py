@@ -11,12 +11,15 @@ import pytest
 from bidi_responses.server.app import RunningServer
 
 
+def http_client(running: RunningServer, timeout: float = 10) -> httpx.AsyncClient:
+    """A raw HTTP client for ``running``'s HTTP port."""
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}", timeout=timeout)
+
+
 @pytest.fixture
 async def http(http_server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
     """A raw HTTP client for ``http_server``."""
-    async with httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{http_server.http_port}", timeout=10
-    ) as client:
+    async with http_client(http_server) as client:
         yield client
 
 

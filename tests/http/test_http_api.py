@@ -10,14 +10,11 @@ import httpx
 import orjson
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.transports.http_transport import (
-    _sse_stream,
-    sse_frame,
-    tenant_from_authorization,
-)
+from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.transports.http import sse_frame, sse_stream
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.http.conftest import parse_sse
+from tests.http.conftest import http_client, parse_sse
 
 # Every field a Response object must carry (nullable ones present as null).
 RESPONSE_FIELDS = {
@@ -344,10 +341,7 @@ async def test_input_items_cursor_paging(http: httpx.AsyncClient) -> None:
 async def test_cancel_an_in_flight_streaming_response(server_factory: ServerFactory) -> None:
     # A slow engine (20 tokens/s for a 30-token answer) keeps the response in flight.
     running: RunningServer = await server_factory(http=True, tokens_per_second=20)
-    async with (
-        asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}", timeout=10) as http,
-    ):
+    async with asyncio.timeout(20), http_client(running) as http:
         raw = b""
         async with http.stream(
             "POST", "/v1/responses", json={"model": "sim-model", "input": "hi", "stream": True}
@@ -374,10 +368,7 @@ async def test_body_over_the_message_limit_is_413(
     config = make_config(tmp_path)
     config.limits.max_message_bytes = 4096
     running: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.http_port}", timeout=10) as http,
-    ):
+    async with asyncio.timeout(20), http_client(running) as http:
         big = {"model": "sim-model", "input": "x" * 5000}
         assert_error(await http.post("/v1/responses", json=big), 413, "request_too_large")
 
@@ -444,7 +435,7 @@ async def test_sse_error_after_start_is_flat() -> None:
 
     first = {"type": "response.created", "response": {"id": "resp_1"}, "sequence_number": 0}
     async with asyncio.timeout(5):
-        frames = [frame async for frame in _sse_stream(first, rest())]
+        frames = [frame async for frame in sse_stream(first, rest())]
     events = parse_sse(b"".join(frames))
     assert events[1] == {
         "type": "error",

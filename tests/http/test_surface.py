@@ -14,7 +14,7 @@ import pytest
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import SHELL_TOOL, ServerFactory, background_config, make_config
-from tests.http.conftest import parse_sse
+from tests.http.conftest import http_client, parse_sse
 from tests.http.test_http_api import assert_error
 
 USAGE_FIELDS = {
@@ -182,8 +182,7 @@ async def test_compaction_items_survive_a_restart(
     async with asyncio.timeout(30):
         config = make_config(tmp_path)
         first: RunningServer = await server_factory(config, http=True)
-        base = f"http://127.0.0.1:{first.http_port}"
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with http_client(first) as http:
             compacted = (
                 await http.post(
                     "/v1/responses/compact", json={"model": "sim-model", "input": "hello"}
@@ -191,7 +190,7 @@ async def test_compaction_items_survive_a_restart(
             ).json()
         await first.stop(grace=0)
         second: RunningServer = await server_factory(make_config(tmp_path), http=True)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{second.http_port}") as http:
+        async with http_client(second) as http:
             reply = await http.post(
                 "/v1/responses", json={"model": "sim-model", "input": compacted["output"]}
             )
@@ -484,10 +483,7 @@ async def test_background_event_log_is_bounded(
     config = make_config(tmp_path)
     config.background.max_events = 4
     server: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http,
-    ):
+    async with asyncio.timeout(20), http_client(server) as http:
         queued = (
             await http.post(
                 "/v1/responses", json={"model": "sim-model", "input": "hi", "background": True}
@@ -568,10 +564,7 @@ async def test_background_responses_are_bounded_and_stopped_with_the_server(
     config = make_config(tmp_path, tokens_per_second=100, answer_tokens=1000)
     config.background.max_running = 1
     server: RunningServer = await server_factory(config, http=True)
-    async with (
-        asyncio.timeout(20),
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http,
-    ):
+    async with asyncio.timeout(20), http_client(server) as http:
         body = {"model": "sim-model", "input": "hi", "background": True}
         running = (await http.post("/v1/responses", json=body)).json()
         assert running["status"] == "queued"

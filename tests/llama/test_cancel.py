@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.client.aio import ConnectStream
+from bidi_responses.client.stream import ConnectStream
 
 from tests.conftest import ServerFactory, ledger_by_id
 from tests.llama.conftest import RAMBLE_BIAS, LlamaBackend, completions_route, llama_config

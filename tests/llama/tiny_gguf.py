@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
 
 import gguf
 import numpy as np
+import numpy.typing as npt
+import tiktoken
 from bidi_responses.server.core import tokenizer
 
 N_EMBD = 32
@@ -27,7 +28,7 @@ N_FF = 64
 N_CTX = 8192
 
 
-def answer_tokens(encoding: Any) -> list[int]:
+def answer_tokens(encoding: tiktoken.Encoding) -> list[int]:
     """What the model samples after ``<|start|>assistant``: a final answer, then <|return|>."""
     encode = encoding.encode_ordinary
     return [
@@ -54,7 +55,7 @@ def _byte_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
 
 
-def write_tiny_model(path: Path, encoding: Any, *, seed: int = 0) -> Path:
+def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) -> Path:
     """Write the model to ``path`` (about 26 MB) and return it."""
     n_vocab = tokenizer.ENDOFPROMPT + 1
     to_char = _byte_to_unicode()
@@ -104,7 +105,7 @@ def write_tiny_model(path: Path, encoding: Any, *, seed: int = 0) -> Path:
     writer.add_eos_token_id(tokenizer.RETURN)
     writer.add_add_bos_token(False)
 
-    def small(*shape: int) -> Any:
+    def small(*shape: int) -> npt.NDArray[np.float16]:
         return (rng.standard_normal(shape) * 0.02).astype(np.float16)
 
     writer.add_tensor("token_embd.weight", embed.astype(np.float16))

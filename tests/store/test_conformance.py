@@ -17,7 +17,8 @@ from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.pg_store import MIGRATIONS, PostgresStore
-from bidi_responses.server.core.store import LedgerRow, Store, StoredResponse
+from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.store import LedgerRow, StoredResponse
 from bidi_responses.server.core.store_backend import ResponseStore, open_store
 
 from tests.store.conftest import fresh_database

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -25,7 +24,8 @@ import openai
 import pytest
 from aiohttp import web
 from bidi_responses.bench.ports import free_port
-from bidi_responses.client import AsyncResponsesClient, run_agent_loop
+from bidi_responses.bench.servers import serve_command
+from bidi_responses.client import AgentResult, AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
 
@@ -58,20 +58,12 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     grpc_port, http_port = free_port(), free_port()
     with open(directory / "server.log", "wb") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bidi_responses.server.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--grpc-port",
-                str(grpc_port),
-                "--http-port",
-                str(http_port),
-                "--data-dir",
-                str(directory / "data"),
-            ],
+            serve_command(
+                config,
+                grpc_port=grpc_port,
+                http_port=http_port,
+                data_dir=directory / "data",
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -111,7 +103,7 @@ def _config(tmp_path: Path, base_url: str, transport: str) -> ServerConfig:
     return config
 
 
-async def _agent_loop(address: str) -> Any:
+async def _agent_loop(address: str) -> AgentResult:
     async with AsyncResponsesClient(address) as client, client.connect() as stream:
         return await run_agent_loop(
             stream,

@@ -10,12 +10,25 @@ import httpx
 import pytest
 import websockets
 from bidi_responses.server.app import RunningServer, start_server
-from bidi_responses.server.transports.http_transport import tenant_from_authorization
+from bidi_responses.server.core.tenants import tenant_from_authorization
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
-from tests.ws.conftest import TERMINAL, Connect, connector, error_of, final
+from tests.ws.conftest import TERMINAL, Connect, RawSocket, connector, error_of, final
 
 TOOLS = [SHELL_TOOL]
+
+
+async def answer_tools(
+    sock: RawSocket, first: dict[str, Any], answer: list[dict[str, Any]] | None = None, **body: Any
+) -> list[dict[str, Any]]:
+    """Continue from ``first`` with ``answer`` (default: "ok" for each of its calls)."""
+    return await sock.create(
+        model="sim-model",
+        tools=TOOLS,
+        previous_response_id=first["id"],
+        input=call_output(first) if answer is None else answer,
+        **body,
+    )
 
 
 def call_output(response: dict[str, Any], output: str = "ok") -> list[dict[str, Any]]:
@@ -66,15 +79,7 @@ async def test_nothing_is_sent_after_a_terminal_or_error_event(connect: Connect)
 async def test_tool_loop_continues_from_the_connection_cache(connect: Connect) -> None:
     async with asyncio.timeout(20), connect() as sock:
         first = final(await sock.create(model="sim-model", input="ls", tools=TOOLS, store=False))
-        second = final(
-            await sock.create(
-                model="sim-model",
-                tools=TOOLS,
-                store=False,
-                previous_response_id=first["id"],
-                input=call_output(first),
-            )
-        )
+        second = final(await answer_tools(sock, first, store=False))
         assert second["status"] == "completed"
         assert second["previous_response_id"] == first["id"]
         usage = second["usage"]
@@ -138,26 +143,10 @@ async def test_failed_continuation_evicts_the_response_it_referenced(connect: Co
     async with asyncio.timeout(20), connect() as sock:
         first = final(await sock.create(model="sim-model", input="ls", tools=TOOLS, store=False))
         bad = [{"type": "function_call_output", "call_id": "call_wrong", "output": "x"}]
-        error = error_of(
-            await sock.create(
-                model="sim-model",
-                tools=TOOLS,
-                store=False,
-                previous_response_id=first["id"],
-                input=bad,
-            )
-        )
+        error = error_of(await answer_tools(sock, first, bad, store=False))
         assert error["param"] == "input[0].call_id"
         # The parent went with the failed continuation: even the right answer cannot use it.
-        error = error_of(
-            await sock.create(
-                model="sim-model",
-                tools=TOOLS,
-                store=False,
-                previous_response_id=first["id"],
-                input=call_output(first),
-            )
-        )
+        error = error_of(await answer_tools(sock, first, store=False))
         assert error["code"] == "previous_response_not_found"
 
 
@@ -241,13 +230,7 @@ async def test_lanes_run_in_parallel_and_echo_their_stream_id(connect: Connect) 
         # Each lane continues from its own cache.
         firsts = {lane: final(events) for lane, events in by_lane.items()}
         for lane, first in firsts.items():
-            events = await sock.create(
-                model="sim-model",
-                tools=TOOLS,
-                stream_id=lane,
-                previous_response_id=first["id"],
-                input=call_output(first),
-            )
+            events = await answer_tools(sock, first, stream_id=lane)
             assert {e["stream_id"] for e in events} == {lane}
             assert final(events)["usage"]["input_tokens_details"]["cached_tokens"] > 0
         error = error_of(await sock.create(model="sim-model", input="x", stream_id=7))

@@ -9,10 +9,11 @@ limit) and, when a field is at fault, a ``BadRequest`` naming it. The plain ``er
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.transports.grpc.context import Context
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -88,7 +89,7 @@ class _Status(grpc.Status):
         self.trailing_metadata = trailing_metadata
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> None:
+async def abort(context: Context, error: ApiError) -> NoReturn:
     """End the call with ``error``'s status (raises, like ``context.abort``)."""
     status = to_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)

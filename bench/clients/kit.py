@@ -1,0 +1,76 @@
+"""The shared client objects of one worker run, and a connection of the right kind per agent."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bidi_responses.bench.clients.exchange import Conn, ServerAddress
+from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn, GrpcCreateConn
+from bidi_responses.bench.clients.http_conn import HttpConn
+from bidi_responses.bench.clients.modes import ModeInfo
+from bidi_responses.bench.clients.ws_conn import WsConn
+from bidi_responses.bench.wire import WireCounter
+
+if TYPE_CHECKING:
+    import aiohttp
+    from bidi_responses.client.aio import AsyncResponsesClient
+
+__all__ = ["ClientKit"]
+
+
+class ClientKit:
+    """The shared client objects of one worker run: an HTTP session, a gRPC channel.
+
+    One agent per process gets fresh ones per rollout, so every rollout pays its own
+    connection setup; with several agents in a process they share what the library is meant
+    to share (an aiohttp session's pool, a gRPC channel's HTTP/2 connection), while each
+    agent has its own WebSocket connection or Connect stream.
+    """
+
+    def __init__(self, mode: ModeInfo, server: ServerAddress, wire: WireCounter | None) -> None:
+        self.mode = mode
+        self.server = server
+        self.wire = wire
+        self.base = f"http://{server.host}:{server.http_port}"
+        self._session: aiohttp.ClientSession | None = None
+        self._grpc: AsyncResponsesClient | None = None
+
+    async def __aenter__(self) -> ClientKit:
+        if self.mode.transport == "http":
+            import aiohttp
+
+            # Mode 1 closes the connection after each response: a new TCP connection per turn.
+            connector = aiohttp.TCPConnector(force_close=self.mode.key == "http_new", limit=0)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
+        elif self.mode.transport == "grpc":
+            from bidi_responses.client.aio import AsyncResponsesClient
+
+            self._grpc = AsyncResponsesClient(
+                f"{self.server.host}:{self.server.grpc_port}",
+                batch_events=self.mode.batch,
+                snapshots="slim" if self.mode.slim else "full",
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+        if self._grpc is not None:
+            await self._grpc.close()
+
+    async def conn(self) -> Conn:
+        """A connection for one agent."""
+        mode = self.mode
+        if mode.transport == "ws":
+            return await WsConn.open(self.base, self.wire, batch=mode.batch)
+        if mode.transport == "http":
+            if self._session is None:
+                raise RuntimeError("ClientKit.conn() outside its async with block")
+            return HttpConn(self._session, self.base, self.wire)
+        if self._grpc is None:
+            raise RuntimeError("ClientKit.conn() outside its async with block")
+        if mode.history in ("chain", "append"):
+            return await GrpcConnectConn(self._grpc, self.wire).open()
+        return GrpcCreateConn(self._grpc, self.wire)

@@ -1,0 +1,61 @@
+"""Modes 4, 5 and 11: one WebSocket connection with JSON text frames (``websockets``)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+from bidi_responses.bench.clients.exchange import Exchange, wire_snapshot
+from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.wire import WireCounter
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
+
+__all__ = ["WsConn"]
+
+
+class WsConn:
+    """One WebSocket connection on GET /v1/responses, JSON text frames."""
+
+    def __init__(self, ws: ClientConnection, wire: WireCounter | None) -> None:
+        self._ws = ws
+        self._wire = wire
+
+    @classmethod
+    async def open(cls, base: str, wire: WireCounter | None, batch: bool = False) -> WsConn:
+        """Connect (no compression, no frame size limit, as the OpenAI SDK connects);
+        ``batch`` asks for the non-standard batched frames."""
+        from websockets.asyncio.client import connect
+
+        url = base.replace("http://", "ws://", 1) + "/v1/responses"
+        if batch:
+            url += "?batch_frames=1"
+        ws = await connect(url, max_size=None, compression=None, open_timeout=30)
+        return cls(ws, wire)
+
+    async def _exchange(self, message: JSONObject) -> Exchange:
+        ex = Exchange(t_send=time.perf_counter(), messages=0)
+        await self._ws.send(orjson.dumps(message).decode())
+        while True:
+            frame = orjson.loads(await self._ws.recv())
+            ex.messages = (ex.messages or 0) + 1
+            for event in frame if isinstance(frame, list) else (frame,):
+                if ex.observe(event):
+                    ex.wire_after = wire_snapshot(self._wire)
+                    return ex
+
+    async def create(self, body: JSONObject) -> Exchange:
+        """A ``response.create`` frame."""
+        return await self._exchange({"type": "response.create", **body})
+
+    async def append(self, response_id: str, items: list[JSONObject]) -> Exchange:
+        """A ``response.append`` frame."""
+        return await self._exchange(
+            {"type": "response.append", "response_id": response_id, "input": items}
+        )
+
+    async def aclose(self, abort: bool = False) -> None:
+        """Close the socket (the server cancels anything still waiting)."""
+        await self._ws.close()

@@ -1,0 +1,48 @@
+"""Figures from raw cells: tables for the terminal, JSON, CSV, PNG plots and a Markdown draft.
+
+Conventions, so every number means one thing:
+
+* *Per-turn* figures (overhead, TTFT, turn time) are medians and p99 over every measured turn
+  of every repeat; *spread* is the range of the per-repeat medians.
+* *End-to-end* is one rollout, first request to final answer; the table gives the median over
+  repeats and the min-max range.
+* *API overhead* of a turn is the client-observed turn time minus the engine time the server
+  reports for that turn (``response.stats.engine_ms``); the *API share* is total overhead over
+  total turn time.
+* *Server CPU per turn* is the server process's CPU time (all threads, ``cpu.py``) used per
+  turn: read by the client at every turn boundary when one agent runs (setup turns
+  excluded), else the run's total over its turns. It includes the simulated engine's own
+  work (pacing, hashing the prompt for its prefix cache), identical in every mode.
+  *Client CPU* is the same for the client process (its share of the two cores matters).
+* *Bytes* are TCP payload bytes on the client's sockets (``wire.py``): request direction
+  ("up") and response direction ("down"), per turn.
+
+The package, one job per module: ``summaries`` (cells
+to per-mode figures), ``targets`` (the verdicts), ``network`` (the projection on paper),
+``tables`` (text tables), ``assembly`` (the ``Report``), ``plots`` (PNG), ``files`` (every
+output file) and ``machine`` (what the run was measured on).
+"""
+
+from __future__ import annotations
+
+from bidi_responses.bench.report.assembly import Report, build_report
+from bidi_responses.bench.report.files import write_outputs
+from bidi_responses.bench.report.machine import machine_info
+from bidi_responses.bench.report.network import NETWORK_PROFILES, network_projection
+from bidi_responses.bench.report.plots import write_plots
+from bidi_responses.bench.report.summaries import summarize
+from bidi_responses.bench.report.targets import evaluate_targets
+from bidi_responses.bench.stats import percentile
+
+__all__ = [
+    "NETWORK_PROFILES",
+    "Report",
+    "build_report",
+    "evaluate_targets",
+    "machine_info",
+    "network_projection",
+    "percentile",
+    "summarize",
+    "write_outputs",
+    "write_plots",
+]

@@ -1,0 +1,217 @@
+"""PNG plots of the sweeps (matplotlib, Agg backend), one per sweep that ran."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+from bidi_responses.bench.clients import MODES
+from bidi_responses.bench.report.assembly import Report
+from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["write_plots"]
+
+
+class _LineStyle(TypedDict):
+    """Keyword arguments of ``Axes.plot`` that tell one mode's line apart."""
+
+    color: str
+    linestyle: str
+    marker: str
+    label: str
+
+
+_STYLE = {
+    "http_new": ("tab:red", "--", "o"),
+    "http_keepalive": ("tab:orange", "--", "s"),
+    "http_store": ("tab:brown", "--", "^"),
+    "ws_cache": ("tab:blue", "-", "o"),
+    "ws_append": ("tab:cyan", "-", "s"),
+    "grpc_create": ("tab:purple", ":", "D"),
+    "grpc_connect": ("tab:green", "-", "o"),
+    "grpc_append": ("tab:olive", "-", "s"),
+}
+
+
+def _line_chart(ax: Axes, *, x: str, y: str, title: str) -> None:
+    """Axis labels, title, a light grid and the legend of one of the line charts."""
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
+    """PNG plots (matplotlib, Agg backend): one per sweep that ran."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: dict[str, Path] = {}
+    by_name = {s["name"]: s for s in report.summaries}
+
+    def save(fig: Figure, name: str) -> Path:
+        """Lay out, write ``name`` in the output directory, and free the figure."""
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def style(key: str) -> _LineStyle:
+        color, line, marker = _STYLE.get(key, ("black", "-", "o"))
+        return {
+            "color": color,
+            "linestyle": line,
+            "marker": marker,
+            "label": f"{MODES[key].number} {MODES[key].label}",
+        }
+
+    hist = by_name.get("history")
+    if hist:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for key in hist["params"]["modes"]:
+            rows = sorted(
+                (r for r in hist["rows"] if r["mode"] == key), key=lambda r: r["history_target"]
+            )
+            if rows:
+                ax.plot(
+                    [r["history_tokens_mean"] / 1000 for r in rows],
+                    [r["overhead_p50_ms"] for r in rows],
+                    **style(key),
+                )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _line_chart(
+            ax,
+            x="history length (thousand tokens)",
+            y="API overhead per turn, median (ms)",
+            title="Per-turn API overhead vs history length (small turns)",
+        )
+        paths["plot_history"] = save(fig, "overhead_vs_history.png")
+
+    tps_cells = sorted(
+        (s for s in report.summaries if s["kind"] == "rollout" and s["name"].startswith("tps-")),
+        key=lambda s: s["params"]["tokens_per_second"],
+    )
+    if tps_cells:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 5))
+        keys = list(dict.fromkeys(r["mode"] for s in tps_cells for r in s["rows"]))
+        for key in keys:
+            points = [
+                (s["params"]["tokens_per_second"], r)
+                for s in tps_cells
+                for r in s["rows"]
+                if r["mode"] == key
+            ]
+            xs = [p[0] for p in points]
+            ys = [p[1]["e2e_median_s"] for p in points]
+            err = [
+                [y - p[1]["e2e_min_s"] for y, p in zip(ys, points, strict=True)],
+                [p[1]["e2e_max_s"] - y for y, p in zip(ys, points, strict=True)],
+            ]
+            ax.errorbar(xs, ys, yerr=err, capsize=3, **style(key))
+            rel = [(p[0], p[1].get("speedup_vs_http_new")) for p in points]
+            rel = [(x, y) for x, y in rel if y is not None]
+            if rel:
+                ax2.plot([x for x, _ in rel], [y for _, y in rel], **style(key))
+        for axis in (ax, ax2):
+            axis.set_xscale("log")
+            axis.set_xlabel("engine decode rate (tokens/s)")
+            axis.grid(True, which="both", alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("end-to-end rollout time (s), median, min-max")
+        ax.set_title("End to end vs tokens/s")
+        ax2.set_ylabel("speedup over mode 1 (HTTP, full history, new conn)")
+        ax2.set_title("Speedup vs tokens/s")
+        ax.legend(fontsize=7)
+        paths["plot_tps"] = save(fig, "e2e_vs_tps.png")
+
+    concs = [s for s in report.summaries if s["kind"] == "concurrency"]
+    if concs:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for conc in concs:
+            window = conc["params"].get("delta_window_ms") or 0.0
+            for key in conc["params"]["modes"]:
+                rows = sorted(
+                    (r for r in conc["rows"] if r["mode"] == key), key=lambda r: r["agents"]
+                )
+                if not rows:
+                    continue
+                kwargs = style(key)
+                if window != DEFAULT_DELTA_WINDOW_MS:
+                    kwargs["label"] += f" (delta window {window:g} ms, not the default)"
+                    kwargs["linestyle"] = "-."
+                    kwargs["marker"] = "x"
+                ax.plot(
+                    [r["agents"] for r in rows],
+                    [r["throughput_turns_s"] for r in rows],
+                    **kwargs,
+                )
+        ax.set_xscale("log", base=2)
+        _line_chart(
+            ax,
+            x="concurrent agents",
+            y="throughput (turns/s, median)",
+            title="Throughput vs concurrency",
+        )
+        paths["plot_concurrency"] = save(fig, "throughput_vs_concurrency.png")
+
+    head = by_name.get("headline")
+    if head and head["rows"]:
+        fig, ax = plt.subplots(figsize=(9, 5))
+        rows = head["rows"]
+        names = [f"{r['number']}" for r in rows]
+        e2e = [r["e2e_median_s"] for r in rows]
+        share = [r["api_share"] for r in rows]
+        colors = [_STYLE.get(r["mode"], ("gray",))[0] for r in rows]
+        bars = ax.bar(names, e2e, color=colors)
+        for bar, s in zip(bars, share, strict=True):
+            ax.annotate(
+                f"API {s * 100:.0f}%",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        ax.set_ylabel("end-to-end rollout time (s), median")
+        ax.set_title("Headline rollout per mode (labels: API share of turn time)")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([f"{r['number']}\n{r['mode']}" for r in rows], fontsize=7)
+        paths["plot_headline"] = save(fig, "headline.png")
+
+    keep = by_name.get("keepup")
+    if keep and keep["rows"]:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels = [
+            f"{r['mode']}\n{r['policy'].replace(' (default)', chr(10) + '(default)')}"
+            for r in keep["rows"]
+        ]
+        values = [r["server_core_share"] * 100 for r in keep["rows"]]
+        colors = [_STYLE.get(r["mode"], ("gray",))[0] for r in keep["rows"]]
+        bars = ax.bar(range(len(values)), values, color=colors)
+        for bar, r in zip(bars, keep["rows"], strict=True):
+            ax.annotate(
+                f"{r['delivery'] * 100:.0f}% rate",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        ax.axhline(25, color="gray", linestyle=":", label="target: 25% of a core")
+        ax.set_xticks(range(len(values)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_ylabel("server CPU (% of one core)")
+        ax.set_title(
+            f"One stream at {keep['params']['tokens_per_second']:g} tok/s "
+            "(labels: delivered/engine rate)"
+        )
+        ax.legend(fontsize=7)
+        paths["plot_keepup"] = save(fig, "keepup.png")
+    return paths

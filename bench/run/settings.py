@@ -1,0 +1,185 @@
+"""What a comparison runs: the whole run's configuration, one server's settings, a cell's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bidi_responses.bench.clients import ModeInfo
+from bidi_responses.bench.jsontypes import JSONObject
+from bidi_responses.bench.workload import WorkloadSpec
+from bidi_responses.server.config import StreamingConfig
+
+__all__ = [
+    "DEFAULT_DELTA_WINDOW_MS",
+    "MALLOC_TUNED",
+    "CellResult",
+    "CompareConfig",
+    "ServerSettings",
+    "window_label",
+]
+
+
+#: The server's default delta merging window (ms): every cell runs with it unless it says not.
+DEFAULT_DELTA_WINDOW_MS: float = StreamingConfig().delta_window_ms
+
+
+def window_label(window: float | None) -> str:
+    """How a delta merging policy is named in tables: off, or the window (and if default)."""
+    if window is None:
+        return "off"
+    return f"window {window:g} ms" + (" (default)" if window == DEFAULT_DELTA_WINDOW_MS else "")
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    """One server configuration (written to a TOML file the server reads)."""
+
+    tokens_per_second: float = 1000.0
+    ttft_ms: float = 50.0
+    prefill_tokens_per_second: float = 100_000.0
+    tool_rounds: int = 25
+    function_call_tokens: int = 40
+    answer_tokens: int = 200
+    seed: int = 0
+    coalesce_deltas: bool = True
+    delta_window_ms: float = DEFAULT_DELTA_WINDOW_MS
+    engine: str = "sim"
+    script_path: str | None = None
+    http: bool = True
+    workers: int = 1
+    # A real backend (engine "completions"): its OpenAI base URL, model name, API key variable.
+    backend_url: str | None = None
+    backend_model: str = ""
+    backend_api_key_env: str = ""
+    backend_format: str = "generic"
+
+    def toml(self) -> str:
+        """The server's config file."""
+        lines = [
+            f"workers = {int(self.workers)}",
+            "",
+            "[streaming]",
+            f"coalesce_deltas = {str(self.coalesce_deltas).lower()}",
+            f"delta_window_ms = {float(self.delta_window_ms)!r}",
+            "",
+            '[models."sim-model"]',
+            f'engine = "{self.engine}"',
+        ]
+        if self.script_path:
+            lines.append(f"script_path = {_toml_str(self.script_path)}")
+        if self.backend_url:
+            lines[lines.index(f'engine = "{self.engine}"')] = 'engine = "completions"'
+            lines += [
+                "",
+                '[models."sim-model".completions]',
+                f"base_url = {_toml_str(self.backend_url)}",
+                f"model = {_toml_str(self.backend_model)}",
+                f"api_key_env = {_toml_str(self.backend_api_key_env)}",
+                f"format = {_toml_str(self.backend_format)}",
+            ]
+        lines += [
+            "",
+            '[models."sim-model".sim]',
+            f"tokens_per_second = {float(self.tokens_per_second)!r}",
+            f"ttft_ms = {float(self.ttft_ms)!r}",
+            f"prefill_tokens_per_second = {float(self.prefill_tokens_per_second)!r}",
+            f"tool_rounds = {int(self.tool_rounds)}",
+            f"function_call_tokens = {int(self.function_call_tokens)}",
+            f"answer_tokens = {int(self.answer_tokens)}",
+            f"seed = {int(self.seed)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(slots=True)
+class CompareConfig:
+    """Everything ``compare`` runs; the defaults are ``make compare``."""
+
+    modes: list[ModeInfo]
+    out_dir: Path
+    sweeps: list[str] = field(
+        default_factory=lambda: ["headline", "keepup", "history", "tps", "concurrency"]
+    )
+    repeats: int = 3
+    seed: int = 0
+    # Headline rollout.
+    turns: int = 25
+    output_tokens: int = 4000
+    tool_ms: float = 0.0
+    tps: float = 1000.0
+    ttft_ms: float = 50.0
+    trace: str | None = None
+    # Run the rollouts against a real completions backend instead of the sim engine.
+    backend_url: str | None = None
+    backend_model: str = ""
+    backend_api_key_env: str = ""
+    backend_format: str = "generic"
+    # tokens/s sweep (a shorter rollout).
+    tps_values: list[float] = field(default_factory=lambda: [65.0, 1000.0, 4000.0])
+    tps_turns: int = 10
+    tps_output_tokens: int = 4000
+    slow_tps: float = 100.0
+    slow_modes: list[ModeInfo] | None = None
+    slow_repeats: int = 1
+    tps_modes: list[ModeInfo] | None = None
+    # History-length sweep.
+    history_sizes: list[int] = field(default_factory=lambda: [1000, 25_000, 100_000, 200_000])
+    history_turns: int = 6
+    history_small_tokens: int = 256
+    history_repeats: int = 3
+    history_modes: list[ModeInfo] | None = None
+    # Concurrency sweep.
+    agents: list[int] = field(default_factory=lambda: [1, 4, 16, 64])
+    concurrency_turns: int = 5
+    concurrency_output_tokens: int = 2000
+    concurrency_modes: list[ModeInfo] | None = None
+    concurrency_repeats: int = 2
+    concurrency_processes: int = 2
+    # The sweep runs once per server worker count; counts above 1 run ``workers_modes``.
+    concurrency_workers: list[int] = field(default_factory=lambda: [1, 2])
+    workers_modes: list[ModeInfo] | None = None
+    # A second concurrency sweep with this window instead of the default (0: merge only what
+    # is ready, the old default), for concurrency_window_modes; skipped if it is the default.
+    concurrency_window: float = 0.0
+    concurrency_window_modes: list[ModeInfo] | None = None
+    # Keep-up test.
+    keepup_tps: float = 4000.0
+    keepup_tokens: int = 4000
+    keepup_responses: int = 3
+    keepup_modes: list[ModeInfo] | None = None
+    keepup_windows: list[float | None] = field(
+        default_factory=lambda: [None, 0.0, DEFAULT_DELTA_WINDOW_MS]
+    )
+    # Environment.
+    store_all: bool = False
+    malloc_tuned: bool = False
+    show_progress: bool = True
+    command: str = ""
+
+    def workload_spec(self, tool_turns: int, tool_output_tokens: int) -> WorkloadSpec:
+        """A rollout of this run's seed and tool time with the given turns and output size."""
+        return WorkloadSpec(
+            seed=self.seed,
+            tool_turns=tool_turns,
+            tool_output_tokens=tool_output_tokens,
+            tool_ms=self.tool_ms,
+        )
+
+
+@dataclass(slots=True)
+class CellResult:
+    """The raw outcome of one cell: its settings, one entry per run, every turn."""
+
+    name: str
+    kind: str
+    params: JSONObject
+    runs: list[JSONObject] = field(default_factory=list)
+    turns: list[JSONObject] = field(default_factory=list)
+
+
+MALLOC_TUNED = "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=268435456"

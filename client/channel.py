@@ -1,0 +1,79 @@
+"""The gRPC plumbing the client's calls share: channel options, the delivery options a client
+asks for, stubs whose replies may nest deeply, and a non-OK status as a ``ResponsesError``."""
+
+from __future__ import annotations
+
+import functools
+
+import grpc
+from bidi_responses.client.types import ResponsesError
+from bidi_responses.codec import decode_message
+from bidi_responses.v1 import responses_pb2 as pb
+from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "ConnectCall",
+    "accept_deep_replies",
+    "delivery_options",
+    "status_error",
+]
+
+_MAX_MESSAGE = 64 * 1024 * 1024
+#: Options of the channels the client opens: messages up to 64 MiB each way.
+CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+    ("grpc.max_send_message_length", _MAX_MESSAGE),
+)
+
+#: One Connect call on the typed stub (mypy-protobuf).
+ConnectCall = grpc.aio.StreamStreamCall[pb.ConnectRequest, pb.ConnectResponse]
+
+
+_SNAPSHOT_DETAIL = {"full": pb.SNAPSHOT_DETAIL_FULL, "slim": pb.SNAPSHOT_DETAIL_SLIM}
+
+
+def delivery_options(*, batch_events: bool, snapshots: str) -> pb.DeliveryOptions:
+    """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim")."""
+    if snapshots not in _SNAPSHOT_DETAIL:
+        raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
+    return pb.DeliveryOptions(
+        batch_events=batch_events, snapshot_detail=_SNAPSHOT_DETAIL[snapshots]
+    )
+
+
+def status_error(error: grpc.aio.AioRpcError) -> ResponsesError:
+    """A non-OK status as the error the client raises (the server's own code when it sent one)."""
+    metadata = dict(error.trailing_metadata() or ())
+    code = metadata.get("error-code")
+    return ResponsesError(
+        str(code) if code else error.code().name.lower(),
+        error.details() or "",
+        str(metadata.get("error-param") or "") or None,
+    )
+
+
+def accept_deep_replies(stub: pb_grpc.ResponsesServiceStub, channel: grpc.aio.Channel) -> None:
+    """Replace the stub's calls with ones whose replies may nest past protobuf's default of
+    100 levels: the server echoes tool schemas (Structs) as deep as it accepts them."""
+    service = pb.DESCRIPTOR.services_by_name["ResponsesService"]
+    for method in service.methods:
+        request_class = getattr(pb, method.input_type.name)
+        reply_class = getattr(pb, method.output_type.name)
+        path = f"/{service.full_name}/{method.name}"
+        kind = (
+            channel.stream_stream
+            if method.client_streaming
+            else channel.unary_stream
+            if method.server_streaming
+            else channel.unary_unary
+        )
+        setattr(
+            stub,
+            method.name,
+            kind(
+                path,
+                request_serializer=request_class.SerializeToString,
+                response_deserializer=functools.partial(decode_message, reply_class),
+            ),
+        )

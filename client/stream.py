@@ -1,0 +1,243 @@
+"""``ConnectStream``: one Connect call, its lanes, and the turns run on them.
+
+A reader task takes every message off the call and queues it on its lane (``stream_id``);
+a turn sends ``response.create`` or ``response.append`` and reads its lane until the event that
+ends the turn. Messages are decoded to JSON-shaped events only when someone asks for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+
+import grpc
+from bidi_responses.client.channel import ConnectCall, status_error
+from bidi_responses.client.types import (
+    TERMINAL_EVENTS,
+    JSONObject,
+    JSONValue,
+    Response,
+    ResponsesError,
+)
+from bidi_responses.codec import EventDecoder, deep_messages, item_to_pb, params_to_pb, unbatch
+from bidi_responses.v1 import responses_pb2 as pb
+
+__all__ = ["ConnectStream", "collect_response"]
+
+
+class ConnectStream:
+    """One Connect stream: a connection-scoped cache on the server, several lanes on it.
+
+    Each lane (``stream_id``) runs one response at a time; use one lane per agent to run
+    agents in parallel over one stream.
+    """
+
+    def __init__(self, call: ConnectCall, delivery: pb.DeliveryOptions | None = None) -> None:
+        self._call = call
+        # Sent with the first message: how the server should deliver this stream's events.
+        self._delivery = delivery
+        self._decoder = EventDecoder()
+        # Raw messages per lane: they are decoded only when someone asks for events, so
+        # ``create()`` pays for the terminal event alone.
+        self._lanes: dict[str, asyncio.Queue[pb.ConnectResponse | None]] = {}
+        self._busy: set[str] = set()
+        # grpc.aio allows one write at a time per call; lanes share the call.
+        self._write_lock = asyncio.Lock()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self.warnings: list[JSONObject] = []
+        #: gRPC messages received so far (a batch is one message carrying several events).
+        self.messages_received = 0
+
+    async def established(self) -> None:
+        """Wait until the server has accepted the stream (its initial metadata arrived), so
+        the call's set-up is not paid inside the first turn."""
+        try:
+            await self._call.initial_metadata()
+        except grpc.aio.AioRpcError as error:
+            raise status_error(error) from None
+
+    def _queue(self, lane: str) -> asyncio.Queue[pb.ConnectResponse | None]:
+        queue = self._lanes.get(lane)
+        if queue is None:
+            queue = self._lanes[lane] = asyncio.Queue()
+            if self._reader.done():
+                queue.put_nowait(None)  # the stream already ended: nothing will arrive
+        return queue
+
+    async def _read(self) -> None:
+        try:
+            async for received in self._call:
+                self.messages_received += 1
+                # A batch is several events in one message; each is handled on its own.
+                for message in unbatch(received):
+                    if message.WhichOneof("event") == "warning":
+                        self.warnings.append(self._decoder.event(message))
+                        continue
+                    self._queue(message.stream_id).put_nowait(message)
+        except grpc.aio.AioRpcError as error:
+            closing = status_error(error)
+            for lane, queue in self._lanes.items():
+                queue.put_nowait(
+                    pb.ConnectResponse(
+                        stream_id=lane,
+                        error=pb.ErrorEvent(
+                            error=pb.ErrorDetail(
+                                type="stream_error",
+                                code=closing.code or "",
+                                message=closing.message,
+                            )
+                        ),
+                    )
+                )
+        finally:
+            for queue in self._lanes.values():
+                queue.put_nowait(None)
+
+    async def send(self, request: pb.ConnectRequest) -> None:
+        """Send a raw ConnectRequest (for clients that build messages themselves)."""
+        async with self._write_lock:
+            if self._delivery is not None and request.WhichOneof("event") is not None:
+                request.delivery.CopyFrom(self._delivery)
+                self._delivery = None
+            try:
+                await self._call.write(request)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as error:
+                raise ResponsesError(
+                    "stream_closed", f"the stream has ended; open a new one ({error!r})"
+                ) from None
+
+    async def events(self, stream_id: str = "") -> AsyncIterator[JSONObject]:
+        """Every event that arrives on a lane, until the stream ends."""
+        queue = self._queue(stream_id)
+        while True:
+            message = await queue.get()
+            if message is None:
+                return
+            yield self._decoder.event(message)
+
+    async def create_events(
+        self, *, stream_id: str = "", **params: JSONValue
+    ) -> AsyncGenerator[JSONObject, None]:
+        """Send ``response.create`` and yield its events up to the terminal (or error) one.
+
+        In append mode the iteration also stops at ``response.done``; answer it with
+        ``append_events``.
+        """
+        if stream_id in self._busy:
+            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
+        self._busy.add(stream_id)
+        try:
+            async for message in self._create_messages(stream_id, params):
+                yield self._decoder.event(message)
+        finally:
+            self._busy.discard(stream_id)
+
+    async def _create_messages(
+        self, stream_id: str, params: JSONObject
+    ) -> AsyncIterator[pb.ConnectResponse]:
+        self._queue(stream_id)  # before sending: the end of the stream must reach this lane
+        with deep_messages():  # tool schemas may nest past protobuf's default depth
+            request = pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+        await self.send(request)
+        async for message in self._until_turn_ends(stream_id):
+            yield message
+
+    async def _until_turn_ends(self, stream_id: str) -> AsyncIterator[pb.ConnectResponse]:
+        queue = self._queue(stream_id)
+        while True:
+            message = await queue.get()
+            if message is None:
+                raise ResponsesError("stream_closed", "the stream ended before the response did")
+            yield message
+            if message.WhichOneof("event") in _TURN_END_CASES:
+                return
+
+    async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
+        """Create a response and wait for it; raises ResponsesError on an error event."""
+        if stream_id in self._busy:
+            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
+        self._busy.add(stream_id)
+        try:
+            return await self._collect(self._create_messages(stream_id, params))
+        finally:
+            self._busy.discard(stream_id)
+
+    async def append_events(
+        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
+    ) -> AsyncGenerator[JSONObject, None]:
+        """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
+        await self._send_append(response_id, input, stream_id)
+        async for message in self._until_turn_ends(stream_id):
+            yield self._decoder.event(message)
+
+    async def append(
+        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
+    ) -> Response:
+        """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
+        await self._send_append(response_id, input, stream_id)
+        return await self._collect(self._until_turn_ends(stream_id))
+
+    async def _send_append(
+        self, response_id: str, input: Sequence[JSONObject], stream_id: str
+    ) -> None:
+        with deep_messages():
+            request = pb.ConnectRequest(
+                stream_id=stream_id,
+                response_append=pb.ResponseAppend(
+                    response_id=response_id, input=[item_to_pb(i) for i in input]
+                ),
+            )
+        await self.send(request)
+
+    async def _collect(self, messages: AsyncIterator[pb.ConnectResponse]) -> Response:
+        """The turn's outcome, decoding only the message that ends it."""
+        async for message in messages:
+            if message.WhichOneof("event") in _TURN_END_CASES:
+                return _outcome(self._decoder.event(message))
+        raise ResponsesError("stream_closed", "the stream ended before the response did")
+
+    async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
+        """Ask the server to stop the lane's in-flight response."""
+        await self.send(
+            pb.ConnectRequest(
+                stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)
+            )
+        )
+
+    async def close(self) -> None:
+        """Half-close and wait for the server to end the stream."""
+        with contextlib.suppress(grpc.aio.UsageError, grpc.aio.AioRpcError):
+            async with self._write_lock:
+                await self._call.done_writing()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+    def abort(self) -> None:
+        """Drop the stream at once (the server cancels in-flight work)."""
+        self._call.cancel()
+        self._reader.cancel()
+
+
+_TURN_END_CASES = frozenset(
+    {"response_completed", "response_failed", "response_incomplete", "response_done", "error"}
+)
+
+
+def _outcome(event: JSONObject) -> Response:
+    """The Response of a turn-ending event; ResponsesError for an error event."""
+    kind = event["type"]
+    if kind == "error":
+        raise ResponsesError.from_event(event)
+    if kind == "response.done":
+        return Response.from_dict(event["response"], event.get("pending_calls") or [])
+    return Response.from_dict(event["response"])
+
+
+async def collect_response(events: AsyncGenerator[JSONObject, None]) -> Response:
+    """The Response that ends ``events`` (ResponsesError for an error event)."""
+    async with contextlib.aclosing(events):
+        async for event in events:
+            kind = event["type"]
+            if kind in TERMINAL_EVENTS or kind in ("error", "response.done"):
+                return _outcome(event)
+    raise ResponsesError("stream_closed", "the stream ended before the response did")

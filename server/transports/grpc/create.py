@@ -1,0 +1,82 @@
+"""``CreateResponse``: the stateless baseline, one server-streaming call per turn.
+
+Pre-serialized like Connect: the call yields ``CreateResponseResponse`` wire bytes. A request
+error ends the call with its status, never OK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from bidi_responses.codec import ProtoDecoder
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.grpc.connect import SHUTTING_DOWN
+from bidi_responses.server.transports.grpc.context import Context, caller_of
+from bidi_responses.server.transports.grpc.decoding import decode_request
+from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound, as_create_response
+from bidi_responses.server.transports.grpc.status import abort, error_from_event
+from bidi_responses.v1 import responses_pb2 as pb
+
+
+async def create_response(
+    core: ResponsesCore, raw: bytes, context: Context
+) -> AsyncGenerator[bytes, None]:
+    """Run one create and stream its events (background mode: follow its event log)."""
+    caller = caller_of(core.keys, context)
+    create = decode_request(pb.CreateResponseRequest, raw, "CreateResponse")
+    if core.draining:
+        raise SHUTTING_DOWN
+    outbound = Outbound(Delivery.from_pb(create.delivery, core.config.streaming))
+    body = ProtoDecoder().params_to_dict(create.params)
+    label_open_caller(body, caller)  # open server: the token's label for the ledger
+    if body.get("background") is True:
+        events = _background(core, body, caller, context, outbound)
+    else:
+        events = _stateless(core, body, caller, context, outbound)
+    async with contextlib.aclosing(events):
+        async for message in events:
+            yield message
+
+
+async def _background(
+    core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
+) -> AsyncGenerator[bytes, None]:
+    """The response runs on its own; this call only reads its event log, so dropping the call
+    leaves it running (resume with StreamResponse)."""
+    tenant, quota = caller
+    first = await core.background.start(body, "grpc-unary", tenant, quota)
+    if first["type"] == "error":
+        yield out.event_field(first)
+        await abort(context, error_from_event(first))
+    async for data in core.background.events(first["response"]["id"], -1, tenant):
+        yield out.event_field(data)
+
+
+async def _stateless(
+    core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
+) -> AsyncGenerator[bytes, None]:
+    """One stateless create: one message per event, or batched if the delivery asks."""
+    tenant, quota = caller
+    failure: ApiError | None = None
+    if out.delivery.max_events <= 1:
+        async for data in core.stateless(body, "grpc-unary", tenant, quota):
+            yield out.event_field(data)
+            if data["type"] == "error":
+                failure = error_from_event(data)
+    else:
+        batches = core.stateless_batches(body, "grpc-unary", out.delivery.max_events, tenant, quota)
+        async with contextlib.aclosing(batches):
+            async for ready in batches:
+                for message in out.messages(OutEvent("", d) for d in ready):
+                    yield as_create_response(message)
+                for data in ready:
+                    if data["type"] == "error":
+                        failure = error_from_event(data)
+    if failure is not None:
+        # A request error ends the call with its status, never OK.
+        await abort(context, failure)

@@ -1,0 +1,83 @@
+"""What goes out on a stream: the client's ``DeliveryOptions``, and events as wire messages.
+
+Events that are ready together become one message each, or are batched into one message when
+the client asked for it (``batch_events``), within the server's bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from bidi_responses.codec import EVENT_FIELD, ProtoEncoder, batch_messages, field_bytes
+from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import OutEvent
+from bidi_responses.v1 import responses_pb2 as pb
+
+
+@dataclass(slots=True)
+class Delivery:
+    """How one Connect stream or CreateResponse call wants its events (``DeliveryOptions``)."""
+
+    max_events: int = 1
+    max_bytes: int = 0
+    slim: bool = False
+
+    @classmethod
+    def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
+        """Checked options, within the server's bounds (ApiError naming the bad field)."""
+        detail = options.snapshot_detail
+        if detail not in (
+            pb.SNAPSHOT_DETAIL_UNSPECIFIED,
+            pb.SNAPSHOT_DETAIL_FULL,
+            pb.SNAPSHOT_DETAIL_SLIM,
+        ):
+            raise ApiError(
+                f"Invalid 'delivery.snapshot_detail': unknown value {detail} (expected "
+                "SNAPSHOT_DETAIL_FULL or SNAPSHOT_DETAIL_SLIM).",
+                param="delivery.snapshot_detail",
+            )
+        max_events = 1
+        if options.batch_events:
+            max_events = streaming.max_batch_events
+            if options.max_batch_events:
+                max_events = min(max_events, options.max_batch_events)
+        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+
+    def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
+        """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
+        this delivery asks for it)."""
+        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
+        if self.max_events > 1 and len(messages) > 1:
+            return batch_messages(messages, self.max_events, self.max_bytes)
+        return messages
+
+
+class Outbound:
+    """A stream's current delivery and the encoder that follows it; the client may change the
+    delivery at any message, and it applies to everything emitted from then on."""
+
+    def __init__(self, delivery: Delivery | None = None) -> None:
+        self.delivery = delivery or Delivery()
+        self.encoder = ProtoEncoder(slim=self.delivery.slim)
+
+    def use(self, delivery: Delivery) -> None:
+        """Apply new delivery options."""
+        self.delivery = delivery
+        self.encoder.slim = delivery.slim
+
+    def messages(self, ready: Iterable[OutEvent]) -> list[bytes]:
+        """Serialized ``ConnectResponse`` messages for the events that are ready."""
+        return self.delivery.messages(self.encoder, ready)
+
+    def event_field(self, data: dict[str, Any]) -> bytes:
+        """One event as a serialized ``CreateResponseResponse``."""
+        return as_create_response(self.encoder.event_bytes("", data))
+
+
+def as_create_response(connect_response: bytes) -> bytes:
+    """A serialized ``ConnectResponse`` as a serialized ``CreateResponseResponse`` (its
+    ``event`` field), without decoding it."""
+    return field_bytes(EVENT_FIELD, connect_response)

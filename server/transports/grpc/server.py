@@ -1,0 +1,98 @@
+"""Building and starting the gRPC listener: channel options (limits, keepalive, connection
+age), TLS, the API with grpc.health.v1 and server reflection beside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from bidi_responses.server.config import ServerConfig, TlsConfig
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.tracing import grpc_interceptors
+from bidi_responses.server.transports.grpc.connect import StreamsPerConnection
+from bidi_responses.server.transports.grpc.health import add_health_service, mark_draining
+from bidi_responses.server.transports.grpc.registration import SERVICE, add_servicer
+from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
+from grpc_health.v1 import health
+from grpc_reflection.v1alpha import reflection
+
+SERVICE_NAME = SERVICE.full_name
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """Channel arguments of the listener: message limits, keepalive, connection age."""
+    limit = config.limits.max_message_bytes
+    ka = config.keepalive
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        # Off for one process, so a port already in use is an error at start-up; on when
+        # worker processes share the port (the kernel spreads connections).
+        ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
+        # Calls that arrived but that the server has not picked up yet. Past the soft limit
+        # gRPC cancels the oldest (clients saw CANCELLED or INTERNAL in a burst of opens);
+        # past the hard limit it refuses new ones with RESOURCE_EXHAUSTED.
+        ("grpc.server.max_pending_requests", config.tenant_limits.max_pending_calls),
+        (
+            "grpc.server.max_pending_requests_hard_limit",
+            config.tenant_limits.max_pending_calls_hard,
+        ),
+        # Accept client pings down to this interval, with or without calls in flight.
+        ("grpc.http2.min_ping_interval_without_data_ms", int(ka.min_client_ping_interval_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", int(ka.permit_pings_without_calls)),
+        ("grpc.http2.max_ping_strikes", ka.max_ping_strikes),
+        # The server's own pings find dead peers behind idle NATs and load balancers.
+        ("grpc.keepalive_time_ms", int(ka.server_ping_interval_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(ka.server_ping_timeout_s * 1000)),
+        ("grpc.max_connection_age_ms", int(ka.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(ka.max_connection_age_grace_s * 1000)),
+    ]
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """TLS from PEM files; a client CA file makes client certificates mandatory (mTLS)."""
+    assert tls.cert_file and tls.key_file
+    key = Path(tls.key_file).read_bytes()
+    cert = Path(tls.cert_file).read_bytes()
+    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+@dataclass(slots=True)
+class GrpcServer:
+    """The started gRPC listener."""
+
+    server: grpc.aio.Server
+    port: int
+
+
+async def start_grpc_server(
+    core: ResponsesCore, host: str, port: int, options: list[tuple[str, Any]] | None = None
+) -> GrpcServer:
+    """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
+    a free one)."""
+    config = core.config
+    server = grpc.aio.server(
+        options=server_options(config) + list(options or ()),
+        interceptors=grpc_interceptors(config.tracing),
+    )
+    add_servicer(ResponsesServicer(core, StreamsPerConnection(core)), server)
+    health_servicer = await add_health_service(server)
+    # NOT_SERVING as soon as a drain begins, while the listener is still open.
+    core.drain_hooks.append(lambda: mark_draining(health_servicer))
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if config.tls.enabled:
+        bound = server.add_secure_port(address, _credentials(config.tls))
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return GrpcServer(server, bound)

@@ -1,0 +1,154 @@
+"""``ResponsesService``: protobuf in, core calls, protobuf out.
+
+The servicer only converts. State lives in the core (sessions, stored responses, limits) and
+errors are ``ApiError``s that the registration (``registration.py``) turns into statuses. The
+two pre-serialized streaming calls have their own modules: ``connect.py`` and ``create.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_to_pb, usage_to_pb
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream
+from bidi_responses.server.transports.grpc.context import Context, caller_of
+from bidi_responses.server.transports.grpc.create import create_response
+from bidi_responses.v1 import responses_pb2 as pb
+from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+
+class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
+    """One method per RPC, each a conversion around one core call."""
+
+    def __init__(self, core: ResponsesCore, streams: StreamsPerConnection) -> None:
+        self.core = core
+        self._streams = streams
+
+    def _caller(self, context: Context) -> Caller:
+        return caller_of(self.core.keys, context)
+
+    # Pre-serialized (see registration.PRE_SERIALIZED): these yield encoded bytes.
+    def Connect(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[bytes], context: Context
+    ) -> AsyncGenerator[bytes, None]:
+        """The stateful stream (``connect.py``)."""
+        return connect_stream(self.core, self._streams, request_iterator, context)
+
+    def CreateResponse(  # type: ignore[override]
+        self, request: bytes, context: Context
+    ) -> AsyncGenerator[bytes, None]:
+        """The stateless baseline: one call per turn (``create.py``)."""
+        return create_response(self.core, request, context)
+
+    async def GetResponse(
+        self, request: pb.GetResponseRequest, context: Context
+    ) -> pb.GetResponseResponse:
+        """A stored response."""
+        tenant, _ = self._caller(context)
+        response = await self.core.get_response(request.response_id, tenant)
+        return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
+
+    async def DeleteResponse(
+        self, request: pb.DeleteResponseRequest, context: Context
+    ) -> pb.DeleteResponseResponse:
+        """Delete a stored response."""
+        tenant, _ = self._caller(context)
+        result = await self.core.delete_response(request.response_id, tenant)
+        return pb.DeleteResponseResponse(
+            id=result["id"], object=result["object"], deleted=result["deleted"]
+        )
+
+    async def ListInputItems(
+        self, request: pb.ListInputItemsRequest, context: Context
+    ) -> pb.ListInputItemsResponse:
+        """Page through a stored response's input items."""
+        tenant, _ = self._caller(context)
+        page = await self.core.list_input_items(
+            request.response_id,
+            limit=request.limit or 20,
+            order=request.order or "desc",
+            after=request.after or None,
+            tenant=tenant,
+        )
+        return pb.ListInputItemsResponse(
+            object="list",
+            data=[item_to_pb(i) for i in page["data"]],
+            first_id=page["first_id"] or "",
+            last_id=page["last_id"] or "",
+            has_more=page["has_more"],
+        )
+
+    async def CancelResponse(
+        self, request: pb.CancelResponseRequest, context: Context
+    ) -> pb.CancelResponseResponse:
+        """Cancel an in-flight response by id."""
+        tenant, _ = self._caller(context)
+        response = await self.core.cancel_response(request.response_id, tenant)
+        return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
+
+    async def GetStats(self, request: pb.GetStatsRequest, context: Context) -> pb.GetStatsResponse:
+        """Cumulative counters."""
+        self._caller(context)
+        return pb.GetStatsResponse(**self.core.stats())
+
+    async def CompactResponse(
+        self, request: pb.CompactResponseRequest, context: Context
+    ) -> pb.CompactResponseResponse:
+        """Compact a conversation (``POST /v1/responses/compact``)."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": [item_to_dict(i) for i in request.input],
+        }
+        for name in ("instructions", "previous_response_id"):
+            if request.HasField(name):
+                body[name] = getattr(request, name)
+        caller = self._caller(context)
+        label_open_caller(body, caller)  # open server: the token's label stands in
+        result = await self.core.compact(body, "grpc-unary", caller[0])
+        return pb.CompactResponseResponse(
+            id=result["id"],
+            object=result["object"],
+            created_at=result["created_at"],
+            output=[item_to_pb(i) for i in result["output"]],
+            usage=usage_to_pb(result["usage"]),
+        )
+
+    async def CountInputTokens(
+        self, request: pb.CountInputTokensRequest, context: Context
+    ) -> pb.CountInputTokensResponse:
+        """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
+        tenant, _ = self._caller(context)
+        body = ProtoDecoder().params_to_dict(request.params)
+        return pb.CountInputTokensResponse(**await self.core.count_input_tokens(body, tenant))
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: Context
+    ) -> pb.ListModelsResponse:
+        """The configured models (``GET /v1/models``)."""
+        self._caller(context)
+        listing = self.core.list_models()
+        return pb.ListModelsResponse(
+            object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
+        )
+
+    async def GetModel(self, request: pb.GetModelRequest, context: Context) -> pb.GetModelResponse:
+        """One configured model (``GET /v1/models/{model}``)."""
+        self._caller(context)
+        return pb.GetModelResponse(model=pb.Model(**self.core.get_model(request.model)))
+
+    async def StreamResponse(
+        self, request: pb.StreamResponseRequest, context: Context
+    ) -> AsyncGenerator[pb.StreamResponseResponse, None]:
+        """Resume a background response's events after ``starting_after``."""
+        tenant, _ = self._caller(context)
+        starting_after = request.starting_after if request.HasField("starting_after") else -1
+        if starting_after < -1:
+            raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+        events = self.core.background.events(request.response_id, starting_after, tenant)
+        encoder = ProtoEncoder()
+        async for data in events:
+            yield pb.StreamResponseResponse(event=encoder.connect_response("", data))

@@ -1,0 +1,42 @@
+"""Operational routes: health and readiness probes, the core's counters, Prometheus metrics."""
+
+from __future__ import annotations
+
+from bidi_responses.server.core.metrics import CONTENT_TYPE_LATEST
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.http.errors import json_response
+from bidi_responses.server.transports.http.reading import caller
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+
+def ops_routes(core: ResponsesCore) -> list[BaseRoute]:
+    """``/v1/stats``, ``/healthz``, ``/readyz`` and, if configured, the metrics path."""
+
+    async def stats(request: Request) -> Response:
+        """``GET /v1/stats``: the core's cumulative counters."""
+        caller(core, request.headers)
+        return json_response(core.stats())
+
+    async def ready(request: Request) -> Response:
+        """``GET /healthz`` and ``GET /readyz``: 503 once the server is draining, so load
+        balancers stop sending (same meaning as grpc.health.v1's "" service)."""
+        # Liveness needs no probe of its own here: a process that answers HTTP is alive, and
+        # both probes flip together when draining starts.
+        if core.draining:
+            return json_response({"status": "shutting_down"}, 503)
+        return json_response({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        """Prometheus text exposition."""
+        return Response(core.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
+
+    routes: list[BaseRoute] = [
+        Route("/v1/stats", stats, methods=["GET"]),
+        Route("/healthz", ready, methods=["GET"]),
+        Route("/readyz", ready, methods=["GET"]),
+    ]
+    if core.config.metrics_path:
+        routes.append(Route(core.config.metrics_path, metrics, methods=["GET"]))
+    return routes

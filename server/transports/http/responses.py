@@ -1,0 +1,145 @@
+"""``/v1/responses`` over plain HTTP: create (JSON or SSE) and the stored-response routes.
+
+``POST /v1/responses`` runs one stateless create (``ResponsesCore.stateless``). With
+``"stream": true`` each event is one SSE frame written in one piece; otherwise the terminal
+event's response object is the JSON body. A continuation resolves ``previous_response_id``
+from the durable store. Retrieve, delete, input items and cancel map one-to-one onto core
+calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any, cast
+
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.admission import label_open_caller, shutting_down
+from bidi_responses.server.transports.http.errors import (
+    error_response,
+    event_error_response,
+    json_response,
+)
+from bidi_responses.server.transports.http.reading import caller, query_int, read_json
+from bidi_responses.server.transports.http.sse import SseResponse, sse_stream
+from bidi_responses.server.transports.http.surface import background_create, background_stream
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+
+def _ended_early(what: str) -> ApiError:
+    """The 500 for a core event stream that ended without its terminal event."""
+    return ApiError(what, code="server_error", status=500, type="server_error")
+
+
+async def create(core: ResponsesCore, request: Request) -> Response:
+    """Create a response: SSE when the body says ``"stream": true``, else one JSON object."""
+    who = caller(core, request.headers)
+    if core.draining:
+        raise shutting_down("requests")
+    body = await read_json(core, request)
+    if not isinstance(body, dict):
+        raise ApiError("The request body must be a JSON object.", code="invalid_type")
+    label_open_caller(body, who)  # open server: the token's label stands in for a tenant
+    if body.get("background") is True:
+        return await background_create(core, body, who)
+    tenant, quota = who
+    # Only the body decides: the SDK sends Accept: application/json even when streaming.
+    streaming = body.get("stream") is True
+    # stateless() is an async generator; closing it early closes its session at once.
+    events = cast(AsyncGenerator[dict[str, Any], None], core.stateless(body, "http", tenant, quota))
+
+    def limit_headers() -> dict[str, str]:
+        # Read once the request has been admitted: they count it.
+        return core.limiter.headers(quota or "anonymous")
+
+    if not streaming:
+        async with contextlib.aclosing(events):
+            async for data in events:
+                kind = data["type"]
+                if kind == "error":
+                    return event_error_response(data, limit_headers())
+                if kind in TERMINAL_TYPES:
+                    return json_response(data["response"], headers=limit_headers())
+        raise _ended_early("The response ended without a terminal event.")
+    # Validation happens before response.created, so a bad request is still a plain 4xx
+    # (the SDK raises on it) rather than a stream holding one error event.
+    first = await anext(events, None)
+    if first is None or first["type"] == "error":
+        await events.aclose()
+        if first is None:
+            raise _ended_early("The response ended before it started.")
+        return event_error_response(first, limit_headers())
+    return SseResponse(sse_stream(first, events), core, headers=limit_headers())
+
+
+def responses_route(core: ResponsesCore) -> Route:
+    """``/v1/responses`` over plain HTTP: POST creates; GET without an upgrade is a 426
+    (WebSocket mode lives at the same path)."""
+
+    async def responses(request: Request) -> Response:
+        if request.method == "POST":
+            return await create(core, request)
+        error = ApiError(
+            "GET /v1/responses is WebSocket mode: send 'Upgrade: websocket'.",
+            code="upgrade_required",
+            status=426,
+        )
+        return error_response(error, {"upgrade": "websocket", "connection": "Upgrade"})
+
+    return Route("/v1/responses", responses, methods=["GET", "POST"])
+
+
+def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
+    """The routes of one stored response, to be listed after the fixed paths under
+    ``/v1/responses/``."""
+
+    async def retrieve(request: Request) -> Response:
+        """``GET /v1/responses/{id}``."""
+        tenant, _ = caller(core, request.headers)
+        response_id = request.path_params["response_id"]
+        if request.query_params.get("stream", "").lower() in ("true", "1"):
+            # Replaying a stream is a background-mode feature: a response that did not run in
+            # the background gets a clear error rather than JSON a client would not expect.
+            if not core.background.is_background(response_id, tenant):
+                raise ApiError(
+                    f"Response '{response_id}' can be streamed again only if it was created "
+                    "with 'background': true (and its events are still kept).",
+                    code="unsupported_parameter",
+                    param="stream",
+                )
+            return background_stream(core, request, tenant)
+        return json_response(await core.get_response(response_id, tenant))
+
+    async def delete(request: Request) -> Response:
+        """``DELETE /v1/responses/{id}``."""
+        tenant, _ = caller(core, request.headers)
+        return json_response(await core.delete_response(request.path_params["response_id"], tenant))
+
+    async def input_items(request: Request) -> Response:
+        """``GET /v1/responses/{id}/input_items`` with ``limit``, ``order`` and ``after``."""
+        tenant, _ = caller(core, request.headers)
+        query = request.query_params
+        page = await core.list_input_items(
+            request.path_params["response_id"],
+            limit=query_int(request, "limit", 20),
+            order=query.get("order") or "desc",
+            after=query.get("after") or None,
+            tenant=tenant,
+        )
+        return json_response(page)
+
+    async def cancel(request: Request) -> Response:
+        """``POST /v1/responses/{id}/cancel``: stop an in-flight response from any transport."""
+        tenant, _ = caller(core, request.headers)
+        return json_response(await core.cancel_response(request.path_params["response_id"], tenant))
+
+    return [
+        Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
+    ]

@@ -1,0 +1,144 @@
+"""Serving the app with uvicorn: listen, start, and a graceful stop that the app drives.
+
+uvicorn runs through its public API: a ``Config``, ``Server.serve(sockets=...)`` on a socket
+bound here (so the port is known at once, and worker processes can share it), the app's
+lifespan to learn that it is serving, ``should_exit`` to stop, and the config's graceful
+shutdown timeout. The application, not uvicorn, owns SIGINT and SIGTERM (``app.serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Iterator
+
+import uvicorn
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.tracing import wrap_asgi
+from bidi_responses.server.transports.http.app import HttpTransport
+from bidi_responses.server.transports.http.uvicorn_ws import WebSocketProtocol, quiet_denial_logs
+
+StopHttp = Callable[[float], Awaitable[None]]
+
+
+class _AppOwnsSignals(uvicorn.Server):
+    """uvicorn's server, minus its signal handlers: the one lifecycle override kept.
+
+    ``Server.serve`` always runs inside ``capture_signals``, which swaps in uvicorn's own
+    SIGINT and SIGTERM handlers and, when serving ends, puts back the ones it found. The app
+    installs its own (``app.serve``, ``workers``), and one of the two would lose: either
+    uvicorn takes the signal and at once closes the listener and every WebSocket (close
+    1012), skipping the drain (NOT_SERVING first, the drain notice, in-flight turns
+    finishing), or uvicorn's exit puts the default handlers back while the app is still
+    draining, so a second SIGTERM or Ctrl+C kills the process mid-drain. uvicorn (0.54) has
+    no setting to leave signals alone, hence this override of its public hook.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install no signal handlers."""
+        yield
+
+
+def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket, so the bound port is known before uvicorn starts serving.
+
+    ``reuse_port`` (``SO_REUSEPORT``): every worker process binds its own socket to the same
+    port and the kernel spreads new connections over them.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        # Listening now queues early connections in the backlog until uvicorn accepts them.
+        sock.listen(2048)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
+    tls = core.config.tls
+    return uvicorn.Config(
+        wrap_asgi(transport.asgi, core.config.tracing),
+        ssl_certfile=tls.cert_file if tls.enabled else None,
+        ssl_keyfile=tls.key_file if tls.enabled else None,
+        ssl_ca_certs=tls.client_ca_file if tls.enabled else None,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if tls.enabled and tls.client_ca_file else ssl.CERT_NONE,
+        # The app's lifespan tells ``start_http_server`` that the server is up.
+        lifespan="on",
+        log_level="warning",
+        log_config=None,
+        access_log=False,
+        http="auto",
+        interface="asgi3",
+        ws=WebSocketProtocol,
+        # Refused from the frame header (close 1009), before the payload is buffered.
+        ws_max_size=core.config.limits.max_message_bytes,
+        server_header=False,
+    )
+
+
+async def _started(serving: asyncio.Task[None], transport: HttpTransport) -> None:
+    """Wait until the app's lifespan has started; raise what stopped the server instead (an
+    unreadable certificate, say)."""
+    started = asyncio.ensure_future(transport.started.wait())
+    try:
+        await asyncio.wait((serving, started), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        started.cancel()
+    if not transport.started.is_set():
+        serving.result()  # raises the start-up error
+        raise OSError("the HTTP server stopped while starting")
+
+
+async def start_http_server(
+    core: ResponsesCore, host: str, port: int, *, reuse_port: bool = False
+) -> tuple[StopHttp, int]:
+    """Serve HTTP+SSE and WebSocket mode; returns an async ``stop(grace)`` and the bound port.
+
+    ``port`` 0 picks a free port. ``stop`` lets in-flight work finish for up to ``grace``
+    seconds, then cancels what is left.
+    """
+    transport = HttpTransport(core)
+    config = _config(transport, core)
+    quiet_denial_logs()
+    sock = _listen(host, port, reuse_port=reuse_port)
+    bound = int(sock.getsockname()[1])
+    server = _AppOwnsSignals(config)
+    serving = asyncio.get_running_loop().create_task(
+        server.serve(sockets=[sock]), name="http-server"
+    )
+    try:
+        await _started(serving, transport)
+    except BaseException:
+        sock.close()
+        raise
+
+    async def stop(grace: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        await transport.drain(grace)
+        # SSE responses still running get what is left of the grace period. The floor lets
+        # uvicorn see connections it has just closed go away, instead of reporting a timeout.
+        # uvicorn annotates this as int but hands it to asyncio.wait_for, which takes seconds.
+        config.timeout_graceful_shutdown = max(deadline - loop.time(), 0.05)  # type: ignore[assignment]
+        server.should_exit = True
+        try:
+            await serving
+        finally:
+            sock.close()
+            # uvicorn cancels handlers that outlive the grace period but does not wait for
+            # them; wait here so their cleanup (closing sessions) runs before the core closes.
+            await transport.handlers_done()
+
+    return stop, bound

@@ -1,0 +1,74 @@
+"""SSE responses: a response's events as a stream, cut off when the client stops reading."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Send
+
+
+class SseResponse(StreamingResponse):
+    """An SSE response whose writes give up after the write timeout: a client that stopped
+    reading loses its connection, and its response is cancelled (the event iterator closes)."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        core: ResponsesCore,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            content, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
+        )
+        self._core = core
+
+    async def stream_response(self, send: Send) -> None:
+        """Stream the events; stop (the connection drops) at a write that times out."""
+        write_timeout = self._core.config.limits.write_timeout_s
+
+        async def timed_send(message: Message) -> None:
+            async with asyncio.timeout(write_timeout):
+                await send(message)
+
+        try:
+            await super().stream_response(timed_send)
+        except TimeoutError:
+            self._core.counters.write_timeouts += 1
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def sse_stream(
+    first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None]
+) -> AsyncIterator[bytes]:
+    """SSE frames of one response; the core's iterator stops after the terminal event.
+
+    No ``data: [DONE]`` follows: OpenAI omits it and the SDK does not need it.
+    """
+    async with contextlib.aclosing(events):
+        yield sse_frame(first)
+        last = first.get("sequence_number", 0)
+        async for data in events:
+            if data["type"] == "error":
+                data = flat_sse_error(data, last + 1)
+            last = data.get("sequence_number", last)
+            yield sse_frame(data)
+
+
+def event_log_response(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """A background response's event log as SSE. Reading a log: a client going away cancels
+    nothing, so no write timeout applies."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        async for data in events:
+            yield sse_frame(data)
+
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)

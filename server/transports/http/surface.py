@@ -1,0 +1,89 @@
+"""HTTP routes beside create: compact, input token counts, models, and background mode.
+
+Each route maps one-to-one onto a core call; the core owns the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.http.errors import json_response
+from bidi_responses.server.transports.http.reading import caller, query_int, read_json
+from bidi_responses.server.transports.http.sse import event_log_response
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+
+def surface_routes(core: ResponsesCore) -> list[BaseRoute]:
+    """The routes, to be listed before ``/v1/responses/{response_id}``."""
+
+    async def compact(request: Request) -> Response:
+        """``POST /v1/responses/compact`` (accounted to the caller's tenant, as creates)."""
+        who = caller(core, request.headers)
+        body = await read_json(core, request)
+        if isinstance(body, dict):
+            label_open_caller(body, who)  # open server: the token's label stands in
+        return json_response(await core.compact(body, "http", who[0]))
+
+    async def input_tokens(request: Request) -> Response:
+        """``POST /v1/responses/input_tokens``."""
+        tenant, _ = caller(core, request.headers)
+        return json_response(await core.count_input_tokens(await read_json(core, request), tenant))
+
+    async def models(request: Request) -> Response:
+        """``GET /v1/models``."""
+        caller(core, request.headers)
+        return json_response(core.list_models())
+
+    async def model(request: Request) -> Response:
+        """``GET /v1/models/{model}`` (model ids may contain ``/``)."""
+        caller(core, request.headers)
+        return json_response(core.get_model(request.path_params["model"]))
+
+    return [
+        Route("/v1/responses/compact", compact, methods=["POST"]),
+        Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
+    ]
+
+
+def _error_status(event: dict[str, Any]) -> ApiError:
+    error = event.get("error") or {}
+    status = event.get("status")
+    return ApiError(
+        error.get("message", ""),
+        code=error.get("code") or "invalid_value",
+        param=error.get("param"),
+        status=status if isinstance(status, int) and status >= 400 else 400,
+        type=error.get("type") or "invalid_request_error",
+    )
+
+
+async def background_create(core: ResponsesCore, body: dict[str, Any], who: Caller) -> Response:
+    """``POST /v1/responses`` with ``background: true``: answer at once; the response runs on.
+
+    Without ``stream`` the body is the queued response; with it, its events as SSE, and a
+    disconnect leaves the response running (resume with ``starting_after``).
+    """
+    tenant, quota = who
+    first = await core.background.start(body, "http", tenant, quota)
+    if first["type"] == "error":
+        raise _error_status(first)
+    if body.get("stream") is not True:
+        return json_response(first["response"])
+    return event_log_response(core.background.events(first["response"]["id"], -1, tenant))
+
+
+def background_stream(core: ResponsesCore, request: Request, tenant: str | None) -> Response:
+    """``GET /v1/responses/{id}?stream=true&starting_after=N``: replay, then follow live."""
+    starting_after = query_int(request, "starting_after", -1)
+    if starting_after < -1:
+        raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
+    # ``events`` raises at once for an unknown id or events no longer kept.
+    events = core.background.events(request.path_params["response_id"], starting_after, tenant)
+    return event_log_response(events)
