@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 
 from bidi_responses.server.config import BackgroundConfig
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.event_types import ServerEvent, ToTransport, snapshot_of
+from bidi_responses.server.core.event_types import ServerEvent, snapshot_of
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.items import JSONObject
 
@@ -92,7 +92,7 @@ class BackgroundRuns:
         transport: str,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> ToTransport:  # ServerEvent
+    ) -> ServerEvent:
         """Start a background response of ``tenant``; returns its first event
         (``response.created`` with status ``queued``, or the ``error`` that rejected it)."""
         if len(self._running) >= self._config.max_running:
@@ -167,7 +167,7 @@ class BackgroundRuns:
 
     def events(
         self, response_id: str, starting_after: int, tenant: str | None = None
-    ) -> AsyncIterator[ToTransport]:  # ServerEvent
+    ) -> AsyncIterator[ServerEvent]:
         """Events after sequence number ``starting_after`` (-1: all), live to the end.
 
         ApiError if the response is not a kept background response, or if the events asked

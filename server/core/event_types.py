@@ -8,7 +8,7 @@ nothing here knows a wire. ``ServerEvent`` is every event a stream can carry; na
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
+from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 from bidi_responses.server.core.items import (
     FunctionCallItem,
@@ -394,9 +394,6 @@ ResponseEvent: TypeAlias = (
 )
 #: Everything a stream can carry to its client.
 ServerEvent: TypeAlias = ResponseEvent | WarningEvent
-#: A typed event or object as the transports take it, until their encoders take the typed
-#: forms above (their parameters are still ``dict[str, Any]``).
-ToTransport: TypeAlias = Any
 
 
 def snapshot_of(event: ServerEvent) -> ResponseObject | None:

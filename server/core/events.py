@@ -19,9 +19,9 @@ from bidi_responses.server.core.event_types import (
     ResponseObject,
     ResponseStatus,
     SafetyFlagObject,
+    ServerEvent,
     StatsObject,
     TerminalEvent,
-    ToTransport,
     UsageObject,
 )
 from bidi_responses.server.core.items import Item
@@ -35,7 +35,7 @@ class OutEvent:
     """A server event for one lane of a stream (``lane`` is the ``stream_id``; "" by default)."""
 
     lane: str
-    data: ToTransport  # a ServerEvent
+    data: ServerEvent
 
 
 @dataclass(slots=True)

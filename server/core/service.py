@@ -24,7 +24,8 @@ from bidi_responses.server.core.errors import ApiError, not_found
 from bidi_responses.server.core.event_types import (
     DeletedResponse,
     InputItemList,
-    ToTransport,
+    ResponseObject,
+    ServerEvent,
 )
 from bidi_responses.server.core.events import TERMINAL_TYPES
 from bidi_responses.server.core.handoff import StateTier
@@ -226,7 +227,7 @@ class ResponsesCore(SurfaceOps):
         transport: str,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> AsyncIterator[ToTransport]:  # ServerEvent
+    ) -> AsyncIterator[ServerEvent]:
         """One stateless create: its events up to and including the terminal (or error) one."""
         session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
@@ -246,13 +247,13 @@ class ResponsesCore(SurfaceOps):
         max_events: int,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> AsyncGenerator[list[ToTransport], None]:  # ServerEvent
+    ) -> AsyncGenerator[list[ServerEvent], None]:
         """``stateless`` as lists of the events ready together (``Session.event_batches``)."""
         session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:
             await session.handle(_create_event(body))
             async for batch in session.event_batches(max_events):
-                out: list[ToTransport] = []
+                out: list[ServerEvent] = []
                 for event in batch:
                     out.append(event.data)
                     kind = event.data["type"]
@@ -272,9 +273,7 @@ class ResponsesCore(SurfaceOps):
         run = self.inflight.get(response_id)
         return run if run is not None and run.tenant == tenant else None
 
-    async def get_response(
-        self, response_id: str, tenant: str | None = None
-    ) -> ToTransport:  # ResponseObject
+    async def get_response(self, response_id: str, tenant: str | None = None) -> ResponseObject:
         """A stored response object (ApiError 404 if none)."""
         record = await self.store.get(response_id, tenant)
         if record is None:
@@ -298,7 +297,7 @@ class ResponsesCore(SurfaceOps):
         order: str = "desc",
         after: str | None = None,
         tenant: str | None = None,
-    ) -> ToTransport:  # InputItemList
+    ) -> InputItemList:
         """One page of a stored response's input items, OpenAI list shape."""
         if not 1 <= limit <= 100:
             raise ApiError("Invalid 'limit': expected 1 to 100.", param="limit")
@@ -326,9 +325,7 @@ class ResponsesCore(SurfaceOps):
         }
         return listing
 
-    async def cancel_response(
-        self, response_id: str, tenant: str | None = None
-    ) -> ToTransport:  # ResponseObject
+    async def cancel_response(self, response_id: str, tenant: str | None = None) -> ResponseObject:
         """Cancel an in-flight response from any connection; returns it as it ended."""
         run = self._inflight(response_id, tenant)
         if run is None or run.task is None:

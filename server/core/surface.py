@@ -24,7 +24,6 @@ from bidi_responses.server.core.event_types import (
     ModelList,
     ModelObject,
     ResponseObject,
-    ToTransport,
 )
 from bidi_responses.server.core.events import Usage
 from bidi_responses.server.core.ids import new_id
@@ -98,7 +97,7 @@ class SurfaceOps:
 
     async def compact(
         self, raw: JSONValue, transport: str = "http", tenant: str | None = None
-    ) -> ToTransport:  # CompactionResponse
+    ) -> CompactionResponse:
         """Compact a conversation: its user messages, then one sealed ``compaction`` item.
 
         The pass is accounted in the usage ledger like a response (status ``compaction``),

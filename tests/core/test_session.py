@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from bidi_responses.server.core.event_types import ServerEvent
 from bidi_responses.server.core.session import Session
 
 from tests.core.fake_engine import Call, ScriptedCore, ScriptedEngine, Turn
@@ -26,6 +27,11 @@ SHELL = {
 
 EngineAndCore = tuple[ScriptedEngine, ScriptedCore]
 Event = dict[str, Any]
+
+
+def _json(event: ServerEvent) -> Event:
+    """An event as a client reads it: plain JSON."""
+    return cast(Event, event)
 
 
 def _create(**body: Any) -> Event:
@@ -47,8 +53,8 @@ async def _until(session: Session, done: Callable[[Event], bool]) -> list[Event]
     """The session's events up to and including the first one ``done`` accepts."""
     seen: list[Event] = []
     async for out in session.events():
-        seen.append(out.data)
-        if done(out.data):
+        seen.append(_json(out.data))
+        if done(_json(out.data)):
             return seen
     raise AssertionError(f"the session ended first; saw {[e['type'] for e in seen]}")
 
@@ -118,12 +124,12 @@ async def test_a_busy_lane_refuses_a_second_response_while_another_lane_runs(
         await session.handle(_create())
         await _until_holding(session, engine)
         await session.handle(_create())
-        refused = (await anext(session.events())).data
+        refused = _json((await anext(session.events())).data)
         # Another lane of the same stream is a conversation of its own.
         await session.handle(_create(stream_id="other"))
         other: list[tuple[str, Event]] = []
         async for out in session.events():
-            other.append((out.lane, out.data))
+            other.append((out.lane, _json(out.data)))
             if out.data["type"] in TERMINAL:
                 break
         hold.set()
@@ -144,7 +150,7 @@ async def test_cancel_ends_the_response_incomplete_with_its_partial_output(
     engine.turns.append(Turn(("partial",), hold=asyncio.Event()))
     async with _session(core) as session:
         await session.handle({"type": "response.cancel", "response_id": "resp_none"})
-        not_found = (await anext(session.events())).data
+        not_found = _json((await anext(session.events())).data)
         await session.handle(_create())
         started = await _until_holding(session, engine)
         response_id = started[0]["response"]["id"]
@@ -205,9 +211,9 @@ async def test_an_append_that_answers_another_call_is_refused_and_the_response_s
             return {"type": "response.append", "response_id": response_id, "input": [output]}
 
         await session.handle(append("call_other"))
-        mismatch = (await anext(session.events())).data
+        mismatch = _json((await anext(session.events())).data)
         await session.handle({**append("call_1"), "response_id": "resp_other"})
-        not_waiting = (await anext(session.events())).data
+        not_waiting = _json((await anext(session.events())).data)
         await session.handle(append("call_1"))
         rest = await _until_terminal(session)
 
@@ -312,7 +318,7 @@ async def test_half_close_ends_a_response_waiting_for_tool_outputs_and_then_the_
         await _until(session, lambda e: e["type"] == "response.done")
         # The client will send nothing more: no append can come.
         await session.finish()
-        rest = [out.data async for out in session.events()]
+        rest = [_json(out.data) async for out in session.events()]
 
     assert [e["type"] for e in rest] == ["response.incomplete"]
     assert rest[0]["response"]["incomplete_details"] == {"reason": "client_gone"}

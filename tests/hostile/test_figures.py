@@ -13,7 +13,7 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.input_items import parse_input
-from bidi_responses.server.core.items import Item
+from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.state import common_prefix
 from bidi_responses.server.core.tools import parse_tools
 from hypothesis import HealthCheck, given, settings
@@ -182,7 +182,7 @@ async def test_cancelled_response_keeps_its_partial_output_is_stored_and_charged
     output_tokens = snapshot["usage"]["output_tokens"]
     assert output_tokens > 0
     await server.core.post.join()
-    stored = await server.core.get_response(response_id)
+    stored = cast(JSONObject, await server.core.get_response(response_id))
     assert stored["status"] == "cancelled" and stored["output"][0]["content"][0]["text"] == text
     rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
     assert rows[response_id].output_tokens == output_tokens
@@ -212,7 +212,7 @@ async def test_abandoned_response_is_charged_what_was_generated(
     rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
     assert rows[response_id].status == "cancelled"
     assert rows[response_id].output_tokens > 0
-    stored = await server.core.get_response(response_id)
+    stored = cast(JSONObject, await server.core.get_response(response_id))
     text = stored["output"][0]["content"][0]["text"]
     assert text.startswith(received)
     assert stored["usage"]["output_tokens"] == rows[response_id].output_tokens

@@ -12,6 +12,7 @@ from typing import Any
 
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import snapshot_of
 from bidi_responses.server.core.events import OutEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
@@ -53,7 +54,9 @@ async def _background(
     if first["type"] == "error":
         yield out.event_field(first)
         await abort(context, error_from_event(first))
-    async for data in core.background.events(first["response"]["id"], -1, tenant):
+    response = snapshot_of(first)
+    assert response is not None  # a background response begins with response.created
+    async for data in core.background.events(response["id"], -1, tenant):
         yield out.event_field(data)
 
 

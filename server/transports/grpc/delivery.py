@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from bidi_responses.codec import EVENT_FIELD, ProtoEncoder, batch_messages, field_bytes
 from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import ServerEvent
 from bidi_responses.server.core.events import OutEvent
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -72,7 +72,7 @@ class Outbound:
         """Serialized ``ConnectResponse`` messages for the events that are ready."""
         return self.delivery.messages(self.encoder, ready)
 
-    def event_field(self, data: dict[str, Any]) -> bytes:
+    def event_field(self, data: ServerEvent) -> bytes:
         """One event as a serialized ``CreateResponseResponse``."""
         return as_create_response(self.encoder.event_bytes("", data))
 

@@ -9,10 +9,12 @@ limit) and, when a field is at fault, a ``BadRequest`` naming it. The plain ``er
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import grpc
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.transports.grpc.context import Context
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -95,7 +97,7 @@ async def abort(context: Context, error: ApiError) -> NoReturn:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-def error_from_event(event: dict[str, Any]) -> ApiError:
+def error_from_event(event: Mapping[str, JSONValue]) -> ApiError:
     """The ApiError behind a core ``error`` event."""
     body = event.get("error") or {}
     return ApiError(

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.items import JSONValue
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -36,7 +37,7 @@ def flat_sse_error(event: Mapping[str, Any], sequence_number: int) -> dict[str, 
     }
 
 
-def _ws_event(out: OutEvent) -> dict[str, Any]:
+def _ws_event(out: OutEvent) -> Mapping[str, JSONValue]:
     return out.data if not out.lane else {**out.data, "stream_id": out.lane}
 
 

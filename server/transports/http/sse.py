@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from bidi_responses.server.core.event_types import ServerEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
 from starlette.responses import StreamingResponse
@@ -63,7 +64,7 @@ async def sse_stream(
             yield sse_frame(data)
 
 
-def event_log_response(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def event_log_response(events: AsyncIterator[ServerEvent]) -> StreamingResponse:
     """A background response's event log as SSE. Reading a log: a client going away cancels
     nothing, so no write timeout applies."""
 

@@ -5,9 +5,12 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.event_types import snapshot_of
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.http.errors import json_response
@@ -52,7 +55,7 @@ def surface_routes(core: ResponsesCore) -> list[BaseRoute]:
     ]
 
 
-def _error_status(event: dict[str, Any]) -> ApiError:
+def _error_status(event: Mapping[str, JSONValue]) -> ApiError:
     error = event.get("error") or {}
     status = event.get("status")
     return ApiError(
@@ -74,9 +77,11 @@ async def background_create(core: ResponsesCore, body: dict[str, Any], who: Call
     first = await core.background.start(body, "http", tenant, quota)
     if first["type"] == "error":
         raise _error_status(first)
+    response = snapshot_of(first)
+    assert response is not None  # a background response begins with response.created
     if body.get("stream") is not True:
-        return json_response(first["response"])
-    return event_log_response(core.background.events(first["response"]["id"], -1, tenant))
+        return json_response(response)
+    return event_log_response(core.background.events(response["id"], -1, tenant))
 
 
 def background_stream(core: ResponsesCore, request: Request, tenant: str | None) -> Response:
