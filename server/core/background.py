@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, cast
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.config import BackgroundConfig
 from bidi_responses.server.core.errors import ApiError
@@ -123,10 +123,7 @@ class BackgroundRuns:
         quota_key: str | None,
     ) -> None:
         response_id: str | None = None
-        events = cast(
-            AsyncGenerator[ServerEvent, None],
-            self._core.stateless(body, transport, log.tenant, quota_key),
-        )
+        events = self._core.stateless(body, transport, log.tenant, quota_key)
         try:
             async with contextlib.aclosing(events):
                 async for data in events:

@@ -396,6 +396,17 @@ ResponseEvent: TypeAlias = (
 ServerEvent: TypeAlias = ResponseEvent | WarningEvent
 
 
+def terminal_response(event: ServerEvent) -> ResponseObject | None:
+    """The Response a terminal event carries (None for the other events)."""
+    if (
+        event["type"] == "response.completed"
+        or event["type"] == "response.failed"
+        or event["type"] == "response.incomplete"
+    ):
+        return event["response"]
+    return None
+
+
 def snapshot_of(event: ServerEvent) -> ResponseObject | None:
     """The Response a lifecycle event carries (None for the other events)."""
     if (

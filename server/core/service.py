@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
@@ -227,7 +227,7 @@ class ResponsesCore(SurfaceOps):
         transport: str,
         tenant: str | None = None,
         quota_key: str | None = None,
-    ) -> AsyncIterator[ServerEvent]:
+    ) -> AsyncGenerator[ServerEvent, None]:
         """One stateless create: its events up to and including the terminal (or error) one."""
         session = self.open_session(transport, stateful=False, tenant=tenant, quota_key=quota_key)
         try:

@@ -15,12 +15,13 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.errors import invalid, missing
 from bidi_responses.server.core.event_types import ToolChoice, ToolChoiceMode
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.engines.base import FunctionSpec
 
@@ -39,13 +40,13 @@ _TOOL_CHOICE_MODES: dict[str, ToolChoiceMode] = {
 }
 
 
-class ToolList(list[dict[str, Any]]):
+class ToolList(list[JSONObject]):
     """Checked tools as the Response echoes them (JSON transports write it as a list), keeping
     the protobuf form that the gRPC encoder asks for (``codec.tools.ProtoTools``)."""
 
     __slots__ = ("_protobuf",)
 
-    def __init__(self, tools: Iterable[dict[str, Any]] = ()) -> None:
+    def __init__(self, tools: Iterable[JSONObject] = ()) -> None:
         super().__init__(tools)
         self._protobuf: tuple[Tool, ...] | None = None
 
@@ -79,7 +80,7 @@ class ToolSet:
     )
 
     @classmethod
-    def of(cls, raw: Any, limits: Limits, last: ToolSet | None = None) -> ToolSet:
+    def of(cls, raw: JSONValue, limits: Limits, last: ToolSet | None = None) -> ToolSet:
         """The tool set of ``raw``: ``last`` again when the list is the same, else a new one."""
         key = fingerprint(raw)
         if last is not None and key is not None and last.fingerprint == key:
@@ -114,7 +115,7 @@ class ToolSet:
 NO_TOOLS = ToolSet(None, ToolList(), frozenset(), ())
 
 
-def fingerprint(raw: Any) -> bytes | None:
+def fingerprint(raw: JSONValue) -> bytes | None:
     """A digest of a tool list's canonical JSON; None when it cannot be serialized (the checks
     then run and name the bad field)."""
     if raw is None:
@@ -126,7 +127,7 @@ def fingerprint(raw: Any) -> bytes | None:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def parse_tool_choice(value: Any) -> ToolChoice:
+def parse_tool_choice(value: JSONValue) -> ToolChoice:
     """``tool_choice`` as a mode, or ``{"type": "function", "name": ...}`` for a forced one."""
     if value is None:
         return "auto"
@@ -143,7 +144,7 @@ def parse_tool_choice(value: Any) -> ToolChoice:
     raise invalid("tool_choice", "expected 'none', 'auto', 'required' or a function.")
 
 
-def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
+def parse_tools(raw: JSONValue, limits: Limits) -> list[JSONObject]:
     """Check tool definitions and return them normalized as the Response echoes them."""
     if raw is None:
         return []
@@ -151,7 +152,7 @@ def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
         raise invalid("tools", "expected an array of tools.", code="invalid_type")
     if len(raw) > limits.max_tools:
         raise invalid("tools", f"at most {limits.max_tools} tools are allowed.")
-    tools: list[dict[str, Any]] = []
+    tools: list[JSONObject] = []
     names: set[str] = set()
     for index, tool in enumerate(raw):
         where = f"tools[{index}]"
@@ -190,7 +191,7 @@ def parse_tools(raw: Any, limits: Limits) -> list[dict[str, Any]]:
     return tools
 
 
-def check_schema(schema: Any, where: str, *, top: bool = False, depth: int = 0) -> None:
+def check_schema(schema: JSONValue, where: str, *, top: bool = False, depth: int = 0) -> None:
     """Reject JSON schemas the model could not produce arguments for."""
     if depth > 32:
         raise invalid(where, "schema nesting is deeper than 32 levels.")

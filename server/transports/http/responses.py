@@ -10,11 +10,9 @@ calls.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
-from typing import Any, cast
 
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import TERMINAL_TYPES
+from bidi_responses.server.core.event_types import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import label_open_caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
@@ -50,7 +48,7 @@ async def create(core: ResponsesCore, request: Request) -> Response:
     # Only the body decides: the SDK sends Accept: application/json even when streaming.
     streaming = body.get("stream") is True
     # stateless() is an async generator; closing it early closes its session at once.
-    events = cast(AsyncGenerator[dict[str, Any], None], core.stateless(body, "http", tenant, quota))
+    events = core.stateless(body, "http", tenant, quota)
 
     def limit_headers() -> dict[str, str]:
         # Read once the request has been admitted: they count it.
@@ -59,11 +57,11 @@ async def create(core: ResponsesCore, request: Request) -> Response:
     if not streaming:
         async with contextlib.aclosing(events):
             async for data in events:
-                kind = data["type"]
-                if kind == "error":
+                if data["type"] == "error":
                     return event_error_response(data, limit_headers())
-                if kind in TERMINAL_TYPES:
-                    return json_response(data["response"], headers=limit_headers())
+                response = terminal_response(data)
+                if response is not None:
+                    return json_response(response, headers=limit_headers())
         raise _ended_early("The response ended without a terminal event.")
     # Validation happens before response.created, so a bad request is still a plain 4xx
     # (the SDK raises on it) rather than a stream holding one error event.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from bidi_responses.server.core.event_types import ServerEvent
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
 from starlette.responses import StreamingResponse
@@ -48,7 +48,7 @@ class SseResponse(StreamingResponse):
 
 
 async def sse_stream(
-    first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None]
+    first: Mapping[str, JSONValue], events: AsyncGenerator[ServerEvent, None]
 ) -> AsyncIterator[bytes]:
     """SSE frames of one response; the core's iterator stops after the terminal event.
 
@@ -56,12 +56,17 @@ async def sse_stream(
     """
     async with contextlib.aclosing(events):
         yield sse_frame(first)
-        last = first.get("sequence_number", 0)
-        async for data in events:
-            if data["type"] == "error":
-                data = flat_sse_error(data, last + 1)
-            last = data.get("sequence_number", last)
+        last = _sequence_number(first, 0)
+        async for event in events:
+            data = flat_sse_error(event, last + 1) if event["type"] == "error" else event
+            last = _sequence_number(data, last)
             yield sse_frame(data)
+
+
+def _sequence_number(event: Mapping[str, JSONValue], default: int) -> int:
+    """The event's ``sequence_number`` (the core's nested error event has none)."""
+    number = event.get("sequence_number", default)
+    return number if isinstance(number, int) else default
 
 
 def event_log_response(events: AsyncIterator[ServerEvent]) -> StreamingResponse:
