@@ -34,6 +34,7 @@ from typing import Any
 
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.sqlite_schema import prepare_database
+from bidi_responses.server.sockets import bound_socket
 
 log = logging.getLogger("bidi_responses")
 
@@ -46,17 +47,7 @@ _PR_SET_PDEATHSIG = 1
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """A bound, never-listening ``SO_REUSEPORT`` socket that holds ``port`` (0: a free one)."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return bound_socket(host, port, reuse_addr=False, reuse_port=True)
 
 
 def _worker_main(

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.sockets import bound_socket
 from bidi_responses.server.tracing import wrap_asgi
 from bidi_responses.server.transports.http.app import HttpTransport
 from bidi_responses.server.transports.http.uvicorn_ws import WebSocketProtocol, quiet_denial_logs
@@ -43,20 +44,9 @@ class _AppOwnsSignals(uvicorn.Server):
 
 
 def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    """A listening socket, so the bound port is known before uvicorn starts serving.
-
-    ``reuse_port`` (``SO_REUSEPORT``): every worker process binds its own socket to the same
-    port and the kernel spreads new connections over them.
-    """
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
+    """A listening socket, so the bound port is known before uvicorn starts serving."""
+    sock = bound_socket(host, port, reuse_addr=True, reuse_port=reuse_port)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
         # Listening now queues early connections in the backlog until uvicorn accepts them.
         sock.listen(2048)
         sock.setblocking(False)
