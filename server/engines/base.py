@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Literal, Protocol
 
-from bidi_responses.server.core.items import Item
-
-#: Free JSON whose shape its sender decides: a tool's JSON schema, an item from the
-#: conversation, an upstream's event, a backend's chunk. Engines check what they read of it.
-JSONValue: TypeAlias = Any
-#: A JSON object of that kind.
-JSONObject: TypeAlias = dict[str, JSONValue]
+# Free JSON (a tool's JSON schema, an upstream's event, a backend's chunk): engines check
+# what they read of it.
+from bidi_responses.server.core.items import Item, JSONObject, JSONValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,12 +36,8 @@ from typing import TYPE_CHECKING
 
 import tiktoken
 from bidi_responses.server.core import tokenizer
-from bidi_responses.server.engines.base import (
-    EngineError,
-    EngineEvent,
-    EngineRequest,
-    JSONObject,
-)
+from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineRequest
 from bidi_responses.server.engines.completion_stream import StreamState, finish, read_completion
 from bidi_responses.server.engines.http_backend import (
     RetryableError,

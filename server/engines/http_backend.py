@@ -11,7 +11,8 @@ import os
 
 import aiohttp
 import orjson
-from bidi_responses.server.engines.base import EngineError, JSONObject
+from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.engines.base import EngineError
 
 __all__ = [
     "RetryableError",

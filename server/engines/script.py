@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 import tiktoken
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.tokenizer import load_encoding
-from bidi_responses.server.engines.base import EngineEvent, EngineRequest, JSONValue
+from bidi_responses.server.engines.base import EngineEvent, EngineRequest
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.timing import (
     EngineTiming,

@@ -24,14 +24,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import tiktoken
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.tokenizer import load_encoding
-from bidi_responses.server.engines.base import (
-    Delta,
-    EngineEvent,
-    EngineRequest,
-    FunctionSpec,
-    JSONValue,
-)
+from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest, FunctionSpec
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import (
     FILLER_WORDS,

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.engines.base import (
     Delta,
     EngineEvent,
@@ -35,7 +36,6 @@ from bidi_responses.server.engines.base import (
     EngineRequest,
     ItemEnd,
     ItemStart,
-    JSONValue,
 )
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 

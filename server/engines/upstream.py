@@ -30,13 +30,12 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.engines.base import (
     EngineAffinity,
     EngineError,
     EngineEvent,
     EngineRequest,
-    JSONObject,
-    JSONValue,
 )
 from bidi_responses.server.engines.http_backend import RetryableError, bearer_headers
 from bidi_responses.server.engines.upstream_events import UpstreamTurn, finish

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.engines.base import (
     Delta,
     EngineError,
@@ -20,7 +21,6 @@ from bidi_responses.server.engines.base import (
     EngineFinish,
     ItemEnd,
     ItemStart,
-    JSONObject,
 )
 from bidi_responses.server.engines.http_backend import RetryableError, decode_object
 

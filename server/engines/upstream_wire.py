@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 import orjson
-from bidi_responses.server.engines.base import EngineError, EngineEvent, JSONObject, JSONValue
+from bidi_responses.server.core.items import JSONObject, JSONValue
+from bidi_responses.server.engines.base import EngineError, EngineEvent
 from bidi_responses.server.engines.http_backend import (
     RetryableError,
     SessionPool,

@@ -11,14 +11,12 @@ from typing import Any
 
 import orjson
 from bidi_responses.server.core.errors import ApiError, server_error
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.metrics import Metrics
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
-
-# Free JSON: any value orjson serializes.
-JSONValue = Any
 
 
 def json_response(

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 
 import orjson
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, identify
-from bidi_responses.server.transports.http.errors import JSONValue, invalid_json, too_large
+from bidi_responses.server.transports.http.errors import invalid_json, too_large
 from starlette.requests import Request
 
 
