@@ -6,10 +6,9 @@ Only where the header is found differs (HTTP headers, gRPC metadata).
 
 from __future__ import annotations
 
-from typing import Any
-
 from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONObject
 
 # (tenant, quota key): the tenant is None on an open server; the quota key is whom limits count
 # against (the tenant, or on an open server the token's label).
@@ -25,7 +24,7 @@ def identify(keys: ApiKeys, authorization: str | None) -> Caller:
     return tenant, tenant or keys.label(authorization)
 
 
-def label_open_caller(body: dict[str, Any], caller: Caller) -> None:
+def label_open_caller(body: JSONObject, caller: Caller) -> None:
     """On an open server, the token's label stands in for a tenant in the ledger (``user``)."""
     tenant, quota = caller
     if tenant is None and quota is not None and body.get("user") is None:

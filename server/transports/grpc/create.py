@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import snapshot_of
 from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.grpc.connect import SHUTTING_DOWN
@@ -45,7 +45,7 @@ async def create_response(
 
 
 async def _background(
-    core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
+    core: ResponsesCore, body: JSONObject, caller: Caller, context: Context, out: Outbound
 ) -> AsyncGenerator[bytes, None]:
     """The response runs on its own; this call only reads its event log, so dropping the call
     leaves it running (resume with StreamResponse)."""
@@ -61,7 +61,7 @@ async def _background(
 
 
 async def _stateless(
-    core: ResponsesCore, body: dict[str, Any], caller: Caller, context: Context, out: Outbound
+    core: ResponsesCore, body: JSONObject, caller: Caller, context: Context, out: Outbound
 ) -> AsyncGenerator[bytes, None]:
     """One stateless create: one message per event, or batched if the delivery asks."""
     tenant, quota = caller

@@ -8,10 +8,10 @@ two pre-serialized streaming calls have their own modules: ``connect.py`` and ``
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
 
 from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_to_pb, usage_to_pb
 from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream
@@ -99,7 +99,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.CompactResponseRequest, context: Context
     ) -> pb.CompactResponseResponse:
         """Compact a conversation (``POST /v1/responses/compact``)."""
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": request.model,
             "input": [item_to_dict(i) for i in request.input],
         }

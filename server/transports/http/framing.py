@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from bidi_responses.server.core.events import OutEvent
-from bidi_responses.server.core.items import JSONValue
+from bidi_responses.server.core.items import JSONObject, JSONValue
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -21,7 +21,7 @@ def sse_frame(data: Mapping[str, Any]) -> bytes:
     return b"event: " + str(data["type"]).encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-def flat_sse_error(event: Mapping[str, Any], sequence_number: int) -> dict[str, Any]:
+def flat_sse_error(event: Mapping[str, JSONValue], sequence_number: int) -> JSONObject:
     """The core's nested error event in the flat shape SSE clients parse.
 
     The SDK raises mid-stream on any SSE data with a top-level ``error`` object, so SSE uses

@@ -6,11 +6,10 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import snapshot_of
-from bidi_responses.server.core.items import JSONValue
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.http.errors import json_response
@@ -67,7 +66,7 @@ def _error_status(event: Mapping[str, JSONValue]) -> ApiError:
     )
 
 
-async def background_create(core: ResponsesCore, body: dict[str, Any], who: Caller) -> Response:
+async def background_create(core: ResponsesCore, body: JSONObject, who: Caller) -> Response:
     """``POST /v1/responses`` with ``background: true``: answer at once; the response runs on.
 
     Without ``stream`` the body is the queued response; with it, its events as SSE, and a
