@@ -183,7 +183,7 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--malloc-tuned",
         action="store_true",
-        help="set the GLIBC_TUNABLES of transport-floor.md in server and clients",
+        help="set GLIBC_TUNABLES (trim and mmap thresholds) in server and clients",
     )
     p.add_argument(
         "--backend-url",

@@ -23,7 +23,7 @@ only differences are what each design sends and how:
 The gRPC modes use the project's client, which asks for batched messages (modes 6-8, 10);
 mode 9 turns that off.
 
-HTTP uses aiohttp (an efficient async client; the transport-floor note measured it 2-3x
+HTTP uses aiohttp (an efficient async client, measured here at 2-3x
 faster than httpx). The WebSocket client is the ``websockets`` library with compression off,
 as the OpenAI SDK connects. gRPC uses this project's ``AsyncResponsesClient``.
 

@@ -115,8 +115,8 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 async def _purge(conn: Any, response_id: str, needed: set[str | None]) -> None:
     """Remove deleted rows no stored response needs any more, from ``response_id`` up its
-    chain (as ``sqlite_schema.purge`` does for SQLite; here
-    the tombstone goes too)."""
+    chain (as ``sqlite_schema.purge`` does for SQLite). The tombstone stays: a journal replay
+    must not write the row back."""
     current: str | None = response_id
     while current is not None and current not in needed:
         child = await conn.fetchrow(
@@ -131,7 +131,6 @@ async def _purge(conn: Any, response_id: str, needed: set[str | None]) -> None:
             "SELECT previous_response_id, self_contained FROM responses WHERE id = $1", current
         )
         await conn.execute("DELETE FROM responses WHERE id = $1", current)
-        await conn.execute("DELETE FROM deleted_responses WHERE id = $1", current)
         current = row[0] if row is not None and not row[1] else None
 
 
@@ -230,6 +229,10 @@ class PostgresStore(QueuedWrites):
                         "instructions = EXCLUDED.instructions, tenant = EXCLUDED.tenant",
                         *record.row(),
                     )
+                    # A replayed write of a response deleted since: purge it again.
+                    rid = record.response["id"]
+                    if await conn.fetchrow("SELECT 1 FROM deleted_responses WHERE id = $1", rid):
+                        await _purge(conn, rid, needed)
                 if ledger is not None:
                     await conn.execute(
                         f"INSERT INTO usage_ledger ({LEDGER_COLUMNS}) VALUES "

@@ -137,6 +137,20 @@ async def test_delete_while_the_write_is_queued(store: ResponseStore) -> None:
     assert not await store.delete("resp_q")
 
 
+async def test_a_replayed_write_does_not_bring_a_deleted_response_back(
+    store: ResponseStore,
+) -> None:
+    """A journal replay after a crash writes landed records again; a delete must hold."""
+    rec = record("resp_r")
+    await store.write(rec, ledger("resp_r"))
+    assert await store.delete("resp_r")
+    await store.write(rec, ledger("resp_r"))  # the replay
+    assert await store.get("resp_r") is None
+    assert await store.get("resp_r", include_deleted=True) is None
+    assert not await store.delete("resp_r")
+    assert [r.response_id for r in await store.ledger_rows()] == ["resp_r"]
+
+
 async def test_tenants_see_only_their_own_records(store: ResponseStore) -> None:
     """Another tenant's record reads, chains and deletes exactly like a missing one."""
     owned = record("resp_t1")

@@ -1,6 +1,6 @@
 """Codex CLI's traffic, replayed from the recorded shapes, against examples/codex-shell-once.jsonl.
 
-Codex itself is not installed here; these tests send what it sends (wire-facts §5): over
+Codex itself is not installed here; these tests send what it was recorded sending: over
 WebSocket a generate:false prewarm, a continuation with the rest of the input, then only the
 function_call_output; over HTTP the full history on every POST. They check what it needs
 back: ``response.output_item.done`` for each item and ``response.completed`` with an id.
