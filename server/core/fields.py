@@ -29,6 +29,24 @@ def opt_str(obj: JSONObject, key: str, where: str = "") -> str | None:
     return value
 
 
+def optional_model(obj: JSONObject) -> str | None:
+    """The ``model`` field; ``None`` when absent or empty."""
+    value = obj.get("model")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise invalid("model", "expected a string.", code="invalid_type")
+    return value
+
+
+def required_model(obj: JSONObject) -> str:
+    """The ``model`` field, which must be a non-empty string."""
+    model = optional_model(obj)
+    if model is None:
+        raise missing("model")
+    return model
+
+
 def opt_bool(obj: JSONObject, key: str, default: bool) -> bool:
     """An optional boolean field; ``default`` when absent."""
     value = obj.get(key)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core import params
-from bidi_responses.server.core.errors import ApiError, invalid, missing
+from bidi_responses.server.core.errors import ApiError, invalid
 from bidi_responses.server.core.event_types import ReasoningConfig, TextConfig, ToolChoice
-from bidi_responses.server.core.fields import opt_bool, opt_number, opt_str
+from bidi_responses.server.core.fields import opt_bool, opt_number, opt_str, required_model
 from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import canonical_json
@@ -68,11 +68,7 @@ def parse_create(
     """Check a create body and return a CreateRequest; raise ApiError naming the bad field."""
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
-    model = body.get("model")
-    if model is None or model == "":
-        raise missing("model")
-    if not isinstance(model, str):
-        raise invalid("model", "expected a string.", code="invalid_type")
+    model = required_model(body)
 
     max_output = body.get("max_output_tokens")
     if max_output is not None and (

@@ -14,8 +14,6 @@ from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.compaction import CompactionCodec, is_kept
 from bidi_responses.server.core.errors import (
     ApiError,
-    invalid,
-    missing,
     previous_response_not_found,
 )
 from bidi_responses.server.core.event_types import (
@@ -26,6 +24,7 @@ from bidi_responses.server.core.event_types import (
     ResponseObject,
 )
 from bidi_responses.server.core.events import Usage
+from bidi_responses.server.core.fields import opt_str, optional_model, required_model
 from bidi_responses.server.core.ids import new_id
 from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue, MessageItem
@@ -43,13 +42,6 @@ def _object_body(body: JSONValue) -> JSONObject:
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
     check_json_shape(body)  # the same nesting and number rules as a create
     return body
-
-
-def _optional_str(body: JSONObject, key: str) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise invalid(key, f"expected a string, got {type(value).__name__}.", code="invalid_type")
-    return value
 
 
 class SurfaceOps:
@@ -105,14 +97,10 @@ class SurfaceOps:
         label).
         """
         body = _object_body(raw)
-        model = body.get("model")
-        if model is None or model == "":
-            raise missing("model")
-        if not isinstance(model, str):
-            raise invalid("model", "expected a string.", code="invalid_type")
+        model = required_model(body)
         self.router.resolve(model)
-        instructions = _optional_str(body, "instructions")
-        previous = _optional_str(body, "previous_response_id") or None
+        instructions = opt_str(body, "instructions")
+        previous = opt_str(body, "previous_response_id") or None
         new_input, _ = parse_input(body.get("input"), self.config.limits)
         items, _ = await self._conversation(previous, new_input, tenant)
 
@@ -139,7 +127,7 @@ class SurfaceOps:
         response_id = new_id("resp")
         ledger = LedgerRow(
             response_id=response_id,
-            tenant=tenant or _optional_str(body, "user") or "anonymous",
+            tenant=tenant or opt_str(body, "user") or "anonymous",
             model=model,
             status="compaction",
             input_tokens=usage.input_tokens,
@@ -169,11 +157,9 @@ class SurfaceOps:
     ) -> InputTokensCount:
         """The prompt tokens a create with this body would use (``usage.input_tokens``)."""
         body = _object_body(raw)
-        model = body.get("model")
+        model = optional_model(body)
         renderer = self.renderer
-        if model is not None and model != "":
-            if not isinstance(model, str):
-                raise invalid("model", "expected a string.", code="invalid_type")
+        if model is not None:
             # A real model's route may render in its own chat format (Harmony for gpt-oss).
             renderer = getattr(self.router.resolve(model).engine, "renderer", None) or renderer
         # A placeholder model satisfies the create parser.
