@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from bidi_responses.server.core.event_types import ResponseObject
-from bidi_responses.server.core.items import Item, JSONObject, JSONValue
+from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.render import Renderer, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
@@ -53,8 +53,6 @@ class ConversationState:
     items: list[Item] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
     answered_calls: set[str] = field(default_factory=set)
-    raw_tools: JSONValue = None
-    tools: list[JSONObject] = field(default_factory=list)
     model_turns: int = 0
     tool_rounds: int = 0
     # True while every response in the chain was written to the durable store, so a stored

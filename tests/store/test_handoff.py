@@ -30,8 +30,6 @@ def test_state_encoding_round_trips() -> None:
         items=[{"type": "message", "id": "m1", "role": "user", "content": []}],
         call_names={"call_1": "f"},
         answered_calls={"call_0"},
-        raw_tools=[{"type": "function", "name": "f"}],
-        tools=[{"type": "function", "name": "f", "strict": None}],
         model_turns=3,
         tool_rounds=2,
         stored_chain=True,
