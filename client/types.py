@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
-#: Free JSON, shaped as the Responses API documents it (items, events, request parameters):
-#: the client passes it through and reads only the fields it names.
-JSONValue: TypeAlias = Any
-#: A JSON object of that kind (an item, an event, a Response).
-JSONObject: TypeAlias = dict[str, JSONValue]
+# Free JSON (items, events, request parameters), shaped as the Responses API documents it: the
+# client passes it through and reads only the fields it names. One alias with the codec's.
+from bidi_responses.codec.structs import JSONObject as JSONObject
+from bidi_responses.codec.structs import JSONValue as JSONValue
+
 #: A create's ``input``: a user message's text, or the items to add.
 ResponseInput: TypeAlias = str | Sequence[JSONObject]
 
