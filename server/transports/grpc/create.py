@@ -16,11 +16,12 @@ from bidi_responses.server.core.events import OutEvent
 from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.errors import error_from_event
 from bidi_responses.server.transports.grpc.connect import SHUTTING_DOWN
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound, as_create_response
-from bidi_responses.server.transports.grpc.status import abort, error_from_event
+from bidi_responses.server.transports.grpc.status import abort
 from bidi_responses.v1 import responses_pb2 as pb
 
 

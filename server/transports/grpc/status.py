@@ -9,12 +9,10 @@ limit) and, when a field is at fault, a ``BadRequest`` naming it. The plain ``er
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import grpc
 from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.transports.grpc.context import Context
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -95,18 +93,3 @@ async def abort(context: Context, error: ApiError) -> NoReturn:
     """End the call with ``error``'s status (raises, like ``context.abort``)."""
     status = to_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
-
-
-def error_from_event(event: Mapping[str, JSONValue]) -> ApiError:
-    """The ApiError behind a core ``error`` event."""
-    body = event.get("error") or {}
-    return ApiError(
-        str(body.get("message") or ""),
-        code=str(body.get("code") or "unknown"),
-        param=body.get("param"),
-        status=int(event.get("status") or 400),
-        type=str(body.get("type") or "invalid_request_error"),
-        metadata={
-            k: str(body[k]) for k in ("limit", "limit_value", "retry_after_s") if body.get(k)
-        },
-    )

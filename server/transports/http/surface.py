@@ -5,13 +5,12 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import snapshot_of
-from bidi_responses.server.core.items import JSONObject, JSONValue
+from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.errors import error_from_event
 from bidi_responses.server.transports.http.errors import json_response
 from bidi_responses.server.transports.http.reading import caller, query_int, read_json
 from bidi_responses.server.transports.http.sse import event_log_response
@@ -54,18 +53,6 @@ def surface_routes(core: ResponsesCore) -> list[BaseRoute]:
     ]
 
 
-def _error_status(event: Mapping[str, JSONValue]) -> ApiError:
-    error = event.get("error") or {}
-    status = event.get("status")
-    return ApiError(
-        error.get("message", ""),
-        code=error.get("code") or "invalid_value",
-        param=error.get("param"),
-        status=status if isinstance(status, int) and status >= 400 else 400,
-        type=error.get("type") or "invalid_request_error",
-    )
-
-
 async def background_create(core: ResponsesCore, body: JSONObject, who: Caller) -> Response:
     """``POST /v1/responses`` with ``background: true``: answer at once; the response runs on.
 
@@ -75,7 +62,7 @@ async def background_create(core: ResponsesCore, body: JSONObject, who: Caller) 
     tenant, quota = who
     first = await core.background.start(body, "http", tenant, quota)
     if first["type"] == "error":
-        raise _error_status(first)
+        raise error_from_event(first)
     response = snapshot_of(first)
     assert response is not None  # a background response begins with response.created
     if body.get("stream") is not True:
