@@ -184,14 +184,14 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.tracing = True
     if args.allow_unauthenticated_public:
         config.auth.allow_unauthenticated_public = True
-    for name in ("tls_cert", "tls_key", "tls_client_ca"):
-        value = getattr(args, name)
+    for flag, field in (
+        ("tls_cert", "cert_file"),
+        ("tls_key", "key_file"),
+        ("tls_client_ca", "client_ca_file"),
+    ):
+        value = getattr(args, flag)
         if value is not None:
-            setattr(
-                config.tls,
-                {"tls_cert": "cert_file", "tls_key": "key_file"}.get(name, "client_ca_file"),
-                value,
-            )
+            setattr(config.tls, field, value)
     if bool(config.tls.cert_file) != bool(config.tls.key_file):
         raise ValueError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
     if args.workers is not None:
