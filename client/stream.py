@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 
 import grpc
 from bidi_responses.client.channel import ConnectCall, status_error
@@ -124,12 +124,18 @@ class ConnectStream:
         In append mode the iteration also stops at ``response.done``; answer it with
         ``append_events``.
         """
+        with self._occupy(stream_id):
+            async for message in self._create_messages(stream_id, params):
+                yield self._decoder.event(message)
+
+    @contextlib.contextmanager
+    def _occupy(self, stream_id: str) -> Iterator[None]:
+        """Hold a lane for one response; RuntimeError if it already has one in flight."""
         if stream_id in self._busy:
             raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
         self._busy.add(stream_id)
         try:
-            async for message in self._create_messages(stream_id, params):
-                yield self._decoder.event(message)
+            yield
         finally:
             self._busy.discard(stream_id)
 
@@ -155,13 +161,8 @@ class ConnectStream:
 
     async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
         """Create a response and wait for it; raises ResponsesError on an error event."""
-        if stream_id in self._busy:
-            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
-        self._busy.add(stream_id)
-        try:
+        with self._occupy(stream_id):
             return await self._collect(self._create_messages(stream_id, params))
-        finally:
-            self._busy.discard(stream_id)
 
     async def append_events(
         self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
