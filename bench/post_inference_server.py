@@ -35,7 +35,7 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
     from bidi_responses.server.app import start_server
     from bidi_responses.server.core.post import PostJob
     from bidi_responses.server.core.session import Session
-    from bidi_responses.server.core.store import LedgerRow, StoredResponse
+    from bidi_responses.server.core.store import WriteJob
     from bidi_responses.server.engines.sim import SimConfig
 
     sim = SimConfig(
@@ -52,13 +52,12 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
     core = running.core
     store = core.store
     real_write = store.write_many
-    Jobs = list[tuple[StoredResponse | None, LedgerRow | None]]
 
-    async def slow_write(jobs: Jobs) -> None:
+    async def slow_write(jobs: list[WriteJob]) -> None:
         await asyncio.sleep(store_ms / 1000)  # a slow disk: latency, not event-loop work
         await real_write(jobs)
 
-    async def no_write(jobs: Jobs) -> None:
+    async def no_write(jobs: list[WriteJob]) -> None:
         return None
 
     # In line: the job is kept, the terminal event goes out, and the connection's next request

@@ -106,14 +106,16 @@ def purge(conn: sqlite3.Connection, response_id: str, needed: set[str | None]) -
     its chain."""
     current: str | None = response_id
     while current is not None and current not in needed:
+        deleted = conn.execute(
+            "SELECT 1 FROM deleted_responses WHERE id = ?", (current,)
+        ).fetchone()
+        if deleted is None:  # the common case, checked first: one key lookup per write
+            return
         child = conn.execute(
             "SELECT 1 FROM responses WHERE previous_response_id = ? AND self_contained = 0 LIMIT 1",
             (current,),
         ).fetchone()
-        deleted = conn.execute(
-            "SELECT 1 FROM deleted_responses WHERE id = ?", (current,)
-        ).fetchone()
-        if child is not None or deleted is None:
+        if child is not None:
             return
         row = conn.execute(
             "SELECT previous_response_id, self_contained FROM responses WHERE id = ?", (current,)

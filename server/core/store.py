@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import astuple, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from bidi_responses.server.core.event_types import ResponseObject
@@ -102,33 +102,6 @@ class LedgerRow:
 WriteJob = tuple[StoredResponse | None, LedgerRow | None]
 
 
-class _Getter(Protocol):
-    async def __call__(
-        self, response_id: str, tenant: str | None = None, *, include_deleted: bool = False
-    ) -> StoredResponse | None: ...
-
-
-async def walk_chain(
-    get: _Getter, response_id: str, tenant: str | None, max_links: int
-) -> list[StoredResponse] | None:
-    """A stored response's chain, oldest first, read link by link through ``get``; None if a
-    link is missing or not ``tenant``'s."""
-    links: list[StoredResponse] = []
-    current: str | None = response_id
-    while current is not None and len(links) < max_links:
-        # Deleted ancestors still lend their items: deleting one response never breaks
-        # continuing from a later one.
-        record = await get(current, tenant, include_deleted=bool(links))
-        if record is None:
-            return None
-        links.append(record)
-        if record.self_contained:
-            break
-        current = record.previous_response_id
-    links.reverse()
-    return links
-
-
 class QueuedWrites(ABC):
     """The part of a ``ResponseStore`` that lives in memory: records staged before their
     write lands, and deletions of records whose write is still queued.
@@ -218,7 +191,20 @@ class QueuedWrites(ABC):
     ) -> list[StoredResponse] | None:
         """The stored responses of ``tenant`` from the conversation's start to
         ``response_id``, oldest first; None if a link is missing (or another tenant's)."""
-        return await walk_chain(self.get, response_id, tenant, max_links)
+        links: list[StoredResponse] = []
+        current: str | None = response_id
+        while current is not None and len(links) < max_links:
+            # Deleted ancestors still lend their items: deleting one response never breaks
+            # continuing from a later one.
+            record = await self.get(current, tenant, include_deleted=bool(links))
+            if record is None:
+                return None
+            links.append(record)
+            if record.self_contained:
+                break
+            current = record.previous_response_id
+        links.reverse()
+        return links
 
     async def delete(self, response_id: str, tenant: str | None = None) -> bool:
         """Delete a stored response of ``tenant``; False if there was none."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.store import LedgerRow, StoredResponse, WriteJob
 
 
 class ResponseStore(Protocol):
@@ -49,7 +49,7 @@ class ResponseStore(Protocol):
         """Write a response and/or its ledger row in one transaction (idempotent by id)."""
         ...
 
-    async def write_many(self, jobs: list[tuple[StoredResponse | None, LedgerRow | None]]) -> None:
+    async def write_many(self, jobs: list[WriteJob]) -> None:
         """Several ``write``s, durable when it returns (one transaction where possible)."""
         ...
 

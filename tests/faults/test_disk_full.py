@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import resource
 import signal
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import httpx
 import pytest
 from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.server.core.sqlite_schema import read_ledger
 
 from tests.conftest import until
 from tests.pipeline.server_process import FAST_FLAGS, serve_process
@@ -161,8 +161,7 @@ async def run_disk_full(data: Path, *, agents: int, limit: int) -> dict[str, flo
     # Logged once per broken component (journal, database), not once per refused request.
     assert 1 <= len(lines) <= 4, lines
     assert any("storage recovered" in line for line in log.lines)
-    with sqlite3.connect(data / "responses.db") as conn:
-        ledger = {row[0] for row in conn.execute("SELECT response_id FROM usage_ledger")}
+    ledger = {row.response_id for row in read_ledger(data / "responses.db")}
     assert traffic.completed <= ledger, len(traffic.completed - ledger)
     return {
         "agents": agents,

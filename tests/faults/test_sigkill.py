@@ -14,7 +14,6 @@ import asyncio
 import random
 import re
 import signal
-import sqlite3
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.server.core.sqlite_schema import read_ledger
 
 from tests.conftest import SHELL_TOOL, until
 from tests.pipeline.server_process import FAST_FLAGS, serve_process
@@ -66,8 +66,7 @@ def _reached(completed: dict[str, bool], count: int) -> bool:
 
 
 def _ledger_ids(db: Path) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        return [row[0] for row in conn.execute("SELECT response_id FROM usage_ledger")]
+    return [row.response_id for row in read_ledger(db)]
 
 
 async def _check(port: int, db: Path, seen: Seen, stored_agents: list[int]) -> None:

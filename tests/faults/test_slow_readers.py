@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sqlite3
 from pathlib import Path
 
 import grpc
 import orjson
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
+from bidi_responses.server.core.sqlite_schema import read_ledger
 
 from tests.conftest import ServerFactory, make_config, until
 from tests.faults.slow_clients import BIG, StalledGrpc, StalledWebSocket, big_creates
@@ -27,8 +27,7 @@ def _slow_config(tmp_path: Path) -> ServerConfig:
 
 
 def _ledger(running: RunningServer) -> dict[str, str]:
-    with sqlite3.connect(running.core.config.store_path) as conn:
-        return dict(conn.execute("SELECT response_id, status FROM usage_ledger").fetchall())
+    return {row.response_id: row.status for row in read_ledger(running.core.config.store_path)}
 
 
 # A lane that generates for a long time, while the client stops reading.
