@@ -264,9 +264,9 @@ class ItemStreamer:
                 )
             )
 
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> int:
+    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> None:
         """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still queued); returns the segment's tokens."""
+        (merged but unsent text, and deltas still queued), counted in ``tokens``."""
         if self.current is not None:
             while not queue.empty():
                 event = queue.get_nowait()
@@ -279,7 +279,6 @@ class ItemStreamer:
             self._close(self.current, "".join(self.parts))
             self.current["status"] = "incomplete"
             self.current = None
-        return self.tokens
 
     @staticmethod
     def _close(item: OutputItem, text: str) -> OutputTextPart | None:
@@ -298,10 +297,8 @@ class ItemStreamer:
         item = self.current
         assert item is not None
         text = "".join(self.parts)
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-        elif item["type"] == "message":
-            part: OutputTextPart = {"type": "output_text", "text": text, "annotations": []}
+        part = self._close(item, text)
+        if part is not None:
             await self.emit(
                 OutputTextDoneEvent(
                     type="response.output_text.done",
@@ -322,9 +319,7 @@ class ItemStreamer:
                     sequence_number=self.seq.take(),
                 )
             )
-            item["content"] = [part]
-        else:
-            item["arguments"] = text
+        elif item["type"] == "function_call":
             await self.emit(
                 FunctionCallArgumentsDoneEvent(
                     type="response.function_call_arguments.done",
