@@ -29,7 +29,7 @@ from bidi_responses.server.core.event_types import (
 )
 from bidi_responses.server.core.events import EventSequence, ResponseRecord
 from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.items import Item, OutputItem, OutputTextPart
+from bidi_responses.server.core.items import Item, JSONObject, OutputItem, OutputTextPart
 from bidi_responses.server.core.requests import CreateRequest
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.engines.base import (
@@ -61,9 +61,14 @@ EngineOutput: TypeAlias = EngineEvent | _Failure
 
 
 def engine_request_for(
-    request: CreateRequest, state: ConversationState, budget: int | None, affinity: EngineAffinity
+    request: CreateRequest,
+    state: ConversationState,
+    budget: int | None,
+    affinity: EngineAffinity,
+    response_format: JSONObject | None,
 ) -> EngineRequest:
-    """What the engine is asked for the next segment of ``request`` on ``state``."""
+    """What the engine is asked for the next segment of ``request`` on ``state``
+    (``response_format``: the request's ``output_format()``, taken once per response)."""
     choice = request.tool_choice
     return EngineRequest(
         prompt_tokens=state.tokens,
@@ -74,7 +79,7 @@ def engine_request_for(
         parallel_tool_calls=request.parallel_tool_calls,
         tool_rounds=state.tool_rounds,
         turn_index=state.model_turns,
-        response_format=request.output_format(),
+        response_format=response_format,
         temperature=request.temperature,
         top_p=request.top_p,
         conversation=EngineConversation(state.items, request.instructions, request.tools, affinity),
