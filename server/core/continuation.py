@@ -88,15 +88,23 @@ async def hand_off(
 ) -> None:
     """The server is draining: leave this conversation's state for the replica that gets
     its next turn, before the terminal event lets the client move (handoff.py)."""
+    if lane.stateful and state.stored_chain:
+        await save_states(core, [(response_id, state)])
+
+
+async def save_states(core: ResponsesCore, states: list[tuple[str, ConversationState]]) -> None:
+    """Leave ``(response id, state)`` pairs in the shared tier (none without one); a state
+    that cannot be left there is re-rendered from the store by the next replica."""
     tier = core.state_tier
-    if tier is None or not lane.stateful or not state.stored_chain:
+    if tier is None or not states:
         return
     try:
-        await tier.save_states([(response_id, encode_state(state))], core.config.store.state_ttl_s)
-    except Exception:  # the next replica re-renders from the store instead
-        core.log.exception("conversation state of %s not handed off", response_id)
+        blobs = [(response_id, encode_state(state)) for response_id, state in states]
+        await tier.save_states(blobs, core.config.store.state_ttl_s)
+    except Exception:
+        core.log.exception("could not hand off %d conversation states", len(states))
     else:
-        core.failover["states_handed_off"] += 1
+        core.failover["states_handed_off"] += len(states)
 
 
 def sync_prefix(
