@@ -9,6 +9,7 @@ tokens when they changed; ``hand_off`` leaves a state for the next replica.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -117,11 +118,11 @@ def sync_prefix(
     the tokens rendered (none when nothing changed)."""
     rendered = 0
     if state.format_name is not None and state.format_name != renderer.format_name:
-        # The conversation moved to a model of another format: render it all again.
-        state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
-        state.prefix_len = len(state.tokens)
-        state.prefix_key = (request.instructions, request.tools, fmt)
-        rendered += state.prefix_len
+        # The conversation moved to a model of another format: render its items again; the
+        # prefix follows below, as for any changed prefix.
+        state.tokens = array("I")
+        state.prefix_len = 0
+        state.prefix_key = None
         rendered += renderer.render_items(state.items, {}, state.tokens)
     state.format_name = renderer.format_name
     key = state.prefix_key
