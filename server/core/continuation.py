@@ -9,6 +9,7 @@ tokens when they changed; ``hand_off`` leaves a state for the next replica.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -88,15 +89,23 @@ async def hand_off(
 ) -> None:
     """The server is draining: leave this conversation's state for the replica that gets
     its next turn, before the terminal event lets the client move (handoff.py)."""
+    if lane.stateful and state.stored_chain:
+        await save_states(core, [(response_id, state)])
+
+
+async def save_states(core: ResponsesCore, states: list[tuple[str, ConversationState]]) -> None:
+    """Leave ``(response id, state)`` pairs in the shared tier (none without one); a state
+    that cannot be left there is re-rendered from the store by the next replica."""
     tier = core.state_tier
-    if tier is None or not lane.stateful or not state.stored_chain:
+    if tier is None or not states:
         return
     try:
-        await tier.save_states([(response_id, encode_state(state))], core.config.store.state_ttl_s)
-    except Exception:  # the next replica re-renders from the store instead
-        core.log.exception("conversation state of %s not handed off", response_id)
+        blobs = [(response_id, encode_state(state)) for response_id, state in states]
+        await tier.save_states(blobs, core.config.store.state_ttl_s)
+    except Exception:
+        core.log.exception("could not hand off %d conversation states", len(states))
     else:
-        core.failover["states_handed_off"] += 1
+        core.failover["states_handed_off"] += len(states)
 
 
 def sync_prefix(
@@ -109,11 +118,11 @@ def sync_prefix(
     the tokens rendered (none when nothing changed)."""
     rendered = 0
     if state.format_name is not None and state.format_name != renderer.format_name:
-        # The conversation moved to a model of another format: render it all again.
-        state.tokens = renderer.render_prefix(request.instructions, request.tools, fmt)
-        state.prefix_len = len(state.tokens)
-        state.prefix_key = (request.instructions, request.tools, fmt)
-        rendered += state.prefix_len
+        # The conversation moved to a model of another format: render its items again; the
+        # prefix follows below, as for any changed prefix.
+        state.tokens = array("I")
+        state.prefix_len = 0
+        state.prefix_key = None
         rendered += renderer.render_items(state.items, {}, state.tokens)
     state.format_name = renderer.format_name
     key = state.prefix_key

@@ -50,8 +50,8 @@ _LATENCY_BUCKETS = (
 class Metrics:
     """The server's instruments; the core and transports call the small methods below."""
 
-    def __init__(self, known_models: Callable[[], object]) -> None:
-        self._known_models = known_models
+    def __init__(self, is_known_model: Callable[[str], bool]) -> None:
+        self._is_known_model = is_known_model
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -124,8 +124,7 @@ class Metrics:
 
     def model(self, name: object) -> str:
         """A bounded label for a requested model: the alias if configured, else "unknown"."""
-        known = self._known_models()
-        return name if isinstance(name, str) and name in known else "unknown"  # type: ignore[operator]
+        return name if isinstance(name, str) and self._is_known_model(name) else "unknown"
 
     def error(self, transport: str, status: int, code: str | None) -> None:
         """Count one error sent to a client."""

@@ -100,6 +100,8 @@ class ResponseRun:
         self.account = RunAccount(received)
         self.route: Route | None = None
         self.renderer: Renderer = core.renderer
+        # The structured-output format in canonical form, taken once for every segment.
+        self.output_format: JSONObject | None = None
         self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
 
     @property
@@ -247,7 +249,8 @@ class ResponseRun:
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
         self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
-        rendered = continuation.sync_prefix(state, self.renderer, request, request.output_format())
+        self.output_format = request.output_format()
+        rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
 
         assign_ids(request.input)
         items = history + request.input if history else request.input
@@ -379,7 +382,9 @@ class ResponseRun:
         state = self.state
         record = self.record
         stats = record.stats
-        engine_request = engine_request_for(request, state, budget, self.lane.affinity)
+        engine_request = engine_request_for(
+            request, state, budget, self.lane.affinity, self.output_format
+        )
         self.account.segment_starts(stats, len(state.tokens))
         streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)
         assert self.route is not None

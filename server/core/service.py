@@ -104,7 +104,7 @@ class ResponsesCore(SurfaceOps):
         self.counters = Counters()
         auth = config.auth
         self.keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
-        self.metrics = Metrics(lambda: self.router.aliases)
+        self.metrics = Metrics(lambda model: self.router.engine_name(model) is not None)
         self.limiter = TenantLimiter(
             config.tenant_limits, on_reject=lambda limit: self.metrics.limited.labels(limit).inc()
         )

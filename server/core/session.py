@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING
 
+from bidi_responses.server.core import continuation
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.event_types import ServerEvent, WarningEvent
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
-from bidi_responses.server.core.handoff import encode_state
 from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.lane import Lane
@@ -135,8 +135,7 @@ class Session:
         """Leave the cached states of this stream's idle lanes in the shared tier, for the
         replica that gets their next turn (handoff.py). A lane with a response in flight
         leaves its state when that response ends."""
-        tier = self.core.state_tier
-        if tier is None or not self.stateful:
+        if self.core.state_tier is None or not self.stateful:
             return
         states = []
         for lane in self._lanes.values():
@@ -144,15 +143,8 @@ class Session:
                 continue
             for response_id, state in lane.cache.entries():
                 if state.stored_chain:  # the store has the chain this state renders
-                    states.append((response_id, encode_state(state)))
-        if not states:
-            return
-        try:
-            await tier.save_states(states, self.core.config.store.state_ttl_s)
-        except Exception:  # the next replica re-renders from the store instead
-            self.core.log.exception("could not hand off %d conversation states", len(states))
-        else:
-            self.core.failover["states_handed_off"] += len(states)
+                    states.append((response_id, state))
+        await continuation.save_states(self.core, states)
 
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""

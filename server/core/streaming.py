@@ -29,7 +29,7 @@ from bidi_responses.server.core.event_types import (
 )
 from bidi_responses.server.core.events import EventSequence, ResponseRecord
 from bidi_responses.server.core.ids import new_id
-from bidi_responses.server.core.items import Item, OutputItem, OutputTextPart
+from bidi_responses.server.core.items import Item, JSONObject, OutputItem, OutputTextPart
 from bidi_responses.server.core.requests import CreateRequest
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.engines.base import (
@@ -61,9 +61,14 @@ EngineOutput: TypeAlias = EngineEvent | _Failure
 
 
 def engine_request_for(
-    request: CreateRequest, state: ConversationState, budget: int | None, affinity: EngineAffinity
+    request: CreateRequest,
+    state: ConversationState,
+    budget: int | None,
+    affinity: EngineAffinity,
+    response_format: JSONObject | None,
 ) -> EngineRequest:
-    """What the engine is asked for the next segment of ``request`` on ``state``."""
+    """What the engine is asked for the next segment of ``request`` on ``state``
+    (``response_format``: the request's ``output_format()``, taken once per response)."""
     choice = request.tool_choice
     return EngineRequest(
         prompt_tokens=state.tokens,
@@ -74,7 +79,7 @@ def engine_request_for(
         parallel_tool_calls=request.parallel_tool_calls,
         tool_rounds=state.tool_rounds,
         turn_index=state.model_turns,
-        response_format=request.output_format(),
+        response_format=response_format,
         temperature=request.temperature,
         top_p=request.top_p,
         conversation=EngineConversation(state.items, request.instructions, request.tools, affinity),
@@ -264,9 +269,9 @@ class ItemStreamer:
                 )
             )
 
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> int:
+    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> None:
         """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still queued); returns the segment's tokens."""
+        (merged but unsent text, and deltas still queued), counted in ``tokens``."""
         if self.current is not None:
             while not queue.empty():
                 event = queue.get_nowait()
@@ -279,7 +284,6 @@ class ItemStreamer:
             self._close(self.current, "".join(self.parts))
             self.current["status"] = "incomplete"
             self.current = None
-        return self.tokens
 
     @staticmethod
     def _close(item: OutputItem, text: str) -> OutputTextPart | None:
@@ -298,10 +302,8 @@ class ItemStreamer:
         item = self.current
         assert item is not None
         text = "".join(self.parts)
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-        elif item["type"] == "message":
-            part: OutputTextPart = {"type": "output_text", "text": text, "annotations": []}
+        part = self._close(item, text)
+        if part is not None:
             await self.emit(
                 OutputTextDoneEvent(
                     type="response.output_text.done",
@@ -322,9 +324,7 @@ class ItemStreamer:
                     sequence_number=self.seq.take(),
                 )
             )
-            item["content"] = [part]
-        else:
-            item["arguments"] = text
+        elif item["type"] == "function_call":
             await self.emit(
                 FunctionCallArgumentsDoneEvent(
                     type="response.function_call_arguments.done",
