@@ -192,16 +192,6 @@ class PlannedItem:
     name: str = ""
     call_id: str = ""
 
-    @property
-    def token_count(self) -> int:
-        """Output tokens this item costs."""
-        return sum(len(delta.token_ids) for delta in self.deltas)
-
-    @property
-    def text(self) -> str:
-        """The item's full text (message text or argument JSON)."""
-        return "".join(delta.text for delta in self.deltas)
-
 
 async def play(
     items: Sequence[PlannedItem],
