@@ -63,6 +63,10 @@ def deep(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        # Nested calls (a part inside an item inside a Response) are already inside: skip
+        # entering the context manager again, which would cost more than most conversions.
+        if _deep_active or _set_allow_oversize is None:
+            return fn(*args, **kwargs)
         with deep_messages():
             return fn(*args, **kwargs)
 

@@ -51,13 +51,17 @@ class ProtoEncoder:
         # Serialized request echo per in-flight response id (see ``event_bytes``).
         self._echo: dict[tuple[str, bool], bytes] = {}
 
-    @deep
     def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), building snapshots from a once-per-response request echo."""
         kind = e["type"]
         if kind not in SNAPSHOT_TYPES:
             return self.connect_response(lane, e).SerializeToString()
+        return self._snapshot_bytes(lane, kind, e)
+
+    @deep
+    def _snapshot_bytes(self, lane: str, kind: str, e: JSONMapping) -> bytes:
+        """A snapshot event's bytes: its progress serialized now, its request echo once."""
         r = e["response"]
         key = (r["id"], self.slim)
         echo = self._echo.get(key)
@@ -82,20 +86,28 @@ class ProtoEncoder:
         """A Response object (``slim``: without the echoed instructions and tools)."""
         return response_to_pb(r, slim=slim)
 
-    @deep
     def connect_response(self, lane: str, e: JSONMapping) -> pb.ConnectResponse:
         """A core event as a ConnectResponse."""
         kind = e["type"]
         seq = e.get("sequence_number", 0)
         scalar = SCALAR_EVENTS.get(kind)
-        if scalar is not None:  # the deltas, the hot path: filled in place, nothing copied
-            response = pb.ConnectResponse(stream_id=lane)
-            event: Message = getattr(response, CASE_OF_TYPE[kind])
-            event.SetInParent()
-            for name in scalar:
-                setattr(event, name, e[name])
-            setattr(event, "sequence_number", seq)  # noqa: B010
-            return response
+        if scalar is None:
+            return self._composite_response(lane, kind, seq, e)
+        # The deltas, the hot path: filled in place, nothing copied, and with no sub-message
+        # nothing deep, so no depth limit to lift.
+        response = pb.ConnectResponse(stream_id=lane)
+        event: Message = getattr(response, CASE_OF_TYPE[kind])
+        event.SetInParent()
+        for name in scalar:
+            setattr(event, name, e[name])
+        setattr(event, "sequence_number", seq)  # noqa: B010
+        return response
+
+    @deep
+    def _composite_response(
+        self, lane: str, kind: str, seq: int, e: JSONMapping
+    ) -> pb.ConnectResponse:
+        """An event that carries messages (a Response, an item, a part, an error)."""
         message: Message
         if kind in SNAPSHOT_TYPES:
             message = pb.ResponseSnapshotEvent(

@@ -10,6 +10,7 @@ them as the same messages.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from bidi_responses.v1 import responses_pb2 as pb
@@ -19,10 +20,13 @@ from google.protobuf.message import Message
 VARINT = 0
 #: Wire type of length-delimited fields: sub-messages, strings, bytes.
 LENGTH_DELIMITED = 2
+_ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
 
 
 def varint(value: int) -> bytes:
     """``value`` (non-negative) as a base-128 varint."""
+    if value <= 0x7F:  # one byte: most lengths of a streamed event
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -45,6 +49,7 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
             raise IndexError("varint too long")
 
 
+@functools.cache  # a message has few fields, and the streaming path frames the same ones
 def tag(number: int, wire_type: int) -> bytes:
     """The encoded key of field ``number``."""
     return varint(number << 3 | wire_type)

@@ -183,10 +183,15 @@ class HarmonyCompletionParser:
     """
 
     def __init__(self, harmony: oh.HarmonyEncoding | None = None) -> None:
-        self._parser = oh.StreamableParser(harmony or load_harmony(), role=oh.Role.ASSISTANT)
+        harmony = harmony or load_harmony()
+        self._parser = oh.StreamableParser(harmony, role=oh.Role.ASSISTANT)
         self._kind: str | None = None
         self._seen = 0
         self._stops = frozenset((tokenizer.RETURN, tokenizer.CALL))
+        # A message ends only on one of these (<|end|>, <|return|>, <|call|>). The parser's
+        # ``messages`` decodes every finished message from JSON, so it is read only then,
+        # not for every token.
+        self._message_ends = frozenset(harmony.stop_tokens())
         self.finished = False
         self.items = 0
         self.last_kind: str | None = None
@@ -208,7 +213,7 @@ class HarmonyCompletionParser:
         delta = parser.last_content_delta
         if delta and self._kind is not None:
             events.append(Delta(delta, (token,)))
-        if len(parser.messages) > self._seen:
+        if token in self._message_ends and len(parser.messages) > self._seen:
             self._seen = len(parser.messages)
             events += self._close()
         if token in self._stops:

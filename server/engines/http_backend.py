@@ -95,20 +95,24 @@ class SSELineSplitter:
     server that never ends its line must not make the engine hold unbounded memory)."""
 
     def __init__(self, max_line_bytes: int, who: str) -> None:
-        self._buffer = b""
+        # A long line comes in many chunks: appending to a bytearray and looking for the line
+        # end in the new chunk only keeps each chunk's cost to its own size.
+        self._buffer = bytearray()
         self._max = max_line_bytes
         self._who = who
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines ``chunk`` completes, stripped; the rest waits for the next chunk."""
         self._buffer += chunk
-        if len(self._buffer) > self._max and b"\n" not in self._buffer:
-            raise EngineError(
-                "engine_bad_response",
-                f"The {self._who} sent a line longer than {self._max} bytes.",
-            )
+        if b"\n" not in chunk:  # what was buffered before holds no line end either
+            if len(self._buffer) > self._max:
+                raise EngineError(
+                    "engine_bad_response",
+                    f"The {self._who} sent a line longer than {self._max} bytes.",
+                )
+            return []
         *lines, self._buffer = self._buffer.split(b"\n")
-        return [line.strip() for line in lines]
+        return [bytes(line.strip()) for line in lines]
 
 
 def sse_data(line: bytes) -> bytes | None:

@@ -9,10 +9,10 @@ The cost model is the one the benchmarks run at ("The engine" in ``docs/results.
 
 The engine keeps its own prefix cache (``prefix_cache``, like vLLM/SGLang automatic prefix
 caching): prompt tokens that extend a token prefix it has already seen are not charged
-prefill. That cache
-belongs to the engine instance and is shared by every stream and transport, so that a
-stateless full-history request pays only the *API-side* cost of its history. It is a different
-thing from the API layer's per-stream render cache and must never be influenced by it.
+prefill. That cache belongs to the engine instance and is shared by every stream and
+transport, so that a stateless full-history request pays only the *API-side* cost of its
+history. It is a different thing from the API layer's per-stream render cache and must never
+be influenced by it.
 
 ``EngineFinish.engine_seconds`` reports the *modeled* time, not wall time: if the event loop is
 late because the API layer is busy, that lateness shows up as API overhead (client-observed
@@ -191,16 +191,6 @@ class PlannedItem:
     deltas: tuple[Delta, ...]
     name: str = ""
     call_id: str = ""
-
-    @property
-    def token_count(self) -> int:
-        """Output tokens this item costs."""
-        return sum(len(delta.token_ids) for delta in self.deltas)
-
-    @property
-    def text(self) -> str:
-        """The item's full text (message text or argument JSON)."""
-        return "".join(delta.text for delta in self.deltas)
 
 
 async def play(
