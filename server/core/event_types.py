@@ -14,6 +14,7 @@ from bidi_responses.server.core.items import (
     FunctionCallItem,
     Item,
     JSONObject,
+    JSONValue,
     OutputTextPart,
 )
 
@@ -359,6 +360,97 @@ class FunctionCallArgumentsDoneEvent(TypedDict):
 # Reasoning is shown whole in its ``output_item.done`` (the engines stream no reasoning
 # deltas), so the API's reasoning delta events are never sent.
 
+# -- steering and injection (WebSocket mode as the official SDKs type it) --------------------
+
+
+class SteerRef(TypedDict):
+    """A steering submission the server owns (accepted, or still pending)."""
+
+    id: str
+    previous_response_id: str
+
+
+class FailedSteer(TypedDict):
+    """A steering submission returned uncommitted; ``id`` only once one was allocated."""
+
+    previous_response_id: str
+    input: JSONValue
+    id: NotRequired[str]
+
+
+class SteerError(TypedDict):
+    code: str
+    message: str
+    type: Literal["invalid_request_error"]
+
+
+class ResponseSteerAcceptedEvent(TypedDict):
+    """The server owns the steering input; the successor's ``response.created`` commits it."""
+
+    type: Literal["response.steer.accepted"]
+    steer: SteerRef
+    sequence_number: int
+
+
+class ResponseSteerFailedEvent(TypedDict):
+    """Steering input refused, or accepted but not committable (same ``steer.id``)."""
+
+    type: Literal["response.steer.failed"]
+    steer: FailedSteer
+    error: SteerError
+    sequence_number: int
+
+
+class RequiredInputStub(TypedDict):
+    """An outstanding client-owned result the explicit continuation must carry."""
+
+    type: str
+    call_id: str
+    name: NotRequired[str]
+
+
+class ResponseSteerPendingEvent(TypedDict):
+    """After ``response.completed``: the target waits for client tool outputs; the queued
+    steering input is put before them in the client's next create on that parent and lane."""
+
+    type: Literal["response.steer.pending"]
+    steer: SteerRef
+    reason: str
+    required_input: list[RequiredInputStub]
+    sequence_number: int
+
+
+class ResponseInjectCreatedEvent(TypedDict):
+    """``response.inject`` (beta): every injected item was committed to the response."""
+
+    type: Literal["response.inject.created"]
+    response_id: str
+    sequence_number: int
+
+
+class InjectError(TypedDict):
+    code: Literal["response_already_completed", "response_not_found"]
+    message: str
+
+
+class ResponseInjectFailedEvent(TypedDict):
+    """``response.inject`` (beta): nothing committed; the raw input comes back."""
+
+    type: Literal["response.inject.failed"]
+    response_id: str
+    input: list[JSONValue]
+    error: InjectError
+    sequence_number: int
+
+
+SteerEvent: TypeAlias = (
+    ResponseSteerAcceptedEvent
+    | ResponseSteerFailedEvent
+    | ResponseSteerPendingEvent
+    | ResponseInjectCreatedEvent
+    | ResponseInjectFailedEvent
+)
+
 # -- stream-level events ---------------------------------------------------------------------
 
 
@@ -393,7 +485,7 @@ ResponseEvent: TypeAlias = (
     | ErrorEvent
 )
 #: Everything a stream can carry to its client.
-ServerEvent: TypeAlias = ResponseEvent | WarningEvent
+ServerEvent: TypeAlias = ResponseEvent | SteerEvent | WarningEvent
 
 
 def terminal_response(event: ServerEvent) -> ResponseObject | None:
