@@ -60,8 +60,8 @@ lint-proto: $(BUF)
 
 # The proto may only grow (buf's FILE rules: no field renumbered, renamed or retyped, nothing
 # removed). It is checked against the proto of a recorded commit of main, which a clone of main
-# contains; to accept a deliberate break, or to move the baseline forward after a release, set
-# PROTO_BASELINE to a newer commit of main (docs/architecture.md, "The proto").
+# contains (a shallow one fetches it); to move the baseline forward, set PROTO_BASELINE to a
+# later commit of main (README.md, "The proto only grows").
 PROTO_BASELINE ?= a846aced9d999d2d6318be5e8fa1cad336efdc4b
 breaking-proto: $(BUF)
 	@git cat-file -e '$(PROTO_BASELINE)^{commit}' 2>/dev/null || git fetch --quiet origin '$(PROTO_BASELINE)' || \
