@@ -285,7 +285,11 @@ def _route(args: argparse.Namespace, route: RouteConfig) -> RouteConfig:
 
 def _require_extra(module: str, extra: str, what: str) -> None:
     """ValueError naming the extra to install when ``what`` needs an optional package."""
-    if importlib.util.find_spec(module) is None:
+    try:
+        missing = importlib.util.find_spec(module) is None
+    except ImportError:  # a parent package is missing
+        missing = True
+    if missing:
         raise ValueError(f"{what} needs the '{extra}' extra: pip install 'bidi-responses[{extra}]'")
 
 

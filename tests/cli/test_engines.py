@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.cli import config_from_args
+from bidi_responses.server.cli import config_from_args, main
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines import ENGINE_KINDS, build_engine
@@ -127,3 +128,36 @@ async def test_serve_relays_to_an_upstream_given_by_flags(
     # The turn ran on the upstream server, under the model the flags named.
     rows = list((await ledger_by_id(upstream)).values())
     assert [row.model for row in rows] == ["sim-model"]
+
+
+@pytest.mark.parametrize(
+    ("absent", "args", "extra"),
+    [
+        ("asyncpg", ["--store-url", "postgresql://u@127.0.0.1:9/db"], "postgres"),
+        ("opentelemetry", ["--otel-tracing"], "otel"),
+    ],
+)
+def test_a_choice_without_its_extra_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, absent: str, args: list[str], extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, absent, None)  # as if the package were not installed
+    with pytest.raises(ValueError, match=rf"needs the '{extra}' extra: pip install"):
+        config_from_args(args)
+
+
+def test_compare_without_the_bench_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    with pytest.raises(SystemExit) as exited:
+        main(["compare", "--smoke"])
+    assert exited.value.code == 2
+    assert "compare needs the 'bench' extra" in capsys.readouterr().err
+
+
+def test_usage_of_a_shared_store_without_its_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    assert main(["usage", "--store-url", "postgresql://u@127.0.0.1:9/db"]) == 2
+    assert "'postgres' extra" in capsys.readouterr().err
