@@ -11,7 +11,7 @@ BUF := node_modules/.bin/buf
 MODULES := build/modules.txt
 TYPED := server client bench cluster tests
 
-.PHONY: all install install-test proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
+.PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz soak faults clean postgres replicas failover replicas-throughput \
 	handoff-bench node-deps interop burst
 
@@ -43,9 +43,10 @@ $(EXTRA)%: $(INSTALLED)
 
 FORCE:
 
-# `serve` needs only the core; `install-test` is everything `make test` and `make check` use.
-install: $(INSTALLED)
-install-test: $(EXTRA)test
+# A development environment: everything `make test` and `make check` use. `serve` needs only
+# the core (`install-core`).
+install: $(EXTRA)test
+install-core: $(INSTALLED)
 
 # Regenerate the gRPC code and typed stubs in place (any install also does it).
 proto: $(EXTRA)codegen
