@@ -112,13 +112,14 @@ bench-compaction: $(EXTRA)bench
 faults: $(EXTRA)test
 	$(PY) -m pytest -q -s -m faults tests/faults
 
-# The ports `make serve` and `make replicas` listen on, and more `serve` flags
-# (e.g. SERVE_ARGS="--engine script --script examples/codex-shell-once.jsonl").
-GRPC_PORT ?= 50051
-HTTP_PORT ?= 8000
+# The ports `make serve` and `make replicas` listen on (unset: 50051 and 8000, or a --config
+# file's), and more `serve` flags (SERVE_ARGS="--engine script --script examples/x.jsonl").
+GRPC_PORT ?=
+HTTP_PORT ?=
 SERVE_ARGS ?=
+PORT_FLAGS = $(if $(GRPC_PORT),--grpc-port $(GRPC_PORT)) $(if $(HTTP_PORT),--http-port $(HTTP_PORT))
 serve: $(INSTALLED)
-	$(VENV)/bin/bidi-responses serve --grpc-port $(GRPC_PORT) --http-port $(HTTP_PORT) $(SERVE_ARGS)
+	$(VENV)/bin/bidi-responses serve $(PORT_FLAGS) $(SERVE_ARGS)
 
 compare: $(EXTRA)bench
 	$(VENV)/bin/bidi-responses compare --out bench-out
@@ -156,8 +157,8 @@ N ?= 3
 ADMIN_PORT ?= 0
 REPLICA_PORTS ?= 0
 replicas: $(EXTRA)cluster postgres
-	$(PY) -m bidi_responses.cluster.replicas -n $(N) --grpc-port $(GRPC_PORT) --http-port $(HTTP_PORT) \
-		--admin-port $(ADMIN_PORT) --replica-ports $(REPLICA_PORTS) $(SERVE_ARGS)
+	$(PY) -m bidi_responses.cluster.replicas -n $(N) $(PORT_FLAGS) --admin-port $(ADMIN_PORT) \
+		--replica-ports $(REPLICA_PORTS) $(SERVE_ARGS)
 
 # 50 agents x 20 turns through Envoy over 3 replicas; one killed, one drained mid-run.
 failover: $(EXTRA)cluster postgres
