@@ -65,8 +65,12 @@ class Cluster(ManagedService):
         fast_postgres: bool = True,
         grpc_port: int = 0,
         http_port: int = 0,
+        admin_port: int = 0,
+        replica_ports: int = 0,
         grace_period_s: float = 10.0,
     ) -> None:
+        """Ports of 0 are picked free. Envoy listens on ``grpc_port``, ``http_port`` and
+        ``admin_port``; replica ``i`` on ``replica_ports + 2i`` (gRPC) and the next (HTTP)."""
         self.root = Path(tempfile.mkdtemp(prefix="bidi-cluster-"))
         self.serve_args = list(serve_args)
         self.http = http
@@ -78,12 +82,12 @@ class Cluster(ManagedService):
         self.store_url = store_url
         self.grpc_port = grpc_port or free_port()
         self.http_port = http_port or free_port()
-        self.admin_port = free_port()
+        self.admin_port = admin_port or free_port()
         self.replicas = [
             Replica(
                 i,
-                free_port(),
-                free_port(),
+                replica_ports + 2 * i if replica_ports else free_port(),
+                replica_ports + 2 * i + 1 if replica_ports else free_port(),
                 self.root / f"replica-{i}",
                 self.root / f"replica-{i}.log",
             )
@@ -206,6 +210,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, default=50051, help="Envoy's gRPC port")
     parser.add_argument("--http-port", type=int, default=8000, help="Envoy's HTTP port")
     parser.add_argument(
+        "--admin-port", type=int, default=0, help="Envoy's admin port (default: a free one)"
+    )
+    parser.add_argument(
+        "--replica-ports",
+        type=int,
+        default=0,
+        help="replica i serves gRPC on this + 2i and HTTP on the next port (default: free ones)",
+    )
+    parser.add_argument(
         "--store-url", default=None, help="an existing database (default: a throwaway one)"
     )
     args, serve_args = parser.parse_known_args(argv)
@@ -216,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fast_postgres=False,
         grpc_port=args.grpc_port,
         http_port=args.http_port,
+        admin_port=args.admin_port,
+        replica_ports=args.replica_ports,
     )
     stop = False
 

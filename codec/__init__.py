@@ -48,8 +48,8 @@ from bidi_responses.codec.settings import (
 from bidi_responses.codec.structs import (
     JSONObject,
     JSONValue,
-    canonical,
     dict_to_struct,
+    restore_integers,
     struct_to_dict,
 )
 from bidi_responses.codec.tools import (
@@ -83,7 +83,6 @@ __all__ = [
     "ProtoTools",
     "batch_bytes",
     "batch_messages",
-    "canonical",
     "canonical_item",
     "decode_message",
     "deep_messages",
@@ -102,6 +101,7 @@ __all__ = [
     "reasoning_to_pb",
     "response_to_dict",
     "response_to_pb",
+    "restore_integers",
     "stats_to_dict",
     "stats_to_pb",
     "struct_to_dict",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from bidi_responses.codec.structs import (
     JSONMapping,
     JSONObject,
-    canonical,
     fill_struct,
+    restore_integers,
     struct_to_dict,
 )
 from bidi_responses.v1 import responses_pb2 as pb
@@ -24,7 +24,7 @@ def text_to_dict(text: pb.TextConfig) -> JSONObject:
             if f.name:
                 fmt["name"] = f.name
             if f.HasField("schema"):
-                fmt["schema"] = canonical(struct_to_dict(f.schema))
+                fmt["schema"] = restore_integers(struct_to_dict(f.schema))
             if f.HasField("description"):
                 fmt["description"] = f.description
             fmt["strict"] = f.strict if f.HasField("strict") else None

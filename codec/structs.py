@@ -79,12 +79,16 @@ def _fill_value(target: struct_pb2.Value, value: JSONValue) -> None:
         raise TypeError(f"cannot put a {type(value).__name__} in a protobuf Struct")
 
 
-def canonical(value: JSONValue) -> JSONValue:
-    """JSON from a Struct with its integers back (Struct keeps every number as a double)."""
+def restore_integers(value: JSONValue) -> JSONValue:
+    """JSON from a Struct with its integers back (Struct keeps every number as a double).
+
+    Not a canonical form: object keys keep the client's order, as an echo must. The canonical
+    form (sorted keys, for digests and rendering) is the core's ``jsonshape.canonical_json``.
+    """
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     if isinstance(value, dict):
-        return {key: canonical(item) for key, item in value.items()}
+        return {key: restore_integers(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [canonical(item) for item in value]
+        return [restore_integers(item) for item in value]
     return value

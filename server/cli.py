@@ -5,15 +5,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bidi_responses.server.config import RouteConfig, ServerConfig, load_config
+from bidi_responses.server.config import (
+    RouteConfig,
+    ServerConfig,
+    apply_route_setting,
+    load_config,
+)
 from bidi_responses.server.core.logsafe import EscapingFormatter
-from bidi_responses.server.core.store_backend import check_store_url
-from bidi_responses.server.engines.sim import SimConfig
+from bidi_responses.server.core.store_backend import check_store_url, is_postgres_url
+from bidi_responses.server.engines import ENGINE_KINDS
 from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
 
 
@@ -33,9 +39,11 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--engine",
-        choices=["sim", "script"],
+        choices=ENGINE_KINDS,
         default=None,
-        help="engine behind the default model alias 'sim-model' (default sim)",
+        help="engine behind the model alias --model: sim (default), script (--script), "
+        "completions (an OpenAI-compatible /v1/completions backend: --backend-*) or upstream "
+        "(another Responses API: --backend-*)",
     )
     p.add_argument(
         "--model",
@@ -53,6 +61,37 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--sim-seed", type=int, default=None, help="sim random seed (0)")
     p.add_argument("--script", default=None, help="JSONL file for --engine script")
+    p.add_argument(
+        "--backend-url",
+        default=None,
+        help="completions/upstream: the backend's OpenAI base URL, e.g. http://127.0.0.1:8080/v1",
+    )
+    p.add_argument(
+        "--backend-model", default=None, help="completions/upstream: the backend's model name"
+    )
+    p.add_argument(
+        "--backend-api-key-env",
+        default=None,
+        help="completions/upstream: environment variable holding the backend's API key",
+    )
+    p.add_argument(
+        "--backend-format",
+        default=None,
+        help="completions: the model's chat format, generic (default) or harmony (gpt-oss)",
+    )
+    p.add_argument(
+        "--upstream-transport",
+        default=None,
+        help="upstream: websocket, http, or auto (WebSocket mode, HTTP if refused; default)",
+    )
+    p.add_argument(
+        "--route-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other setting of the route, as in the config file's [models.<alias>] "
+        "(a TOML value; repeatable), e.g. completions.context_window=8192",
+    )
     p.add_argument(
         "--cache-responses", type=int, default=None, help="responses kept per stream cache (1)"
     )
@@ -130,7 +169,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         data_dir=args.data_dir,
         grace_period_s=args.grace_period_s,
     )
-    explicit_engine = any(
+    explicit_engine = args.route_setting or any(
         v is not None
         for v in (
             args.engine,
@@ -139,6 +178,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
             args.sim_tool_rounds,
             args.sim_seed,
             args.script,
+            *(getattr(args, flag) for flag in _BACKEND_FLAGS),
         )
     )
     model = args.model or "sim-model"
@@ -148,28 +188,14 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         or args.model is not None
         or (model not in config.models and args.config is None)
     ):
-        route = config.models.get(model) or RouteConfig()
-        sim = route.sim if route.sim is not None else SimConfig()
-        if args.sim_tps is not None:
-            sim.tokens_per_second = args.sim_tps
-        if args.sim_ttft_ms is not None:
-            sim.ttft_ms = args.sim_ttft_ms
-        if args.sim_tool_rounds is not None:
-            sim.tool_rounds = args.sim_tool_rounds
-        if args.sim_seed is not None:
-            sim.seed = args.sim_seed
-        route.engine = args.engine or route.engine
-        route.sim = sim
-        if args.script is not None:
-            route.script_path = args.script
-        if route.engine == "script" and not route.script_path:
-            raise ValueError("--engine script needs --script PATH")
-        config.models[model] = route
+        config.models[model] = _route(args, config.models.get(model) or RouteConfig())
     if not config.models:
         raise ValueError("no model aliases: add [models.<alias>] to the config file")
     if args.store_url is not None:
         config.store.url = args.store_url
     check_store_url(config.store.url)
+    if is_postgres_url(config.store.url):
+        _require_extra("asyncpg", "postgres", "a PostgreSQL store")
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:
@@ -182,6 +208,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         config.auth.api_keys_file = args.api_keys_file
     if args.otel_tracing:
         config.tracing = True
+    if config.tracing:
+        _require_extra("opentelemetry.instrumentation.grpc", "otel", "tracing")
     if args.allow_unauthenticated_public:
         config.auth.allow_unauthenticated_public = True
     for flag, field in (
@@ -209,6 +237,67 @@ def _config(args: argparse.Namespace) -> ServerConfig:
 
     config, _ = guard_public_bind(config)
     return config
+
+
+#: The flags that configure a completions or upstream route, and the setting each one sets.
+_BACKEND_FLAGS = {
+    "backend_url": "base_url",
+    "backend_model": "model",
+    "backend_api_key_env": "api_key_env",
+    "backend_format": "format",
+    "upstream_transport": "transport",
+}
+
+
+def _route(args: argparse.Namespace, route: RouteConfig) -> RouteConfig:
+    """``route`` (the alias's route from the config file, or a new one) with the engine flags
+    on top."""
+    sim = route.sim
+    if args.sim_tps is not None:
+        sim.tokens_per_second = args.sim_tps
+    if args.sim_ttft_ms is not None:
+        sim.ttft_ms = args.sim_ttft_ms
+    if args.sim_tool_rounds is not None:
+        sim.tool_rounds = args.sim_tool_rounds
+    if args.sim_seed is not None:
+        sim.seed = args.sim_seed
+    route.engine = args.engine or route.engine
+    if args.script is not None:
+        route.script_path = args.script
+    for flag, setting in _BACKEND_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        backend = {"completions": route.completions, "upstream": route.upstream}.get(route.engine)
+        if backend is None or not hasattr(backend, setting):
+            option = "--" + flag.replace("_", "-")
+            raise ValueError(f"{option} does not apply to --engine {route.engine}")
+        setattr(backend, setting, value)
+    for setting in args.route_setting:
+        apply_route_setting(route, setting)
+    if route.engine not in ENGINE_KINDS:
+        kinds = ", ".join(ENGINE_KINDS)
+        raise ValueError(f"unknown engine {route.engine!r}; expected one of {kinds}")
+    if route.engine == "script" and not route.script_path:
+        raise ValueError("--engine script needs --script PATH")
+    return route
+
+
+def _require_extra(module: str, extra: str, what: str) -> None:
+    """ValueError naming the extra to install when ``what`` needs an optional package."""
+    try:
+        missing = importlib.util.find_spec(module) is None
+    except ImportError:  # a parent package is missing
+        missing = True
+    if missing:
+        raise ValueError(f"{what} needs the '{extra}' extra: pip install 'bidi-responses[{extra}]'")
+
+
+def config_from_args(argv: Sequence[str]) -> ServerConfig:
+    """The configuration ``bidi-responses serve ARGV`` would run with (ValueError if bad)."""
+    parser = argparse.ArgumentParser(prog="bidi-responses")
+    _add_serve(parser.add_subparsers(dest="command", required=True))
+    return _config(parser.parse_args(["serve", *argv]))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -266,6 +355,12 @@ def _usage(args: argparse.Namespace) -> int:
     from bidi_responses.server.usage import print_usage
 
     source = args.store_url or args.data_dir
+    if is_postgres_url(source):
+        try:
+            _require_extra("asyncpg", "postgres", "a PostgreSQL store")
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return print_usage(source, by=args.by, as_json=args.json, since=args.since)
 
 
@@ -289,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.error(f"unknown command {args.command}")
+    if args.command == "compare":
+        try:
+            for module in ("tqdm", "psutil", "matplotlib"):
+                _require_extra(module, "bench", "compare")
+        except ValueError as error:
+            parser.exit(2, f"error: {error}\n")
     result: int = handler(args)
     return result
 

@@ -316,3 +316,22 @@ def load_config(path: str | Path | None, **overrides: object) -> ServerConfig:
                 config.models[alias] = route
     _apply(config, {k: v for k, v in overrides.items() if v is not None}, "overrides")
     return config
+
+
+def apply_route_setting(route: RouteConfig, setting: str) -> None:
+    """Apply one ``KEY=VALUE`` to a model route: the key dotted as in the config file's
+    ``[models.<alias>]`` table (``completions.context_window``), the value a TOML value (a
+    bare word is taken as a string)."""
+    where = f"route setting '{setting}'"
+    key, equals, text = setting.partition("=")
+    path = key.strip().split(".")
+    if not equals or not all(path):
+        raise ValueError(f"{where}: expected KEY=VALUE, e.g. completions.context_window=8192")
+    value: object
+    try:
+        value = tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    for part in reversed(path[1:]):
+        value = {part: value}
+    _apply(route, {path[0]: value}, where)

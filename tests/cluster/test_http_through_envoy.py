@@ -1,14 +1,19 @@
 """HTTP+SSE and WebSocket mode through Envoy's HTTP listener, with the official openai SDK,
 over two replicas on one PostgreSQL: a stored response created through one request is
-continued by the next, wherever Envoy sends it."""
+continued by the next, wherever Envoy sends it. Every port is the one asked for."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import socket
+import urllib.request
 from collections.abc import Iterator
 
 import openai
 import pytest
+from bidi_responses.bench.ports import free_port
 from bidi_responses.cluster.postgres import PostgresUnavailable, find_bin_dir
 from bidi_responses.cluster.replicas import Cluster
 from openai.types.responses import FunctionToolParam
@@ -30,8 +35,55 @@ def cluster() -> Iterator[Cluster]:
         find_bin_dir()
     except PostgresUnavailable as error:
         pytest.skip(f"replicas not tested: {error}")
-    with Cluster(2, serve_args=["--sim-tool-rounds", "100", "--log-level", "WARNING"]) as c:
+    ASKED.update(
+        grpc_port=free_port(),
+        http_port=free_port(),
+        admin_port=free_port(),
+        replica_ports=_free_run(4),
+    )
+    with Cluster(
+        2,
+        serve_args=["--sim-tool-rounds", "100", "--log-level", "WARNING"],
+        grpc_port=ASKED["grpc_port"],
+        http_port=ASKED["http_port"],
+        admin_port=ASKED["admin_port"],
+        replica_ports=ASKED["replica_ports"],
+    ) as c:
         yield c
+
+
+# The ports the cluster was asked to use.
+ASKED: dict[str, int] = {}
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports that were free a moment ago."""
+    for _ in range(100):
+        first = random.randrange(20_000, 30_000)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def test_the_cluster_listens_where_asked(cluster: Cluster) -> None:
+    first = ASKED["replica_ports"]
+    assert [(r.grpc_port, r.http_port) for r in cluster.replicas] == [
+        (first, first + 1),
+        (first + 2, first + 3),
+    ]
+    assert cluster.grpc_target == f"127.0.0.1:{ASKED['grpc_port']}"
+    assert cluster.http_base_url == f"http://127.0.0.1:{ASKED['http_port']}/v1"
+    # Envoy's admin listener is on the port given (it says it is ready there); the test above
+    # reaches the replicas through Envoy's HTTP port.
+    admin = f"http://127.0.0.1:{ASKED['admin_port']}/ready"
+    with urllib.request.urlopen(admin, timeout=5) as response:
+        assert response.read().strip() == b"LIVE"
 
 
 async def test_sse_and_websocket_through_envoy(cluster: Cluster) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from bidi_responses.codec import JSONObject, JSONValue, canonical, dict_to_struct, struct_to_dict
+from bidi_responses.codec import (
+    JSONObject,
+    JSONValue,
+    dict_to_struct,
+    restore_integers,
+    struct_to_dict,
+)
 from bidi_responses.codec.depth import PROTOBUF_DEFAULT_DEPTH
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,14 +34,14 @@ json_values = st.recursive(
 
 @given(st.dictionaries(st.text(max_size=6), json_values, max_size=5))
 def test_round_trip_gives_the_json_back_with_its_integers(value: JSONObject) -> None:
-    assert canonical(struct_to_dict(dict_to_struct(value))) == canonical(value)
+    assert restore_integers(struct_to_dict(dict_to_struct(value))) == restore_integers(value)
 
 
-def test_numbers_come_back_as_doubles_until_made_canonical() -> None:
+def test_numbers_come_back_as_doubles_until_their_integers_are_restored() -> None:
     decoded = struct_to_dict(dict_to_struct({"n": 3, "x": 1.5, "big": 2**60}))
     assert decoded == {"n": 3.0, "x": 1.5, "big": float(2**60)}
     assert type(decoded["n"]) is float
-    restored = canonical(decoded)
+    restored = restore_integers(decoded)
     assert type(restored["n"]) is int
     assert type(restored["big"]) is float  # beyond 2**53 a double is not an exact integer
 

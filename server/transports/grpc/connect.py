@@ -33,8 +33,6 @@ log = logging.getLogger("bidi_responses.grpc")
 # How long a refused Connect call waits for the client's first message before its status.
 _REFUSAL_READ_S = 1.0
 
-SHUTTING_DOWN = shutting_down("streams")
-
 
 def _write_timeout(seconds: float) -> ApiError:
     """The status of a stream cut off because its client stopped reading."""
@@ -79,9 +77,7 @@ class StreamsPerConnection:
                 self._open.pop(peer, None)
 
 
-async def _refuse_after_first_message(
-    request_iterator: AsyncIterator[bytes], context: Context, error: ApiError
-) -> None:
+async def _refuse_after_first_message(request_iterator: AsyncIterator[bytes]) -> None:
     """Let a Connect call that cannot be served see its status: read the client's first
     message (or wait briefly for it), then return so the caller refuses the call.
 
@@ -177,11 +173,11 @@ async def connect_stream(
         caller = caller_of(core.keys, context)
         tenant, quota = caller
         if core.draining:
-            raise SHUTTING_DOWN
+            raise shutting_down("streams")
         streams.check(peer)
         session = core.open_session("grpc", tenant=tenant, quota_key=quota)
-    except ApiError as error:
-        await _refuse_after_first_message(request_iterator, context, error)
+    except ApiError:
+        await _refuse_after_first_message(request_iterator)
         raise
     with streams.counted(peer):
         # Closed with this call, not whenever the garbage collector gets to it.

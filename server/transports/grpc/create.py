@@ -15,9 +15,8 @@ from bidi_responses.server.core.event_types import snapshot_of
 from bidi_responses.server.core.events import OutEvent
 from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.errors import error_from_event
-from bidi_responses.server.transports.grpc.connect import SHUTTING_DOWN
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound, as_create_response
@@ -32,7 +31,7 @@ async def create_response(
     caller = caller_of(core.keys, context)
     create = decode_request(pb.CreateResponseRequest, raw, "CreateResponse")
     if core.draining:
-        raise SHUTTING_DOWN
+        raise shutting_down("streams")
     outbound = Outbound(Delivery.from_pb(create.delivery, core.config.streaming))
     body = ProtoDecoder().params_to_dict(create.params)
     label_open_caller(body, caller)  # open server: the token's label for the ledger
