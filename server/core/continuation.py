@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.jsonshape import plain_numbers
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
 from bidi_responses.server.core.render import Renderer, TokenArray
@@ -59,7 +59,7 @@ async def resolve(
     prefix = (
         last.get("instructions"),
         list(last.get("tools") or ()),
-        canonical_json(fmt) if fmt is not None else None,
+        plain_numbers(fmt) if fmt is not None else None,
     )
     return Base(history=history, previous_prefix=prefix)
 
