@@ -126,11 +126,11 @@ def sync_prefix(
     if renderer.whole_conversation:
         # A chat template renders the conversation whole, when the items join
         # (``render_whole``); a new format or prefix starts its render afresh.
-        key = (request.instructions, request.tools, fmt)
-        if state.format_name != renderer.format_name or state.prefix_key != key:
+        wanted: Prefix = (request.instructions, request.tools, fmt)
+        if state.format_name != renderer.format_name or state.prefix_key != wanted:
             state.render_memo = None
         state.format_name = renderer.format_name
-        state.prefix_key = key
+        state.prefix_key = wanted
         state.prefix_len = 0
         return 0
     if state.format_name is not None and state.format_name != renderer.format_name:
@@ -139,6 +139,7 @@ def sync_prefix(
         state.tokens = array("I")
         state.prefix_len = 0
         state.prefix_key = None
+        state.render_memo = None
         rendered += renderer.render_items(state.items, {}, state.tokens)
     state.format_name = renderer.format_name
     key = state.prefix_key

@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 
 from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.render import RenderMemo, Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer, RenderMemo, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
 #: own shape (the core only keeps it, under the stage's name, with the conversation).

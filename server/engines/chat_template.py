@@ -21,9 +21,9 @@ backend cannot have.
 from __future__ import annotations
 
 import bisect
-import sys
 import datetime
 import json
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +32,12 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import tiktoken
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.jsonshape import plain_numbers
-from bidi_responses.server.core.render import RenderMemo, Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer, RenderMemo, TokenArray
 from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["ChatTemplate", "TemplateMemo", "TemplateRenderer", "chat_messages"]
 
@@ -168,8 +167,7 @@ def chat_messages(
         return message
 
     for item in items:
-        kind = item["type"]
-        if kind == "message":
+        if item["type"] == "message":
             text = "".join(part_text(part) for part in item["content"])
             role = item["role"]
             if role == "assistant":
@@ -183,7 +181,7 @@ def chat_messages(
                 messages.append(
                     {"role": "system" if role == "developer" else role, "content": text}
                 )
-        elif kind == "function_call":
+        elif item["type"] == "function_call":
             names[item["call_id"]] = item["name"]
             call = {
                 "id": item["call_id"],
@@ -191,7 +189,7 @@ def chat_messages(
                 "function": {"name": item["name"], "arguments": _arguments(item["arguments"])},
             }
             assistant().setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
+        elif item["type"] == "function_call_output":
             messages.append(
                 {
                     "role": "tool",
@@ -200,18 +198,18 @@ def chat_messages(
                     "content": str(item["output"]),
                 }
             )
-        elif kind == "reasoning":
+        elif item["type"] == "reasoning":
             parts = item.get("content") or item.get("summary") or ()
             reasoning.append("\n".join(part["text"] for part in parts))
-        elif kind == "compaction":
+        elif item["type"] == "compaction":
             if open_compaction is None:
                 raise ValueError("this renderer has no compaction key")
             summary = open_compaction(item["encrypted_content"])
             messages.append({"role": "system", "content": "# Compacted conversation\n" + summary})
-        elif kind == "custom_tool_call":
+        elif item["type"] == "custom_tool_call":
             message = assistant()
             message["content"] += str(item.get("input", ""))
-        elif kind == "custom_tool_call_output":
+        elif item["type"] == "custom_tool_call_output":
             messages.append({"role": "tool", "content": str(item.get("output", ""))})
     return messages
 
