@@ -18,7 +18,7 @@ from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.jsonshape import plain_numbers
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer, TokenArray, note_call
 from bidi_responses.server.core.requests import CreateRequest
 from bidi_responses.server.core.state import (
     ConversationState,
@@ -171,6 +171,7 @@ def render_whole(
     measures the tokens the two renders share for ``cached_tokens``.
     """
     for item in items:
+        note_call(item, state.call_names)
         observe(state, item)
         state.item_bytes += object_bytes(item)
     instructions, tools = (

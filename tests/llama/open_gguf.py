@@ -16,6 +16,7 @@ with real models.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def write_open_model(path: Path, *, seed: int = 0) -> Path:
     output[call[1]] = embed[call[0]] * 4.0
     output[call[2]] = embed[call[1]] * 4.0
     output[answer[0]] = embed[newline] * 3.0  # second choice after the generation prompt
-    for current, following in zip(answer, answer[1:], strict=False):
+    for current, following in itertools.pairwise(answer):
         output[following] = embed[current] * 4.0
     output[end] = (embed[answer[-1]] + embed[call[2]]) * 4.0
 
