@@ -361,9 +361,17 @@ class TemplateCompletionParser:
                 self._say(hold, events)
         call, self._call = self._call, None
         if self._mode == "json" and call is not None:
-            if self._json_calls:
-                return events + self._json_list(call.body)
-            return events + self._json_sequence(call)
+            try:
+                if self._json_calls:
+                    return events + self._json_list(call.body)
+                return events + self._json_sequence(call)
+            except EngineError:
+                if call.name is not None:
+                    raise  # a call was announced: its JSON must hold
+            # JSON that is not a call (an answer in JSON): a message, as vLLM's parsers do.
+            self._mode = "text"
+            self._say(call.body, events)
+            return events + self._end()
         if self._mode == "call" and call is not None:
             raise malformed(f"it has no closing {self._syntax.close_tag}")
         return events + self._end()
@@ -385,7 +393,11 @@ class TemplateCompletionParser:
             values.append(value)
         if not values:
             raise malformed("it is empty")
-        first = CallScanner(body=json.dumps(values[0], ensure_ascii=False), name=call.name)
+        first = CallScanner(
+            body=json.dumps(values[0], ensure_ascii=False),
+            name=call.name,
+            streaming=call.streaming,
+        )
         events = self._call_events(first.finish()[0]) + self._end()
         for value in values[1:]:
             events += self._call_events(_call_events(value, True)[0]) + self._end()
