@@ -33,6 +33,7 @@ from bidi_responses.server.engines.tool_calls import TemplateCompletionParser, T
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.core.test_render import SURROGATES
 from tests.engines.model_files import TEMPLATES, write_model_dir
 
 FAMILIES = tuple(TEMPLATES)
@@ -191,7 +192,7 @@ def test_generation_prompt_and_stops_come_from_the_template() -> None:
 
 texts = st.lists(
     st.one_of(
-        st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
+        st.text(st.characters(codec="utf-8", exclude_categories=SURROGATES), max_size=12),
         st.sampled_from(["<|im_end|>", "<tool_call>", "[INST]", "\n", " ", "{", '"', "é", "漢"]),
     ),
     min_size=1,

@@ -145,6 +145,12 @@ async def llama_tokens(
     return ids
 
 
+def _stats(response: openai.types.responses.Response) -> dict[str, int]:
+    """The server's ``stats`` on the response (a field the SDK does not know)."""
+    stats: dict[str, int] = (response.model_extra or {})["stats"]
+    return stats
+
+
 def _dump(response: openai.types.responses.Response) -> list[dict[str, Any]]:
     return [item.model_dump(exclude_none=True) for item in response.output]
 
@@ -218,8 +224,8 @@ async def test_tool_conversation_sends_llama_cpps_own_tokens_turn_after_turn(
                 messages.append(user)
                 await _check_turn(open_backend, recorder, response, messages, previous_context)
                 previous_prompt = recorder.bodies[-1]["prompt"]
-                tool_call = {"id": call.call_id, "type": "function"}
-                tool_call["function"] = {"name": call.name, "arguments": call.arguments}
+                function = {"name": call.name, "arguments": call.arguments}
+                tool_call = {"id": call.call_id, "type": "function", "function": function}
                 messages.append({"role": "assistant", "content": "", "tool_calls": [tool_call]})
                 text = [{"type": "input_text", "text": question}]
                 items += [{"type": "message", "role": "user", "content": text}, *_dump(response)]
@@ -229,6 +235,7 @@ async def test_tool_conversation_sends_llama_cpps_own_tokens_turn_after_turn(
                 # The tool's output: the model may not call again, it answers.
                 output = {"type": "function_call_output", "call_id": call.call_id}
                 output["output"] = "Sunny, 21 °C."
+                before = await open_backend.metrics()
                 response, _ = await _turn(
                     conn,
                     model="open",
@@ -246,7 +253,13 @@ async def test_tool_conversation_sends_llama_cpps_own_tokens_turn_after_turn(
                 await _check_turn(open_backend, recorder, response, messages, previous_context)
                 # The backend kept the whole previous prompt: only the new tokens were
                 # prefilled (the sampled call is rendered anew, as with any real model).
-                assert response.stats["engine_cached_tokens"] >= len(previous_prompt)  # type: ignore[index]
+                stats = _stats(response)
+                assert stats["engine_cached_tokens"] >= len(previous_prompt)
+                # Seen from llama.cpp's own counters too.
+                prefilled = (await open_backend.metrics())["prompt_tokens_total"]
+                prefilled -= before["prompt_tokens_total"]
+                assert prefilled == stats["engine_prompt_tokens"] - stats["engine_cached_tokens"]
+                assert prefilled <= len(recorder.bodies[-1]["prompt"]) - len(previous_prompt)
                 messages.append({"role": "assistant", "content": ANSWER})
                 items += [output, *_dump(response)]
                 previous_context = context(items)
@@ -274,8 +287,7 @@ async def _check_turn(
     assert usage.input_tokens_details.cached_tokens == _shared(previous_context, expected)
     # ChatML keeps earlier turns as they were: the whole previous context is reused.
     assert usage.input_tokens_details.cached_tokens == len(previous_context)
-    stats = response.stats  # type: ignore[attr-defined]
-    assert stats["engine_prompt_tokens"] == len(sent)
+    assert _stats(response)["engine_prompt_tokens"] == len(sent)
 
 
 def test_the_gguf_vocabulary_tokenizes_as_llama_cpp_does(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,12 +98,15 @@ async def test_prefix_breaks_are_counted_and_cached_tokens_stay_true(
             renderer.render_conversation("Be brief.", [WEATHER], cast(list[Item], turns[:n]))
             for n in range(1, len(turns) + 1)
         ]
-        expected = [0] + [common_prefix(a, b) for a, b in zip(renders, renders[1:], strict=False)]
+        expected = [0] + [common_prefix(a, b) for a, b in itertools.pairwise(renders)]
         assert cached[family] == expected, family
         if family == "llama3":  # appends only: the whole previous render is reused
             assert expected[1:] == [len(render) for render in renders[:-1]]
         else:  # the tools and system prompt moved to the new last user message
-            assert all(shared < len(render) for shared, render in zip(expected[1:], renders))
+            assert all(
+                shared < len(render)
+                for shared, render in zip(expected[1:], renders[:-1], strict=True)
+            )
     # Mistral broke the prefix on turns 2 and 3; Llama 3 never did.
     assert stats["cache"]["prompt_rerenders"] == 2
     assert metric == 2
