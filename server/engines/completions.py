@@ -30,12 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import tiktoken
-from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineRequest
 from bidi_responses.server.engines.completion_stream import StreamState, finish, read_completion
 from bidi_responses.server.engines.http_backend import (
@@ -170,6 +170,9 @@ class CompletionsEngine:
         }
         if config.model:
             body["model"] = config.model
+        fmt = request.response_format
+        if fmt is not None and self.format.sends_response_format:
+            body["response_format"] = _response_format(fmt)
         bias: JSONObject = {}
         if request.tool_choice == "none" and self.format.call_token is not None:
             # The model may not call a tool: it cannot open a call.
@@ -224,3 +227,14 @@ class CompletionsEngine:
         for event in parser.close():
             yield event
         yield finish(state, parser, len(prompt), attempt)
+
+
+def _response_format(fmt: Mapping[str, JSONValue]) -> JSONObject:
+    """A Responses ``text.format`` in the completions API's shape, the schema's keys in the
+    client's order (a constrained decoder writes the properties in that order)."""
+    if fmt.get("type") != "json_schema":
+        return {"type": "json_object"}
+    spec: JSONObject = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+    if fmt.get("strict") is not None:
+        spec["strict"] = fmt.get("strict")
+    return {"type": "json_schema", "json_schema": spec}

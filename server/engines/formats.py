@@ -59,6 +59,9 @@ class ChatFormat:
     open_call: Callable[[str], list[int]] | None = None
     # The one token that opens a tool call, banned when ``tool_choice`` is "none".
     call_token: int | None = None
+    # A structured-output schema goes to the backend's constrained decoding as the request's
+    # ``response_format`` (vLLM, SGLang) instead of into the prompt.
+    sends_response_format: bool = False
 
     def parser_for(self, request: EngineRequest) -> CompletionParserLike:
         """A parser for one sampling segment of ``request``."""

@@ -122,6 +122,7 @@ def build_template_format(
         request_parser=request_parser,
         open_call=lambda name: _open_call(model, syntax, name, arguments_key or "arguments"),
         call_token=call_token,
+        sends_response_format=True,
     )
 
 

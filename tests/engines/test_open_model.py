@@ -15,12 +15,22 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from bidi_responses.server.config import load_config
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import Item, JSONObject
 from bidi_responses.server.core.state import common_prefix
 from bidi_responses.server.core.tokenizer import load_encoding
-from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+from bidi_responses.server.engines import build_engine
+from bidi_responses.server.engines.base import (
+    Delta,
+    EngineError,
+    EngineEvent,
+    EngineRequest,
+    ItemEnd,
+    ItemStart,
+)
 from bidi_responses.server.engines.chat_template import ChatTemplate, TemplateRenderer
+from bidi_responses.server.engines.completions import CompletionsEngine
 from bidi_responses.server.engines.formats import ChatFormat
 from bidi_responses.server.engines.model_tokenizer import (
     ModelTokenizer,
@@ -388,3 +398,57 @@ def test_a_call_cut_short_ends_incomplete() -> None:
     events = parse('<tool_call>\n{"name": "f", "arguments": {"city": "Pa', stop=False)
     assert isinstance(events[0], ItemStart) and events[0].name == "f"
     assert isinstance(events[-1], ItemEnd) and events[-1].incomplete
+
+
+# -- the route's config ------------------------------------------------------------------------
+
+
+async def test_a_template_route_loads_from_toml_and_builds_its_requests(tmp_path: Path) -> None:
+    write_model_dir(tmp_path / "models" / "qwen", "chatml")
+    toml = tmp_path / "server.toml"
+    toml.write_text(
+        "[models.qwen]\n"
+        'engine = "completions"\n'
+        "[models.qwen.completions]\n"
+        'base_url = "http://127.0.0.1:1/v1"\n'
+        'format = "template"\n'
+        'tokenizer = "models/qwen"\n'  # relative to the config file
+        "chat_template_kwargs = { enable_thinking = false }\n"
+    )
+    route = load_config(toml).models["qwen"]
+    engine = build_engine("completions", completions=route.completions)
+    assert isinstance(engine, CompletionsEngine)
+    try:
+        assert engine.renderer.format_name.startswith("template:tokenizer.json:")
+        model = tokenizer()
+        schema: JSONObject = {
+            "type": "object",
+            "properties": {"zeta": {"type": "string"}, "alpha": {"type": "number"}},
+        }
+        request = EngineRequest(
+            prompt_tokens=[1, 2],
+            tools=(),
+            tool_choice="none",
+            response_format={"type": "json_schema", "name": "out", "schema": schema},
+        )
+        body = engine._body(request, [1, 2])
+        assert body["stop_token_ids"] == list(chat_format("chatml").stop_token_ids)
+        # tool_choice "none": the model cannot open a call.
+        assert body["logit_bias"] == {str(model.token_id("<tool_call>")): -100}
+        response_format = cast(dict[str, Any], body["response_format"])
+        assert list(response_format["json_schema"]["schema"]["properties"]) == ["zeta", "alpha"]
+    finally:
+        await engine.aclose()
+
+
+def test_bad_template_settings_say_why(tmp_path: Path) -> None:
+    files = str(model_dir("chatml"))
+    with pytest.raises(ValueError, match="unknown tool_call_format 'xml'"):
+        build_template_format(TemplateSettings(files, tool_call_format="xml"), load_encoding())
+    with pytest.raises(ValueError, match="chat_template: no such file"):
+        build_template_format(
+            TemplateSettings(files, chat_template=str(tmp_path / "x.jinja")), load_encoding()
+        )
+    (tmp_path / "tokenizer.json").write_text((model_dir("chatml") / "tokenizer.json").read_text())
+    with pytest.raises(ValueError, match="carries no chat template"):
+        build_template_format(TemplateSettings(str(tmp_path)), load_encoding())
