@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 #: The format names a completions route accepts ("template": the model's own tokenizer and
 #: chat template, see ``template_format``).
 FORMATS: tuple[str, ...] = ("generic", "harmony", "template")
+#: The formats with a built-in vocabulary (o200k), rendered item by item.
+ITEM_FORMATS: tuple[str, ...] = ("generic", "harmony")
 
 
 class CompletionParserLike(Protocol):
