@@ -34,7 +34,8 @@ WEATHER: dict[str, Any] = {
     "type": "function",
     "name": "get_weather",
     "description": "Weather of a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    # Sorted keys: over gRPC (a Struct, which keeps no order) that is the order the model sees.
+    "parameters": {"properties": {"city": {"type": "string"}}, "type": "object"},
 }
 
 
