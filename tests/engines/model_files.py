@@ -212,9 +212,47 @@ MISTRAL = """\
 {%- endfor %}
 """
 
-TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL}
-BOS = {"chatml": "", "llama3": "<|begin_of_text|>", "mistral": "<s>"}
-EOS = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>"}
+# Qwen 3 style: ChatML, plus reasoning in <think> tags kept only after the last user query
+# (and on a final assistant message), as the Qwen 3 and DeepSeek R1 templates do.
+QWEN3 = (
+    CHATML.replace(
+        """{%- for message in messages %}
+    {%- if (message.role == "user")""",
+        """{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- set reasoning_content = message.reasoning_content or '' %}
+    {%- if message.role == "assistant" and loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
+        {%- set think = '<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' %}
+    {%- else %}
+        {%- set think = '' %}
+    {%- endif %}
+    {%- if (message.role == "user")""",
+    )
+    .replace(
+        """{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}""",
+        """{{- '<|im_start|>' + message.role + '\\n' + think + message.content + '<|im_end|>' + '\\n' }}""",
+    )
+    .replace(
+        """        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}""",
+        """        {{- '<|im_start|>' + message.role }}
+        {%- if think %}
+            {{- '\\n' + think.rstrip('\\n') }}
+        {%- endif %}
+        {%- if message.content %}""",
+    )
+)
+
+TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL, "qwen3": QWEN3}
+BOS = {"chatml": "", "llama3": "<|begin_of_text|>", "mistral": "<s>", "qwen3": ""}
+EOS = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>", "qwen3": "<|im_end|>"}
 
 
 def train_tokenizer(vocab_size: int = 700) -> tokenizers.Tokenizer:
