@@ -110,7 +110,8 @@ def build_template_format(
     call_token = model.token_id(syntax.open_tag) if syntax.style == "tags" else None
 
     def request_parser(request: EngineRequest) -> CompletionParserLike:
-        return TemplateCompletionParser(model, syntax, stops, tools=bool(request.tools))
+        tools = bool(request.tools or request.forced_function)
+        return TemplateCompletionParser(model, syntax, stops, tools=tools)
 
     arguments_key = "parameters" if syntax.style == "json" and '"parameters"' in source else None
     return ChatFormat(

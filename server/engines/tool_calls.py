@@ -174,7 +174,8 @@ class TemplateCompletionParser:
         self._tokenizer = tokenizer
         self._syntax = syntax
         self._stops = frozenset(stop_ids)
-        self._tools = tools and syntax.style != "none"
+        # Tags are unambiguous; bare JSON is a call only when the request declares tools.
+        self._tools = syntax.style == "tags" or (tools and syntax.style == "json")
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._ids: list[int] = []  # token ids not yet attributed to a delta
         self._mode: Literal["start", "text", "call", "json", "think"] = "start"

@@ -462,3 +462,42 @@ def test_bad_template_settings_say_why(tmp_path: Path) -> None:
     (tmp_path / "tokenizer.json").write_text((model_dir("chatml") / "tokenizer.json").read_text())
     with pytest.raises(ValueError, match="carries no chat template"):
         build_template_format(TemplateSettings(str(tmp_path)), load_encoding())
+
+
+def test_a_forced_call_opens_in_the_prompt_and_the_model_writes_the_arguments() -> None:
+    model = tokenizer()
+    chatml = chat_format("chatml")
+    request = EngineRequest(prompt_tokens=[], tools=(), forced_function="get_weather")
+    parser = chatml.parser_for(request)
+    events: list[EngineEvent] = []
+    end = model.token_id("<|im_end|>") or 0
+    sampled = [*model.encode('{"city": "Paris"}}\n</tool_call>'), end]
+    for token in [*chatml.call_header("get_weather"), *sampled]:
+        events += parser.feed(token)
+    assert [(k, n, t) for k, n, t, _ in items_of(events)] == [
+        ("function_call", "get_weather", '{"city": "Paris"}')
+    ]
+    assert parser.finished and parser.last_kind == "function_call"
+
+
+def test_a_gguf_vocabulary_reads_as_its_tokenizer_json(tmp_path: Path) -> None:
+    import gguf
+
+    from tests.llama.open_gguf import open_tokenizer, write_open_model
+
+    path = write_open_model(tmp_path / "open.gguf")
+    from_gguf = load_model_tokenizer(path)
+    reference = open_tokenizer()
+    text = "<|im_start|>user\nÜber 東京, it's 12345!\n\n  <tool_call>{}</tool_call><|im_end|>"
+    assert from_gguf.encode(text) == reference.encode(text, add_special_tokens=False).ids
+    assert from_gguf.chat_template.startswith("{%- if tools %}")
+    assert from_gguf.eos_token == "<|im_end|>"
+    spm = gguf.GGUFWriter(str(tmp_path / "spm.gguf"), "llama")
+    spm.add_tokenizer_model("llama")
+    spm.add_token_list(["<unk>", "<s>", "</s>"])
+    spm.write_header_to_file()
+    spm.write_kv_data_to_file()
+    spm.write_tensors_to_file()
+    spm.close()
+    with pytest.raises(TokenizerLoadError, match="only byte-level BPE"):
+        load_model_tokenizer(tmp_path / "spm.gguf")

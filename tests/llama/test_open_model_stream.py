@@ -151,3 +151,33 @@ async def test_a_malformed_tool_call_fails_the_response_and_the_stream_goes_on(
         prompt[-len(chat.assistant_start) :] == list(chat.assistant_start)
         for prompt in backend.prompts
     )
+
+
+async def test_a_stored_continuation_on_a_new_stream_counts_only_what_is_shared(
+    tmp_path: Path, server_factory: ServerFactory
+) -> None:
+    files = write_model_dir(tmp_path / "mistral", "mistral")
+    nowhere = f"http://127.0.0.1:{closed_port()}/v1"
+    config = ServerConfig(grpc_port=0, http_port=0, data_dir=str(tmp_path / "data"))
+    config.models = {"open": completions_route(nowhere, format="template", tokenizer=str(files))}
+    running = await server_factory(config)
+    renderer = build_template_format(TemplateSettings(str(files)), load_encoding()).renderer
+    first_input, second_input = _user("Weather in Paris?"), _user("And in Rome?")
+    create = {"model": "open", "instructions": "Be brief.", "tools": [WEATHER], "generate": False}
+    address = f"127.0.0.1:{running.grpc_port}"
+    async with asyncio.timeout(30), AsyncResponsesClient(address) as client:
+        async with client.connect() as stream:
+            first = await stream.create(input=[first_input], store=True, **create)
+        # Another stream has no cached state: the chain comes back from the store.
+        async with client.connect() as stream:
+            second = await stream.create(
+                input=[second_input], previous_response_id=first.id, store=True, **create
+            )
+    assert second.status == "completed", second.error
+    before = renderer.render_conversation("Be brief.", [WEATHER], cast(list[Item], [first_input]))
+    after = renderer.render_conversation(
+        "Be brief.", [WEATHER], cast(list[Item], [first_input, second_input])
+    )
+    assert second.usage is not None
+    assert second.usage.input_tokens == len(after)
+    assert second.usage.cached_tokens == common_prefix(before, after) < len(before)
