@@ -297,7 +297,10 @@ class TemplateRenderer(Renderer):
         if not isinstance(memo, TemplateMemo):
             memo = None
         start_char, start_token, kept_splits = 0, 0, 0
-        if memo is not None:
+        # Byte-level BPE tokenizes each stretch between added tokens on its own (tested
+        # against full tokenization); other tokenizers (SentencePiece's "prepend a space to
+        # the first piece") are tokenized whole every turn, which is always exact.
+        if memo is not None and self.tokenizer.byte_level:
             same = _common_text(memo.text, text)
             # The last added token that lies wholly in the unchanged text: tokenization
             # restarts there, so the tokens before it stand.
