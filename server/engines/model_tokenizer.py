@@ -83,6 +83,7 @@ class ModelTokenizer:
     # Added tokens (specials and user-defined ones such as ``<tool_call>``): content -> id.
     added: dict[str, int] = field(default_factory=dict)
     _added_ids: frozenset[int] = frozenset()
+    _special_ids: frozenset[int] = frozenset()
     _bytes_table: dict[int, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,6 +92,8 @@ class ModelTokenizer:
             for token_id, token in self.tokenizer.get_added_tokens_decoder().items()
         }
         self._added_ids = frozenset(self.added.values())
+        decoder = self.tokenizer.get_added_tokens_decoder()
+        self._special_ids = frozenset(i for i, token in decoder.items() if token.special)
 
     @property
     def vocab_size(self) -> int:
@@ -123,6 +126,10 @@ class ModelTokenizer:
             return found
         token = self.tokenizer.token_to_id(text)
         return int(token) if token is not None else None
+
+    def is_special(self, token: int) -> bool:
+        """Whether ``token`` is a special (control) token, which is never text."""
+        return token in self._special_ids
 
     def is_added(self, token: int) -> bool:
         """Whether ``token`` is one of the model's added (special or user-defined) tokens."""

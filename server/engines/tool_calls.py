@@ -203,8 +203,8 @@ class TemplateCompletionParser:
             return events
         self._ids.append(token)
         tokenizer = self._tokenizer
-        if tokenizer.is_added(token) and token not in self._tag_ids:
-            return []  # a control token the model should not have written mid-answer
+        if tokenizer.is_special(token) and token not in self._tag_ids:
+            return []  # a control token ([TOOL_CALLS]...): structure, not text
         text = self._decoder.decode(tokenizer.token_bytes(token))
         return self._text(text) if text else []
 

@@ -501,3 +501,24 @@ def test_a_gguf_vocabulary_reads_as_its_tokenizer_json(tmp_path: Path) -> None:
     spm.close()
     with pytest.raises(TokenizerLoadError, match="only byte-level BPE"):
         load_model_tokenizer(tmp_path / "spm.gguf")
+
+
+def test_control_tokens_are_structure_and_added_text_tokens_are_text() -> None:
+    model = tokenizer()
+    syntax = ToolCallSyntax(style="json")
+    parser = TemplateCompletionParser(model, syntax, [model.token_id("</s>") or 0])
+    events: list[EngineEvent] = []
+    # Mistral: [TOOL_CALLS] (a control token) opens a JSON list of calls.
+    text = '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]</s>'
+    for token in model.encode(text):
+        events += parser.feed(token)
+    assert [(k, n, t) for k, n, t, _ in items_of(events)] == [
+        ("function_call", "get_weather", '{"city": "Paris"}')
+    ]
+    # <tool_call> is an added token but not a control one: outside the tags style it is text.
+    none = ToolCallSyntax(style="none")
+    parser = TemplateCompletionParser(model, none, [model.token_id("<|im_end|>") or 0])
+    events = []
+    for token in model.encode("Use <tool_call> tags.<|im_end|>"):
+        events += parser.feed(token)
+    assert items_of(events)[0][:3] == ("message", "", "Use <tool_call> tags.")
