@@ -163,7 +163,12 @@ async def test_a_stored_continuation_on_a_new_stream_counts_only_what_is_shared(
     running = await server_factory(config)
     renderer = build_template_format(TemplateSettings(str(files)), load_encoding()).renderer
     first_input, second_input = _user("Weather in Paris?"), _user("And in Rome?")
-    create = {"model": "open", "instructions": "Be brief.", "tools": [WEATHER], "generate": False}
+    create: dict[str, Any] = {
+        "model": "open",
+        "instructions": "Be brief.",
+        "tools": [WEATHER],
+        "generate": False,
+    }
     address = f"127.0.0.1:{running.grpc_port}"
     async with asyncio.timeout(30), AsyncResponsesClient(address) as client:
         async with client.connect() as stream:
