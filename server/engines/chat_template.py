@@ -316,12 +316,8 @@ class TemplateRenderer(Renderer):
             tokens = memo.tokens[:start_token]
             all_splits = memo.splits[:kept_splits]
         tokens.extend(ids)
-        added = self.tokenizer.added
-        for offset, index in splits:
-            content = self.tokenizer.tokenizer.id_to_token(ids[index]) or ""
-            length = len(content) if added.get(content) == ids[index] else 0
-            char = start_char + offset
-            all_splits.append((char, char + length, start_token + index))
+        for start, end, index in splits:
+            all_splits.append((start_char + start, start_char + end, start_token + index))
         return tokens, TemplateMemo(text, tokens, all_splits), len(ids)
 
     def render_conversation(

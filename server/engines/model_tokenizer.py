@@ -104,8 +104,9 @@ class ModelTokenizer:
         """Token ids of rendered prompt text: added tokens matched whole, nothing added."""
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def encode_with_splits(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Token ids and the (character offset, token index) where each added token starts.
+    def encode_with_splits(self, text: str) -> tuple[list[int], list[tuple[int, int, int]]]:
+        """Token ids, and the (start, end, token index) of each added token (character
+        offsets of the text it covers).
 
         The text before an added token tokenizes on its own, so a render that keeps the text
         up to one of these points keeps the tokens up to it too (``chat_template``)."""
@@ -113,7 +114,7 @@ class ModelTokenizer:
         ids: list[int] = list(encoding.ids)
         added = self._added_ids
         splits = [
-            (offsets[0], index)
+            (offsets[0], offsets[1], index)
             for index, (token, offsets) in enumerate(zip(ids, encoding.offsets, strict=True))
             if token in added
         ]
