@@ -23,8 +23,13 @@ JSONMapping: TypeAlias = Mapping[str, JSONValue]
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> JSONObject:
-    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats)."""
-    return {key: value_to_py(value) for key, value in struct.fields.items()}
+    """A Struct as a plain dict (integers that were sent as JSON numbers stay floats).
+
+    A Struct is a map and keeps no key order (the sender's protobuf library already iterates
+    it in its own hash order), so its keys come out sorted: the same schema gives the same
+    prompt whatever the client's language. JSON transports keep the client's order."""
+    fields = struct.fields
+    return {key: value_to_py(fields[key]) for key in sorted(fields)}
 
 
 def value_to_py(value: struct_pb2.Value) -> JSONValue:

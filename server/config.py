@@ -310,9 +310,15 @@ def load_config(path: str | Path | None, **overrides: object) -> ServerConfig:
             for alias, route_values in models.items():
                 route = RouteConfig()
                 _apply(route, route_values, f"{path}: models.{alias}")
+                # A path in the file means the same wherever the server is started from.
+                here = Path(path).parent
                 if route.script_path is not None:
-                    # A path in the file means the same wherever the server is started from.
-                    route.script_path = str(Path(path).parent / Path(route.script_path))
+                    route.script_path = str(here / Path(route.script_path))
+                completions = route.completions
+                if completions.tokenizer:
+                    completions.tokenizer = str(here / Path(completions.tokenizer))
+                if completions.chat_template:
+                    completions.chat_template = str(here / Path(completions.chat_template))
                 config.models[alias] = route
     _apply(config, {k: v for k, v in overrides.items() if v is not None}, "overrides")
     return config

@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.handoff import decode_state, encode_state
 from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.jsonshape import plain_numbers
 from bidi_responses.server.core.lane import Lane
 from bidi_responses.server.core.params import response_format
-from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer, TokenArray, note_call
 from bidi_responses.server.core.requests import CreateRequest
-from bidi_responses.server.core.state import ConversationState, Prefix, common_prefix
+from bidi_responses.server.core.state import (
+    ConversationState,
+    Prefix,
+    common_prefix,
+    object_bytes,
+    observe,
+)
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
@@ -59,7 +65,7 @@ async def resolve(
     prefix = (
         last.get("instructions"),
         list(last.get("tools") or ()),
-        canonical_json(fmt) if fmt is not None else None,
+        plain_numbers(fmt) if fmt is not None else None,
     )
     return Base(history=history, previous_prefix=prefix)
 
@@ -117,12 +123,23 @@ def sync_prefix(
     """Bring the state's tokens to ``renderer``'s format and the request's prefix; returns
     the tokens rendered (none when nothing changed)."""
     rendered = 0
+    if renderer.whole_conversation:
+        # A chat template renders the conversation whole, when the items join
+        # (``render_whole``); a new format or prefix starts its render afresh.
+        wanted: Prefix = (request.instructions, request.tools, fmt)
+        if state.format_name != renderer.format_name or state.prefix_key != wanted:
+            state.render_memo = None
+        state.format_name = renderer.format_name
+        state.prefix_key = wanted
+        state.prefix_len = 0
+        return 0
     if state.format_name is not None and state.format_name != renderer.format_name:
         # The conversation moved to a model of another format: render its items again; the
         # prefix follows below, as for any changed prefix.
         state.tokens = array("I")
         state.prefix_len = 0
         state.prefix_key = None
+        state.render_memo = None
         rendered += renderer.render_items(state.items, {}, state.tokens)
     state.format_name = renderer.format_name
     key = state.prefix_key
@@ -142,10 +159,49 @@ def sync_prefix(
     return rendered
 
 
+def render_whole(
+    core: ResponsesCore, renderer: Renderer, state: ConversationState, items: list[Item]
+) -> int:
+    """Add ``items`` to a conversation whose format renders it whole (a model's chat
+    template) and render it again; returns the tokens tokenized anew.
+
+    The state's token array is replaced, never changed in place, so a predecessor's tokens
+    stay what the backend saw. When the previous tokens are not a prefix of the new ones
+    (the template renders earlier turns differently now) the break is counted; the caller
+    measures the tokens the two renders share for ``cached_tokens``.
+    """
+    for item in items:
+        note_call(item, state.call_names)
+        observe(state, item)
+        state.item_bytes += object_bytes(item)
+    instructions, tools = (
+        (state.prefix_key[0], state.prefix_key[1])
+        if state.prefix_key
+        else (
+            None,
+            [],
+        )
+    )
+    previous = state.tokens
+    continued = state.render_memo is not None
+    tokens, memo, tokenized = renderer.render_whole(
+        instructions, tools, state.items, state.render_memo
+    )
+    if continued and common_prefix(previous, tokens) < len(previous):
+        core.note_prompt_rerender(renderer.format_name)
+    state.tokens = tokens
+    state.render_memo = memo
+    return tokenized
+
+
 def stored_reuse(
     renderer: Renderer, state: ConversationState, previous_prefix: Prefix, history_tokens: int
 ) -> int:
     """Tokens this prompt shares with a stored predecessor's context (prefix + history)."""
+    if renderer.whole_conversation:
+        instructions, tools, _ = previous_prefix
+        old, _, _ = renderer.render_whole(instructions, tools, state.items, None)
+        return common_prefix(old, state.tokens)
     shared = state.prefix_len + history_tokens
     old_prefix = renderer.render_prefix(*previous_prefix)
     if old_prefix == state.tokens[: state.prefix_len]:

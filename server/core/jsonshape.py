@@ -84,8 +84,26 @@ def _clip(path: str, limit: int = 256) -> str:
     return path if len(path) <= limit else path[: limit // 2] + "..." + path[-limit // 2 :]
 
 
+def plain_numbers(value: JSONValue) -> JSONValue:
+    """``value`` with each integral float as the integer, object keys in the client's order.
+
+    What a model sees of a client's JSON (tool parameters, output schemas): the order the
+    client wrote is part of the prompt, as the model's own renderers keep it; only the number
+    type a ``Struct`` loses is restored.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: plain_numbers(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(item) for item in value]
+    return value
+
+
 def canonical_json(value: JSONValue) -> JSONValue:
     """A JSON value in canonical form: object keys sorted, an integral float as the integer.
+
+    For fingerprints and comparisons only: a prompt keeps the client's order (``plain_numbers``).
 
     JSON objects are unordered and JSON has one number type, but gRPC carries free-form JSON
     (tool schemas, pass-through items) in protobuf ``Struct``, which keeps neither the key

@@ -98,6 +98,13 @@ class Metrics:
         self.tokens_reused = Counter(
             "bidi_tokens_reused", "Prompt tokens reused from stream caches.", registry=r
         )
+        self.prompt_rerenders = Counter(
+            "bidi_prompt_rerenders",
+            "Turns whose chat template rendered earlier turns differently (cached prompt "
+            "tokens were no longer a prefix).",
+            ["format"],
+            registry=r,
+        )
         self.turn_latency = Histogram(
             "bidi_turn_latency_seconds",
             "From a create's arrival to its terminal event.",

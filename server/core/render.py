@@ -28,17 +28,26 @@ looked up by ``call_id`` in ``call_names``.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import orjson
 import tiktoken
 from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.items import Item, JSONObject, part_text
+from bidi_responses.server.core.items import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.jsonshape import canonical_json
 
 TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
+
+
+class RenderMemo(Protocol):
+    """What a whole-conversation format keeps of its last render, to render the next turn
+    without tokenizing the unchanged part again."""
+
+    def approx_bytes(self) -> int:
+        """Memory held, for the caches' byte budgets."""
+        ...
 
 
 class Renderer:
@@ -46,6 +55,9 @@ class Renderer:
 
     #: The chat format this renderer writes; tokens of different formats never mix.
     format_name = "generic"
+    #: Whether the format renders a conversation whole (a model's own chat template) rather
+    #: than item by item; the core then calls ``render_whole`` (see ``core.continuation``).
+    whole_conversation = False
 
     def __init__(
         self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
@@ -131,6 +143,17 @@ class Renderer:
             )
         body = orjson.dumps(canonical_json(item)).decode()
         return self._block(out, "developer", None, body, tokenizer.END)
+
+    def render_whole(
+        self,
+        instructions: str | None,
+        tools: Sequence[Mapping[str, JSONValue]],
+        items: Iterable[Item],
+        memo: RenderMemo | None,
+    ) -> tuple[TokenArray, RenderMemo, int]:
+        """Render a whole conversation (formats with ``whole_conversation``): its tokens, a
+        memo of this render for the next one, and how many tokens were tokenized anew."""
+        raise NotImplementedError(f"the {self.format_name} format renders item by item")
 
     def render_items(
         self, items: Iterable[Item], call_names: dict[str, str], out: TokenArray

@@ -16,7 +16,7 @@ from bidi_responses.server.core.event_types import ReasoningConfig, TextConfig, 
 from bidi_responses.server.core.fields import opt_bool, opt_number, opt_str, required_model
 from bidi_responses.server.core.input_items import parse_input
 from bidi_responses.server.core.items import Item, JSONObject, JSONValue
-from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.jsonshape import plain_numbers
 from bidi_responses.server.core.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
 
 
@@ -56,10 +56,11 @@ class CreateRequest:
         return self.toolset.tools
 
     def output_format(self) -> JSONObject | None:
-        """The structured-output format in canonical form, so that gRPC (Struct) and JSON
-        clients render and sample alike."""
+        """The structured-output format with integral numbers as integers (a gRPC ``Struct``
+        makes every number a double) and its keys in the client's order, as the model must
+        see it."""
         fmt = params.response_format(self.text)
-        return canonical_json(fmt) if fmt is not None else None
+        return plain_numbers(fmt) if fmt is not None else None
 
 
 def parse_create(

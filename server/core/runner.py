@@ -266,9 +266,17 @@ class ResponseRun:
         history_rendered = self._append_items(history) if history else 0
         if base.previous_prefix is not None:
             reused = continuation.stored_reuse(
-                core.renderer, state, base.previous_prefix, history_rendered
+                self.renderer, state, base.previous_prefix, history_rendered
             )
+        before = state.tokens
         rendered += history_rendered + self._append_items(request.input)
+        if self.renderer.whole_conversation:
+            # A chat template may render earlier turns anew once new ones join.
+            previous = base.previous_tokens
+            shared = common_prefix(previous if previous is not None else before, state.tokens)
+            reused = shared if previous is not None else min(reused, shared)
+            if previous is not None:
+                stats.tokens_reused = len(state.tokens) - rendered
         stats.tokens_rendered += rendered
         self.account.took_input(request.input, reused)
 
@@ -291,6 +299,8 @@ class ResponseRun:
         """Render items onto the conversation's tokens and record them; returns tokens added."""
         state = self.state
         assert state is not None
+        if self.renderer.whole_conversation:
+            return continuation.render_whole(self.core, self.renderer, state, items)
         added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
@@ -368,8 +378,11 @@ class ResponseRun:
                 await self.emit(error_event(error.status, error.to_error_object(), answers))
                 continue  # still waiting for an acceptable append
             self.record.stats.items_validated += len(items)
-            reused = len(self.state.tokens)
+            previous = self.state.tokens
+            reused = len(previous)
             self.record.stats.tokens_rendered += self._append_items(items)
+            if self.renderer.whole_conversation:  # a new array: was the old one kept?
+                reused = common_prefix(previous, self.state.tokens)
             self.account.took_input(items, reused)
             self.appends.expect([])
             return items

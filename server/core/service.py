@@ -102,6 +102,9 @@ class ResponsesCore(SurfaceOps):
         # Replica failover counters (GetStats ``failover``).
         self.failover = {"idempotent_replays": 0, "states_handed_off": 0, "states_restored": 0}
         self.counters = Counters()
+        # Turns whose chat template no longer kept the cached prompt as a prefix (GetStats
+        # ``cache.prompt_rerenders``).
+        self.prompt_rerenders = 0
         auth = config.auth
         self.keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
         self.metrics = Metrics(lambda model: self.router.engine_name(model) is not None)
@@ -340,6 +343,12 @@ class ResponsesCore(SurfaceOps):
         assert run.record is not None
         return run.record.snapshot()
 
+    def note_prompt_rerender(self, format_name: str) -> None:
+        """A chat template rendered earlier turns differently: the cached prompt tokens were
+        not a prefix of the new render (``continuation.render_whole``)."""
+        self.prompt_rerenders += 1
+        self.metrics.prompt_rerenders.labels(format_name).inc()
+
     def stats(self) -> ServerStats:
         """Cumulative counters of this process (GetStats / GET /v1/stats), and which it is."""
         return {
@@ -351,7 +360,7 @@ class ResponsesCore(SurfaceOps):
             "route_resolutions_total": self.router.resolutions,
             "post_queue_depth": self.post.depth,
             "post_queue": self.post.counters(),
-            "cache": self.cache_budget.counters(),
+            "cache": {**self.cache_budget.counters(), "prompt_rerenders": self.prompt_rerenders},
             "failover": dict(self.failover),
         }
 

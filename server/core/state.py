@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 
 from bidi_responses.server.core.event_types import ResponseObject
 from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.render import Renderer, RenderMemo, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
 #: own shape (the core only keeps it, under the stage's name, with the conversation).
@@ -65,6 +65,9 @@ class ConversationState:
     # The chat format ``tokens`` are in (``Renderer.format_name``); a route with another
     # format renders the conversation again.
     format_name: str | None = None
+    # A whole-conversation format's memo of its last render (``Renderer.render_whole``),
+    # None when the next render starts afresh; with its size in bytes.
+    render_memo: RenderMemo | None = None
 
     def approx_bytes(self) -> int:
         """Memory held, for the caches' byte budgets: the token array as allocated, the items
@@ -72,6 +75,7 @@ class ConversationState:
         return (
             sys.getsizeof(self.tokens)
             + self.item_bytes
+            + (self.render_memo.approx_bytes() if self.render_memo is not None else 0)
             + 8 * len(self.items)
             + 200 * (len(self.call_names) + len(self.answered_calls))
             + _STATE_OVERHEAD

@@ -12,6 +12,9 @@
   speaks the two wires, ``upstream_events`` translates the upstream's events.
 * ``http_backend``: what the two HTTP engines share (session pool, API key, SSE, errors).
 * ``formats``, ``harmony``: chat formats (prompt renderer plus completion parser).
+* ``template_format``: any open model's format, from ``model_tokenizer`` (its tokenizer),
+  ``chat_template`` (its Jinja template, sandboxed, rendered incrementally) and
+  ``tool_calls`` (its tool calls, parsed while streaming).
 * ``completion_parser``: sampled token ids back into items, for the project's chat format.
 * ``timing``, ``prefix_cache``: the cost model and pacing, and the bounded prefix (KV)
   cache, which both simulated engines share.

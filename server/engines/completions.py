@@ -30,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import tiktoken
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineRequest
 from bidi_responses.server.engines.completion_stream import StreamState, finish, read_completion
 from bidi_responses.server.engines.http_backend import (
@@ -78,8 +77,18 @@ class CompletionsConfig:
     context_window: int = 131_072
     # Connections kept open to the backend.
     max_connections: int = 64
-    # The model's chat format: "generic" (the project's own) or "harmony" (gpt-oss).
+    # The model's chat format: "generic" (the project's own), "harmony" (gpt-oss) or
+    # "template" (any open model: its own tokenizer and chat template, from the files below).
     format: str = "generic"
+    # format = "template": the model's tokenizer.json, its directory, or its GGUF file (a
+    # relative path is taken from the config file's directory).
+    tokenizer: str = ""
+    # A .jinja file replacing the model's own chat template ("" keeps the model's).
+    chat_template: str = ""
+    # How the model writes tool calls: "auto" (from its template), "tags", "json" or "none".
+    tool_call_format: str = "auto"
+    # Extra variables for the chat template (``chat_template_kwargs``: enable_thinking...).
+    chat_template_kwargs: JSONObject = field(default_factory=dict)
     # Extra fields merged into every request body (backend sampling settings, logit_bias...).
     extra_body: JSONObject = field(default_factory=dict)
 
@@ -104,7 +113,17 @@ class CompletionsEngine:
                 f"completions: unknown format {config.format!r}; expected {', '.join(FORMATS)}"
             )
         self.config = config
-        self.format: ChatFormat = build_format(config.format, encoding, open_compaction)
+        settings = None
+        if config.format == "template":
+            from bidi_responses.server.engines.template_format import TemplateSettings
+
+            settings = TemplateSettings(
+                config.tokenizer,
+                config.chat_template,
+                config.tool_call_format,
+                config.chat_template_kwargs,
+            )
+        self.format: ChatFormat = build_format(config.format, encoding, open_compaction, settings)
         # The core renders this route's conversations with the model's own format.
         self.renderer = self.format.renderer
         self._url = config.base_url.rstrip("/") + "/completions"
@@ -146,12 +165,23 @@ class CompletionsEngine:
             # (logprobs carry the id); stop_token_ids is understood by vLLM and SGLang.
             "return_token_ids": True,
             "logprobs": 1,
-            "stop_token_ids": [tokenizer.RETURN, tokenizer.CALL],
+            "stop_token_ids": list(self.format.stop_token_ids),
             "skip_special_tokens": False,
         }
         if config.model:
             body["model"] = config.model
-        body.update(config.extra_body)
+        fmt = request.response_format
+        if fmt is not None and self.format.sends_response_format:
+            body["response_format"] = _response_format(fmt)
+        bias: JSONObject = {}
+        if request.tool_choice == "none" and self.format.call_token is not None:
+            # The model may not call a tool: it cannot open a call.
+            bias[str(self.format.call_token)] = -100
+        extra = config.extra_body
+        body.update(extra)
+        if bias:
+            configured = extra.get("logit_bias")
+            body["logit_bias"] = {**bias, **(configured if isinstance(configured, dict) else {})}
         return body
 
     def _headers(self) -> dict[str, str]:
@@ -161,7 +191,7 @@ class CompletionsEngine:
         """Stream one segment from the backend (see the module docstring)."""
         config = self.config
         prompt = [*request.prompt_tokens, *self._assistant_start]
-        parser = self.format.new_parser()
+        parser = self.format.parser_for(request)
         opened: list[int] = []
         if request.forced_function:
             # A forced tool choice: the prompt opens the call, the model writes the arguments.
@@ -197,3 +227,14 @@ class CompletionsEngine:
         for event in parser.close():
             yield event
         yield finish(state, parser, len(prompt), attempt)
+
+
+def _response_format(fmt: Mapping[str, JSONValue]) -> JSONObject:
+    """A Responses ``text.format`` in the completions API's shape, the schema's keys in the
+    client's order (a constrained decoder writes the properties in that order)."""
+    if fmt.get("type") != "json_schema":
+        return {"type": "json_object"}
+    spec: JSONObject = {"name": fmt.get("name") or "response", "schema": fmt.get("schema") or {}}
+    if fmt.get("strict") is not None:
+        spec["strict"] = fmt.get("strict")
+    return {"type": "json_schema", "json_schema": spec}

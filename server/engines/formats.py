@@ -11,16 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.items import FunctionCallItem
 from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.engines.base import EngineEvent
+from bidi_responses.server.engines.base import EngineEvent, EngineRequest
 
-#: The format names a completions route accepts.
-FORMATS: tuple[str, ...] = ("generic", "harmony")
+if TYPE_CHECKING:
+    from bidi_responses.server.engines.template_format import TemplateSettings
+
+#: The format names a completions route accepts ("template": the model's own tokenizer and
+#: chat template, see ``template_format``).
+FORMATS: tuple[str, ...] = ("generic", "harmony", "template")
+#: The formats with a built-in vocabulary (o200k), rendered item by item.
+ITEM_FORMATS: tuple[str, ...] = ("generic", "harmony")
 
 
 class CompletionParserLike(Protocol):
@@ -47,10 +53,29 @@ class ChatFormat:
     # What ends every prompt: the model's turn begins here.
     assistant_start: tuple[int, ...]
     new_parser: Callable[[], CompletionParserLike]
+    # Tokens that end the model's turn (sent as ``stop_token_ids``).
+    stop_token_ids: tuple[int, ...] = (tokenizer.RETURN, tokenizer.CALL)
+    # A parser that depends on the request (whether it declares tools), if the format has one.
+    request_parser: Callable[[EngineRequest], CompletionParserLike] | None = None
+    # How a forced call opens, when the renderer cannot say (``call_header``).
+    open_call: Callable[[str], list[int]] | None = None
+    # The one token that opens a tool call, banned when ``tool_choice`` is "none".
+    call_token: int | None = None
+    # A structured-output schema goes to the backend's constrained decoding as the request's
+    # ``response_format`` (vLLM, SGLang) instead of into the prompt.
+    sends_response_format: bool = False
+
+    def parser_for(self, request: EngineRequest) -> CompletionParserLike:
+        """A parser for one sampling segment of ``request``."""
+        if self.request_parser is not None:
+            return self.request_parser(request)
+        return self.new_parser()
 
     def call_header(self, name: str) -> list[int]:
         """The tokens that open a call to function ``name`` after the assistant start, as the
         renderer writes them (so a forced call looks like one the model opened itself)."""
+        if self.open_call is not None:
+            return self.open_call(name)
         item: FunctionCallItem = {
             "type": "function_call",
             "call_id": "",
@@ -65,10 +90,20 @@ class ChatFormat:
 
 
 def build_format(
-    name: str, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+    name: str,
+    encoding: tiktoken.Encoding,
+    open_compaction: Callable[[str], str] | None = None,
+    settings: TemplateSettings | None = None,
 ) -> ChatFormat:
     """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
-    turns a compaction item's sealed content back into its summary (``core.compaction``)."""
+    turns a compaction item's sealed content back into its summary (``core.compaction``).
+    ``"template"`` needs ``settings``: where the model's tokenizer and template are."""
+    if name == "template":
+        from bidi_responses.server.engines.template_format import build_template_format
+
+        if settings is None:
+            raise ValueError("the template format needs the model's tokenizer (settings)")
+        return build_template_format(settings, encoding, open_compaction)
     start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
     if name == "generic":
         from bidi_responses.server.engines.completion_parser import CompletionParser

@@ -29,7 +29,7 @@ import orjson
 import tiktoken
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.items import Item, part_text
-from bidi_responses.server.core.jsonshape import canonical_json
+from bidi_responses.server.core.jsonshape import canonical_json, plain_numbers
 from bidi_responses.server.core.render import Renderer, TokenArray
 from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 
@@ -103,14 +103,15 @@ class HarmonyRenderer(Renderer):
             oh.ToolDescription.new(
                 t["name"],
                 t.get("description") or "",
-                canonical_json(t.get("parameters")) or {"type": "object", "properties": {}},
+                # The client's key order, as openai-harmony's own renderer keeps it.
+                plain_numbers(t.get("parameters")) or {"type": "object", "properties": {}},
             )
             for t in tools
             if t.get("type") == "function"
         ]
         if response_format:
             # Harmony's developer message carries output formats in their own section.
-            spec = orjson.dumps(canonical_json(response_format)).decode()
+            spec = orjson.dumps(plain_numbers(response_format)).decode()
             instructions = f"{instructions or ''}\n\n# Response Formats\n\n{spec}".lstrip()
         developer = developer_message(instructions, functions)
         if developer is not None:

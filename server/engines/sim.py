@@ -25,6 +25,7 @@ from typing import Literal
 
 import tiktoken
 from bidi_responses.server.core.items import JSONValue
+from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest, FunctionSpec
 from bidi_responses.server.engines.prefix_cache import PrefixCache
@@ -166,7 +167,10 @@ class SimEngine:
         ``json_object``: an object holding a short answer.
         """
         if response_format.get("type") == "json_schema":
-            return _dumps(schema_instance(response_format.get("schema") or {}, rng))
+            # Sampled from the canonical form: the same answer whatever order a transport
+            # kept the schema's keys in (a gRPC Struct keeps none).
+            schema = canonical_json(response_format.get("schema") or {})
+            return _dumps(schema_instance(schema if isinstance(schema, dict) else {}, rng))
         words = " ".join(
             rng.choice(FILLER_WORDS) for _ in range(max(self.config.answer_tokens // 2, 1))
         )

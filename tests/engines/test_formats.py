@@ -11,7 +11,7 @@ from bidi_responses.server.core.items import part_text
 from bidi_responses.server.core.state import ConversationState
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
-from bidi_responses.server.engines.formats import FORMATS, ChatFormat, build_format
+from bidi_responses.server.engines.formats import ITEM_FORMATS, ChatFormat, build_format
 from bidi_responses.server.engines.harmony import developer_message, load_harmony
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from tests.core.test_render import CODEC, Conversation, conversations
 
 ENCODING = load_encoding()
-FORMAT = {name: build_format(name, ENCODING, CODEC.summary) for name in FORMATS}
+FORMAT = {name: build_format(name, ENCODING, CODEC.summary) for name in ITEM_FORMATS}
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 @settings(max_examples=60, deadline=None)
 @given(conversation=conversations(), data=st.data())
 def test_incremental_render_equals_full_render(
@@ -143,7 +143,7 @@ ANSWER = (
 )
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 def test_tool_call_parses_from_a_recorded_stream(name: str) -> None:
     events, finished = _parse(FORMAT[name], _sampled(TOOL_CALL))
     assert finished
@@ -153,7 +153,7 @@ def test_tool_call_parses_from_a_recorded_stream(name: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 def test_reasoning_then_answer_parses_from_a_recorded_stream(name: str) -> None:
     events, finished = _parse(FORMAT[name], _sampled(ANSWER))
     assert finished
@@ -163,14 +163,14 @@ def test_reasoning_then_answer_parses_from_a_recorded_stream(name: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 def test_nothing_after_the_stop_token_is_read(name: str) -> None:
     tokens = _sampled(ANSWER + "<|start|>assistant<|channel|>final<|message|>more<|return|>")
     events, _ = _parse(FORMAT[name], tokens)
     assert [kind for kind, _, _ in _items(events)] == ["reasoning", "message"]
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 def test_a_truncated_answer_ends_its_item(name: str) -> None:
     tokens = _sampled("<|channel|>final<|message|>Two files: a.txt and")
     events, finished = _parse(FORMAT[name], tokens)
@@ -178,7 +178,7 @@ def test_a_truncated_answer_ends_its_item(name: str) -> None:
     assert _items(events) == [("message", "", "Two files: a.txt and")]
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", ITEM_FORMATS)
 def test_a_forced_call_header_parses_as_the_models_own(name: str) -> None:
     chat_format = FORMAT[name]
     header = chat_format.call_header("exec_command")

@@ -12,6 +12,7 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core import tokenizer
 from bidi_responses.server.core.items import Item
+from bidi_responses.server.core.jsonshape import canonical_json
 from bidi_responses.server.core.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
 from bidi_responses.server.engines.harmony import load_harmony
@@ -62,6 +63,9 @@ async def test_recorded_gpt_oss_tool_turn_through_the_stream(
         "content": [{"type": "input_text", "text": "List the files."}],
     }
     conversation = [user_item, *cast(list[Item], first.output), cast(Item, output)]
-    first_prompt = renderer.render_conversation(None, [SHELL_TOOL], [user_item])
-    second_prompt = renderer.render_conversation(None, [SHELL_TOOL], conversation)
+    # A gRPC Struct keeps no key order: the schema reaches the model with its keys sorted
+    # (JSON transports keep the client's order).
+    tool = {**SHELL_TOOL, "parameters": canonical_json(SHELL_TOOL["parameters"])}
+    first_prompt = renderer.render_conversation(None, [tool], [user_item])
+    second_prompt = renderer.render_conversation(None, [tool], conversation)
     assert backend.prompts == [[*first_prompt, *start], [*second_prompt, *start]]

@@ -1,0 +1,447 @@
+"""What an open model samples, parsed into items while it streams: text, tool calls in the
+model's own format, and reasoning.
+
+The template teaches the model how to call a tool; the parser reads the same format back:
+
+* ``tags``: JSON in tags, as Qwen, Hermes and many fine-tunes write it::
+
+      <tool_call>
+      {"name": "get_weather", "arguments": {"city": "Paris"}}
+      </tool_call>
+
+* ``json``: a bare JSON object as the whole answer, as Llama 3.x writes it::
+
+      {"name": "get_weather", "parameters": {"city": "Paris"}}
+
+  (also a JSON list of such objects, or several separated by ``;``).
+
+A call's ``arguments`` (or ``parameters``) stream as argument deltas once its ``name`` has
+been read, character by character as the model writes them (key order and spacing kept).
+Text outside calls is a message; ``<think>...</think>`` (when the template uses it) is
+reasoning. A call the model leaves malformed (not JSON, no name, arguments that are not an
+object) fails the response with ``engine_bad_response``, naming what was wrong; a call cut
+short by the output budget ends the response ``incomplete``, like any truncated item.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
+
+__all__ = ["STYLES", "CallScanner", "TemplateCompletionParser", "ToolCallSyntax"]
+
+STYLES = ("tags", "json", "none")
+
+# A call's head, up to where its arguments begin.
+_HEAD = re.compile(
+    r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\S)',
+    re.S,
+)
+_MAX_CALL_CHARS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSyntax:
+    """How a model writes tool calls (and reasoning), learned from its chat template."""
+
+    style: Literal["tags", "json", "none"] = "tags"
+    open_tag: str = "<tool_call>"
+    close_tag: str = "</tool_call>"
+    think_open: str = ""  # "<think>" when the template has reasoning
+    think_close: str = "</think>"
+
+
+def malformed(detail: str) -> EngineError:
+    """The model wrote a tool call that cannot be read."""
+    return EngineError("engine_bad_response", f"The model wrote a malformed tool call: {detail}")
+
+
+@dataclass(slots=True)
+class CallScanner:
+    """One tool call's JSON, read as it streams: the name first, then the arguments as
+    deltas, then a check of the whole."""
+
+    body: str = ""
+    name: str | None = None
+    # Where the arguments value starts in ``body``, and how far it has been streamed.
+    start: int = -1
+    sent: int = 0
+    # The JSON scanner's state over the arguments value.
+    depth: int = 0
+    in_string: bool = False
+    escaped: bool = False
+    done_at: int = -1
+    streaming: bool = False
+    events: list[EngineEvent] = field(default_factory=list)
+
+    def feed(self, text: str) -> list[EngineEvent]:
+        """More of the call's text; returns the item start and argument deltas it allows."""
+        self.body += text
+        if len(self.body) > _MAX_CALL_CHARS:
+            raise malformed("it is longer than 1 MiB")
+        events: list[EngineEvent] = []
+        if self.name is None:
+            head = _HEAD.match(self.body)
+            if head is None:
+                return events
+            try:
+                self.name = json.loads(f'"{head.group(1)}"')
+            except ValueError:
+                raise malformed("its name is not a JSON string") from None
+            self.start = self.sent = head.end()
+            self.streaming = self.body[self.start] == "{"
+            events.append(ItemStart("function_call", name=self.name or ""))
+        if self.streaming and self.done_at < 0:
+            events += self._scan()
+        return events
+
+    def _scan(self) -> list[EngineEvent]:
+        body = self.body
+        index = self.sent
+        while index < len(body):
+            char = body[index]
+            index += 1
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif char == "\\":
+                    self.escaped = True
+                elif char == '"':
+                    self.in_string = False
+            elif char == '"':
+                self.in_string = True
+            elif char in "{[":
+                self.depth += 1
+            elif char in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.done_at = index
+                    break
+        piece = body[self.sent : index]
+        self.sent = index
+        return [Delta(piece, ())] if piece else []
+
+    def finish(self) -> tuple[list[EngineEvent], str]:
+        """The call's text is complete: check it and return the events still owed (the whole
+        call when its arguments could not stream) and the arguments JSON."""
+        try:
+            value = json.loads(self.body)
+        except ValueError as exc:
+            raise malformed(f"it is not JSON ({exc}): {self.body[:200]!r}") from None
+        events, text = _call_events(value, self.name is None)
+        if self.name is not None and not self.streaming:
+            events = [Delta(text, ())]  # announced, but its arguments could not stream
+        return events, text
+
+
+def _call_events(value: object, announce: bool) -> tuple[list[EngineEvent], str]:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise malformed("it has no 'name'")
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string
+        text = arguments
+        try:
+            arguments = json.loads(text) if text else {}
+        except ValueError:
+            raise malformed("its arguments are not JSON") from None
+    if not isinstance(arguments, dict):
+        raise malformed("its arguments are not a JSON object")
+    text = json.dumps(arguments, ensure_ascii=False)
+    if not announce:
+        return [], text
+    return [ItemStart("function_call", name=value["name"]), Delta(text, ())], text
+
+
+class TemplateCompletionParser:
+    """Sampled token ids into engine events, for a model behind its own chat template (same
+    interface as ``completion_parser.CompletionParser``; see the module docstring)."""
+
+    def __init__(
+        self,
+        tokenizer: ModelTokenizer,
+        syntax: ToolCallSyntax,
+        stop_ids: Collection[int],
+        *,
+        tools: bool = True,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._syntax = syntax
+        self._stops = frozenset(stop_ids)
+        # Tags are unambiguous; bare JSON is a call only when the request declares tools.
+        self._tools = syntax.style == "tags" or (tools and syntax.style == "json")
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._ids: list[int] = []  # token ids not yet attributed to a delta
+        self._mode: Literal["start", "text", "call", "json", "think"] = "start"
+        self._hold = ""  # text that may be the start of a tag
+        self._kind: str | None = None  # the open item
+        self._call: CallScanner | None = None
+        self._json_calls = False
+        syntax = self._syntax
+        tags = (syntax.open_tag, syntax.close_tag, syntax.think_open, syntax.think_close)
+        found = {tokenizer.token_id(tag) for tag in tags if tag}
+        self._tag_ids = frozenset(i for i in found if i is not None)
+        self.finished = False
+        self.items = 0
+        self.last_kind: str | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def feed(self, token: int) -> list[EngineEvent]:
+        """Consume one sampled token; return the events it completes."""
+        if self.finished:
+            return []
+        if token in self._stops:
+            events = self._flush()
+            self.finished = True
+            return events
+        self._ids.append(token)
+        tokenizer = self._tokenizer
+        if tokenizer.is_special(token) and token not in self._tag_ids:
+            return []  # a control token ([TOOL_CALLS]...): structure, not text
+        text = self._decoder.decode(tokenizer.token_bytes(token))
+        return self._text(text) if text else []
+
+    def close(self) -> list[EngineEvent]:
+        """The stream ended without a stop token (budget spent, or the backend stopped)."""
+        if self.finished:
+            return []
+        self.finished = True
+        events = self._text(self._decoder.decode(b"", final=True))
+        call = self._call
+        if call is not None and not (self._mode == "json" and _complete(call.body)):
+            # Cut short inside a call: what was read of it ends incomplete.
+            self._call = None
+            self._mode = "start"
+            if self._kind == "function_call":
+                events += self._end(incomplete=True)
+            return events
+        return events + self._flush()
+
+    # -- text --------------------------------------------------------------------------------
+
+    def _text(self, text: str) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        while text:
+            mode = self._mode
+            if mode == "start":
+                stripped = text.lstrip()
+                if not stripped:
+                    self._hold += text
+                    return events
+                syntax = self._syntax
+                if self._tools and syntax.style == "json" and stripped[0] in "{[":
+                    self._mode = "json"
+                    self._json_calls = stripped[0] == "["
+                    self._call = CallScanner()
+                    text = stripped
+                    self._hold = ""
+                    continue
+                self._mode = "text"
+                text = self._hold + text
+                self._hold = ""
+                continue
+            if mode == "json":
+                assert self._call is not None
+                if self._json_calls:
+                    self._call.body += text  # a list of calls: read whole at the end
+                else:
+                    events += self._call_events(self._call.feed(text))
+                return events
+            if mode in ("text", "think"):
+                text = self._in_text(text, events)
+                continue
+            # mode == "call": up to the close tag
+            text = self._in_call(text, events)
+        return events
+
+    def _openers(self) -> list[tuple[str, str]]:
+        syntax = self._syntax
+        openers: list[tuple[str, str]] = []
+        if self._mode == "think":
+            openers.append((syntax.think_close, "think_end"))
+            return openers
+        if self._tools and syntax.style == "tags":
+            openers.append((syntax.open_tag, "call"))
+        if syntax.think_open:
+            openers.append((syntax.think_open, "think"))
+        return openers
+
+    def _in_text(self, text: str, events: list[EngineEvent]) -> str:
+        """Text (a message, or reasoning) up to the next tag; returns what follows it."""
+        buffer = self._hold + text
+        self._hold = ""
+        best: tuple[int, str, str] | None = None
+        for tag, action in self._openers():
+            at = buffer.find(tag)
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, tag, action)
+        if best is None:
+            keep = max((_partial(buffer, tag) for tag, _ in self._openers()), default=0)
+            self._hold = buffer[len(buffer) - keep :] if keep else ""
+            self._say(buffer[: len(buffer) - keep], events)
+            return ""
+        at, tag, action = best
+        self._say(buffer[:at], events)
+        rest = buffer[at + len(tag) :]
+        if self._kind is not None:
+            events += self._end()
+        if action == "call":
+            self._mode = "call"
+            self._call = CallScanner()
+        elif action == "think":
+            self._mode = "think"
+            self._kind = "reasoning"
+            events.append(ItemStart("reasoning"))
+        else:  # the end of reasoning
+            self._mode = "start"
+        return rest
+
+    def _say(self, text: str, events: list[EngineEvent]) -> None:
+        if not text:
+            return
+        if self._kind is None:
+            if not text.strip():
+                return  # whitespace between items opens no message
+            self._kind = "message"
+            events.append(ItemStart("message"))
+            text = text.lstrip()
+        events.append(Delta(text, self._take_ids()))
+
+    def _in_call(self, text: str, events: list[EngineEvent]) -> str:
+        call = self._call
+        assert call is not None
+        buffer = self._hold + text
+        self._hold = ""
+        close = self._syntax.close_tag
+        at = buffer.find(close)
+        if at < 0:
+            keep = _partial(buffer, close)
+            self._hold = buffer[len(buffer) - keep :] if keep else ""
+            events += self._call_events(call.feed(buffer[: len(buffer) - keep]))
+            return ""
+        events += self._call_events(call.feed(buffer[:at]))
+        events += self._end_call()
+        self._mode = "start"
+        return buffer[at + len(close) :]
+
+    def _call_events(self, events: list[EngineEvent]) -> list[EngineEvent]:
+        out: list[EngineEvent] = []
+        for event in events:
+            if isinstance(event, ItemStart):
+                if self._kind is not None:
+                    out += self._end()
+                self._kind = "function_call"
+                out.append(event)
+            elif isinstance(event, Delta):
+                out.append(Delta(event.text, self._take_ids()))
+        return out
+
+    def _end_call(self) -> list[EngineEvent]:
+        call = self._call
+        assert call is not None
+        self._call = None
+        events, _ = call.finish()
+        out = self._call_events(events)
+        return out + self._end()
+
+    def _flush(self) -> list[EngineEvent]:
+        """The model's turn ended: finish what is open."""
+        events: list[EngineEvent] = []
+        if self._hold and self._mode != "call":
+            hold, self._hold = self._hold, ""
+            if self._mode == "think":
+                events.append(Delta(hold, self._take_ids()))
+            else:
+                self._say(hold, events)
+        call, self._call = self._call, None
+        if self._mode == "json" and call is not None:
+            try:
+                if self._json_calls:
+                    return events + self._json_list(call.body)
+                return events + self._json_sequence(call)
+            except EngineError:
+                if call.name is not None:
+                    raise  # a call was announced: its JSON must hold
+            # JSON that is not a call (an answer in JSON): a message, as vLLM's parsers do.
+            self._mode = "text"
+            self._say(call.body, events)
+            return events + self._end()
+        if self._mode == "call" and call is not None:
+            raise malformed(f"it has no closing {self._syntax.close_tag}")
+        return events + self._end()
+
+    def _json_sequence(self, call: CallScanner) -> list[EngineEvent]:
+        """Bare JSON: one call, or several separated by ``;`` or whitespace."""
+        decoder = json.JSONDecoder()
+        body, index = call.body, 0
+        values: list[object] = []
+        while True:
+            while index < len(body) and (body[index].isspace() or body[index] == ";"):
+                index += 1
+            if index >= len(body):
+                break
+            try:
+                value, index = decoder.raw_decode(body, index)
+            except ValueError as exc:
+                raise malformed(f"it is not JSON ({exc}): {body[:200]!r}") from None
+            values.append(value)
+        if not values:
+            raise malformed("it is empty")
+        first = CallScanner(
+            body=json.dumps(values[0], ensure_ascii=False),
+            name=call.name,
+            streaming=call.streaming,
+        )
+        events = self._call_events(first.finish()[0]) + self._end()
+        for value in values[1:]:
+            events += self._call_events(_call_events(value, True)[0]) + self._end()
+        return events
+
+    def _json_list(self, body: str) -> list[EngineEvent]:
+        try:
+            values = json.loads(body)
+        except ValueError as exc:
+            raise malformed(f"it is not JSON ({exc}): {body[:200]!r}") from None
+        if not isinstance(values, list) or not values:
+            raise malformed("a list of calls must hold at least one call")
+        events: list[EngineEvent] = []
+        for value in values:
+            events += self._call_events(_call_events(value, True)[0])
+            events += self._end()
+        return events
+
+    def _end(self, incomplete: bool = False) -> list[EngineEvent]:
+        kind, self._kind = self._kind, None
+        if kind is None:
+            return []
+        self.items += 1
+        self.last_kind = kind
+        return [ItemEnd(incomplete=incomplete)]
+
+    def _take_ids(self) -> tuple[int, ...]:
+        ids, self._ids = tuple(self._ids), []
+        return ids
+
+
+def _complete(body: str) -> bool:
+    """Whether a bare-JSON answer is complete JSON (one value, or several after ``;``)."""
+    try:
+        json.loads(body)
+    except ValueError:
+        return body.rstrip().endswith(("}", "]")) and body.count("{") == body.count("}")
+    return True
+
+
+def _partial(text: str, tag: str) -> int:
+    """Length of the longest end of ``text`` that begins ``tag`` (a tag may be split)."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0

@@ -1,0 +1,124 @@
+"""A tiny open model for llama.cpp, with a vocabulary and chat template of its own.
+
+Unlike ``tiny_gguf`` (the o200k/Harmony vocabulary of gpt-oss), this model is what most
+deployments serve: a byte-level BPE vocabulary trained at test time (``tokenizers``, a few
+hundred tokens, ``qwen2`` pre-tokenizer), ChatML control tokens, ``<tool_call>`` tags as added
+tokens, and a Qwen-style chat template with tools in ``tokenizer.chat_template``.
+
+The weights are random and small except for an output head wired as a bigram table, so the
+next token depends on the last one. After the generation prompt (``<|im_start|>assistant\\n``)
+the model calls a tool: ``<tool_call>``, one token holding the call's JSON, ``</tool_call>``,
+``<|im_end|>``. With ``<tool_call>`` banned (``tool_choice: "none"``) it answers
+``Hello world.`` instead. The call's JSON is a single token the BPE never produces itself, so
+the next turn's render of that call tokenizes differently from what was sampled, as happens
+with real models.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import numpy.typing as npt
+import tokenizers
+
+from tests.engines.model_files import CHATML, train_tokenizer
+from tests.llama.tiny_gguf import N_CTX, N_EMBD, N_FF, N_HEAD, N_LAYER, _byte_to_unicode
+
+CALL_JSON = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+CALL_ARGUMENTS = '{"city": "Paris"}'
+ANSWER = "Hello world."
+
+
+def open_tokenizer() -> tokenizers.Tokenizer:
+    """The model's tokenizer (the same training run every time: deterministic)."""
+    return train_tokenizer()
+
+
+def write_open_model(path: Path, *, seed: int = 0) -> Path:
+    """Write the model to ``path`` (well under 1 MB) and return it."""
+    tokenizer = open_tokenizer()
+    spec = json.loads(tokenizer.to_str())
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    added = {token["id"]: token for token in spec["added_tokens"]}
+    to_char = _byte_to_unicode()
+    call_token = "".join(to_char[b] for b in CALL_JSON.encode())
+    n_vocab = max([*vocab.values(), *added]) + 2
+    texts = [""] * n_vocab
+    types = [gguf.TokenType.NORMAL] * n_vocab
+    for text, token_id in vocab.items():
+        texts[token_id] = text
+    for token_id, token in added.items():
+        texts[token_id] = token["content"]
+        types[token_id] = (
+            gguf.TokenType.CONTROL if token["special"] else gguf.TokenType.USER_DEFINED
+        )
+    texts[n_vocab - 1] = call_token  # sampled, never produced by the BPE itself
+    merges = [
+        " ".join(pair) if isinstance(pair, list) else pair for pair in spec["model"]["merges"]
+    ]
+
+    def tid(text: str) -> int:
+        return texts.index(text)
+
+    rng = np.random.default_rng(seed)
+    embed = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32)
+    embed /= np.linalg.norm(embed, axis=1, keepdims=True)
+    output = (rng.standard_normal((n_vocab, N_EMBD)) * 0.02).astype(np.float32)
+    newline = tid("Ċ")
+    call = [tid("<tool_call>"), n_vocab - 1, tid("</tool_call>")]
+    answer = tokenizer.encode(ANSWER, add_special_tokens=False).ids
+    end = tid("<|im_end|>")
+    output[call[0]] = embed[newline] * 4.0
+    output[call[1]] = embed[call[0]] * 4.0
+    output[call[2]] = embed[call[1]] * 4.0
+    output[answer[0]] = embed[newline] * 3.0  # second choice after the generation prompt
+    for current, following in itertools.pairwise(answer):
+        output[following] = embed[current] * 4.0
+    output[end] = (embed[answer[-1]] + embed[call[2]]) * 4.0
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("bidi-responses tiny open model")
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(texts)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tid("<|endoftext|>"))
+    writer.add_eos_token_id(end)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)
+
+    def small(*shape: int) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", embed)
+    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    writer.add_tensor("output.weight", output)
+    for layer in range(N_LAYER):
+        prefix = f"blk.{layer}."
+        writer.add_tensor(prefix + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        writer.add_tensor(prefix + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(prefix + name + ".weight", small(N_EMBD, N_EMBD))
+        writer.add_tensor(prefix + "ffn_gate.weight", small(N_FF, N_EMBD))
+        writer.add_tensor(prefix + "ffn_up.weight", small(N_FF, N_EMBD))
+        writer.add_tensor(prefix + "ffn_down.weight", small(N_EMBD, N_FF))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
