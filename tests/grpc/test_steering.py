@@ -14,6 +14,9 @@ from tests.grpc.conftest import open_stream
 
 pytestmark = pytest.mark.timeout(60)
 
+# Time the target spends before its next item, so a steer sent at an event lands inside it.
+STEER_MARGIN_MS = 1500
+
 
 async def _steer_at(
     stream: ConnectStream, at: str, steering: object, **params: object
@@ -36,7 +39,10 @@ async def _steer_at(
 async def test_a_steer_is_accepted_the_target_stops_and_its_successor_follows(
     server_factory: ServerFactory,
 ) -> None:
-    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    # The first token comes late, so the steer sent at response.created lands before it.
+    running: RunningServer = await server_factory(
+        tokens_per_second=200, answer_tokens=40, ttft_ms=STEER_MARGIN_MS
+    )
     async with asyncio.timeout(30), open_stream(running) as stream:
         # Steered before its first item: it stops at once, with nothing cut.
         target, ack = await _steer_at(stream, "response.created", "use tabs", input="a poem")
@@ -77,7 +83,7 @@ async def test_a_target_that_ends_with_tool_calls_leaves_the_steer_pending(
     server_factory: ServerFactory,
 ) -> None:
     running: RunningServer = await server_factory(
-        tokens_per_second=200, function_call_tokens=60, tool_rounds=1
+        tokens_per_second=100, function_call_tokens=100, tool_rounds=1
     )
     async with asyncio.timeout(30), open_stream(running) as stream:
         # Steered inside the function call: the call finishes, and the target with it.
@@ -111,7 +117,7 @@ async def test_a_target_that_ends_with_tool_calls_leaves_the_steer_pending(
 async def test_a_target_that_finishes_its_last_item_completes_and_is_still_followed(
     server_factory: ServerFactory,
 ) -> None:
-    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=60)
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=150)
     async with asyncio.timeout(30), open_stream(running) as stream:
         target, ack = await _steer_at(
             stream, "response.output_text.delta", "shorter", input="write a poem"
