@@ -119,8 +119,7 @@ class Steering:
         case = message.WhichOneof("event")
         lane = message.stream_id
         if case in _ACKS:
-            self._acknowledge(self._decoder.event(message))
-            return "consumed"
+            return "consumed" if self._acknowledge(self._decoder.event(message)) else "lane"
         running = self._running.get(lane)
         if case in _SNAPSHOTS:
             response = getattr(message, case).response
@@ -162,24 +161,30 @@ class Steering:
             target.ended = True
             self._settle(target)
 
-    def _acknowledge(self, event: JSONObject) -> None:
+    def _acknowledge(self, event: JSONObject) -> bool:
+        """Apply an acknowledgement; False when it answers no ``steer()`` of this client (a
+        steer sent raw with ``send``), which then goes to its lane like any event."""
         steer = event["steer"]
-        target = self._target(steer["previous_response_id"])
+        previous = steer["previous_response_id"]
+        target = self._targets.get(previous)
         steer_id = steer.get("id")
         kind = event["type"]
-        if kind == "response.steer.accepted":
-            target.accepted.add(steer_id)
-            if target.waiting:
-                target.waiting.popleft().set_result(SteerAck.from_event(event))
-        elif steer_id is not None and steer_id in target.accepted:
+        if target is None:
+            return False
+        if steer_id is not None and steer_id in target.accepted:
             # Accepted, then returned or left pending: no successor for this steer.
             target.accepted.discard(steer_id)
             target.last_outcome = event
-        elif kind == "response.steer.failed" and target.waiting:
+        elif kind == "response.steer.pending" or not target.waiting:
+            return False
+        else:
             target.waiting.popleft().set_result(SteerAck.from_event(event))
-            if event["error"].get("code") in _NOT_STEERABLE:
+            if kind == "response.steer.accepted":
+                target.accepted.add(steer_id)
+            elif event["error"].get("code") in _NOT_STEERABLE:
                 target.ended = True  # nothing runs there any more (or never did)
         self._settle(target)
+        return True
 
     def _settle(self, target: _Target) -> None:
         """Resolve ``follows`` to None once no successor can come: the target ended and no

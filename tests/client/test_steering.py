@@ -114,3 +114,14 @@ async def test_a_closed_stream_ends_every_wait() -> None:
         await ack
     with pytest.raises(ResponsesError):
         await follows
+
+
+async def test_acknowledgements_of_steers_sent_raw_stay_on_their_lane() -> None:
+    """Only ``steer()``'s own steers are tracked; one sent with ``send`` is answered on its
+    lane like any event, and its successor is the lane's too."""
+    steering = Steering()
+    steering.route(_snapshot("response.created", "r1"))
+    assert _is_lane(steering.route(_accepted("r1", "s1")))
+    assert _is_lane(steering.route(_snapshot("response.incomplete", "r1")))
+    assert _is_lane(steering.route(_snapshot("response.created", "r2", previous="r1")))
+    assert _is_lane(steering.route(_delta()))

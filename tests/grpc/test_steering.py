@@ -7,10 +7,12 @@ import asyncio
 
 import pytest
 from bidi_responses.client import ConnectStream, NoSuccessor, Response, SteerAck
+from bidi_responses.codec import inject_to_pb, steer_to_pb
 from bidi_responses.server.app import RunningServer
+from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.conftest import SHELL_TOOL, ServerFactory
-from tests.grpc.conftest import open_stream
+from tests.grpc.conftest import open_stream, pause_for_tool_outputs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,3 +130,52 @@ async def test_a_target_that_finishes_its_last_item_completes_and_is_still_follo
         successor = await stream.follow(target.id)
         assert successor.status == "completed"
         assert successor.previous_response_id == target.id
+
+
+async def test_inject_commits_tool_outputs_into_a_waiting_append_mode_response(
+    server: RunningServer,
+) -> None:
+    """``response_inject`` over Connect: the outputs a response in ``response_done`` waits
+    for, acknowledged, and it runs on; an inject for a response that waits for nothing is
+    returned."""
+    async with asyncio.timeout(30), open_stream(server) as stream:
+        waiting = await pause_for_tool_outputs(stream)
+        assert waiting.pending_calls
+        outputs = [waiting.call_output("ok", i) for i in range(len(waiting.pending_calls))]
+        await stream.send(pb.ConnectRequest(response_inject=inject_to_pb(waiting.id, outputs)))
+        events = stream.events()
+        seen = []
+        async for event in events:
+            seen.append(event)
+            if event["type"] in ("response.done", "response.completed", "response.failed"):
+                break
+        assert seen[0] == {
+            "type": "response.inject.created",
+            "response_id": waiting.id,
+            "sequence_number": seen[0]["sequence_number"],
+        }
+        assert seen[-1]["response"]["id"] == waiting.id
+        await stream.send(pb.ConnectRequest(response_inject=inject_to_pb("resp_gone", outputs)))
+        failed = await anext(events)
+        assert failed["type"] == "response.inject.failed"
+        assert failed["error"]["code"] == "response_not_found"
+        assert failed["input"] == outputs
+
+
+async def test_a_lane_on_a_steer_is_refused_naming_it(server_factory: ServerFactory) -> None:
+    """The steer's lane is its target's: a ``stream_id`` on the envelope is refused, as over
+    WebSocket, with the input returned, and the target runs on."""
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=40)
+    async with asyncio.timeout(30), open_stream(running) as stream:
+        events = stream.create_events(stream_id="a", model="sim-model", input="hi")
+        created = await anext(events)
+        steer = steer_to_pb(created["response"]["id"], "use tabs")
+        await stream.send(pb.ConnectRequest(stream_id="a", response_steer=steer))
+        seen = [event async for event in events]
+        failed = next(e for e in seen if e["type"] == "response.steer.failed")
+        assert failed["error"]["code"] == "invalid_input"
+        assert "'stream_id'" in failed["error"]["message"]
+        assert failed["steer"]["input"][0]["content"] == [
+            {"type": "input_text", "text": "use tabs"}
+        ]
+        assert seen[-1]["type"] == "response.completed"
