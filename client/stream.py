@@ -45,7 +45,8 @@ class ConnectStream:
     Each lane (``stream_id``) runs one response at a time: a create on a busy lane waits its
     turn (here, until the lane's previous turn has ended), so several tasks may share a lane.
     Use one lane per agent to run agents in parallel over one stream; a create may continue
-    (fork) a response of another lane.
+    (fork) a response of another lane. In append mode the turn ends at ``response.done``: keep
+    the lane to one task until the response's terminal event.
     """
 
     def __init__(self, call: ConnectCall, delivery: pb.DeliveryOptions | None = None) -> None:
