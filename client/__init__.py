@@ -9,7 +9,7 @@
 from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.client.failover import Conversation, run_resilient_agent
-from bidi_responses.client.stream import ConnectStream
+from bidi_responses.client.stream import ConnectStream, StreamLane
 from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
 from bidi_responses.client.types import NoSuccessor, Response, ResponsesError, SteerAck, Usage
 
@@ -23,6 +23,7 @@ __all__ = [
     "ResponsesClient",
     "ResponsesError",
     "SteerAck",
+    "StreamLane",
     "SyncConnectStream",
     "Usage",
     "run_agent_loop",

@@ -99,8 +99,15 @@ class Steering:
 
     def successor(self, previous_response_id: str) -> asyncio.Future[SuccessorQueue | None]:
         """Resolves to the queue of ``previous_response_id``'s successor once it starts, or to
-        None once none can come (see ``outcome``)."""
-        target = self._target(previous_response_id)
+        None once none can come (see ``outcome``): at once for a response this client never
+        steered (only its own steers' successors are kept apart)."""
+        target = self._targets.get(previous_response_id)
+        if target is None:
+            nothing: asyncio.Future[SuccessorQueue | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+            nothing.set_result(None)
+            return nothing
         if target.follows is None:
             target.follows = asyncio.get_running_loop().create_future()
             self._settle(target)

@@ -36,7 +36,7 @@ from bidi_responses.codec import (
 )
 from bidi_responses.v1 import responses_pb2 as pb
 
-__all__ = ["ConnectStream", "collect_response"]
+__all__ = ["ConnectStream", "StreamLane", "collect_response"]
 
 
 class ConnectStream:
@@ -250,7 +250,13 @@ class ConnectStream:
         if queue is None:
             raise NoSuccessor(
                 self._steering.outcome(previous_response_id)
-                or {"type": "response.steer.failed", "error": {"code": "no_successor"}}
+                or {
+                    "type": "response.steer.failed",
+                    "error": {
+                        "code": "no_successor",
+                        "message": "no steer of this client was accepted for this response",
+                    },
+                }
             )
         async for message in self._until_end_of(queue):
             yield self._decoder.event(message)
@@ -278,6 +284,11 @@ class ConnectStream:
             )
         )
 
+    def lane(self, stream_id: str) -> StreamLane:
+        """One lane of this stream, as the SDKs' lane helpers give it: its creates take turns,
+        and ``final_response`` after a steered one reads the automatic successor."""
+        return StreamLane(self, stream_id)
+
     async def close(self) -> None:
         """Half-close and wait for the server to end the stream."""
         with contextlib.suppress(grpc.aio.UsageError, grpc.aio.AioRpcError):
@@ -289,6 +300,44 @@ class ConnectStream:
         """Drop the stream at once (the server cancels in-flight work)."""
         self._call.cancel()
         self._reader.cancel()
+
+
+class StreamLane:
+    """A lane of a ``ConnectStream`` (``stream.lane("a")``): ``create`` and ``create_events``
+    on it, ``steer`` of its responses, and ``final_response``, the last response of the lane's
+    chain: the latest create's, or its automatic successor's once one was steered."""
+
+    def __init__(self, stream: ConnectStream, stream_id: str) -> None:
+        self.stream = stream
+        self.id = stream_id
+        self._last: Response | None = None
+
+    async def create(self, **params: JSONValue) -> Response:
+        """Create on this lane (waits its turn) and return the response."""
+        self._last = await self.stream.create(stream_id=self.id, **params)
+        return self._last
+
+    def create_events(self, **params: JSONValue) -> AsyncGenerator[JSONObject, None]:
+        """Create on this lane and yield its events (see ``ConnectStream.create_events``)."""
+        return self.stream.create_events(stream_id=self.id, **params)
+
+    async def steer(self, *, previous_response_id: str, input: ResponseInput) -> SteerAck:
+        """See ``ConnectStream.steer`` (the target is on this lane)."""
+        return await self.stream.steer(previous_response_id=previous_response_id, input=input)
+
+    async def final_response(self, response: Response | None = None) -> Response:
+        """The response that ends the chain of ``response`` (default: this lane's latest
+        create): itself, or when it was steered its automatic successor (followed to the end,
+        over any further steering of the successor)."""
+        current = response or self._last
+        if current is None:
+            raise ResponsesError("no_response", f"lane '{self.id}' has created nothing yet")
+        while True:
+            try:
+                current = await self.stream.follow(current.id)
+            except NoSuccessor:
+                self._last = current
+                return current
 
 
 _TURN_END_CASES = frozenset(
