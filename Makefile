@@ -69,13 +69,15 @@ breaking-proto: $(BUF)
 		(echo "error: the proto baseline $(PROTO_BASELINE) is not in this clone (a shallow clone? fetch it, or clone with history)" >&2; exit 1)
 	$(BUF) breaking --against '.git#ref=$(PROTO_BASELINE)'
 
-# The Node SDK test's packages, installed here rather than inside the test (its timeout).
+# The Node SDK tests' packages (openai 7.59.0 and ws, for ResponsesWS), installed here rather
+# than inside the test (its timeout).
 NODE_SDK := tests/node/node_modules/.installed
 $(NODE_SDK): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The pinned npm packages: buf, and @grpc/grpc-js + @grpc/proto-loader for the Node client test.
+# The pinned npm packages: buf, @grpc/grpc-js + @grpc/proto-loader for the Node gRPC client
+# tests, and the official Node SDK for the WebSocket-mode tests.
 node-deps: $(BUF) $(NODE_SDK)
 
 # mypy --strict over the installed package (through the editable install's link tree) and the tests.

@@ -2,10 +2,11 @@
 
 The default configuration is ``make compare``: the headline rollout (1,000 tok/s, 25 tool turns
 of 4k-token outputs, all eight modes, 3 repeats), the 4,000 tok/s keep-up test with and without
-delta merging, the history-length sweep, the tokens/s sweep and the concurrency sweep, sized to
-finish in under ten minutes on two cores. Every server runs with the default delta merging
-window (``streaming.delta_window_ms``, 2 ms) except where a table says otherwise. ``--smoke`` is
-a tiny version for the test suite.
+delta merging, the history-length sweep, the tokens/s sweep, the concurrency sweep and the
+steering sweep (steer sent -> acknowledgement and -> the successor's first token, on the two
+streams), sized to finish in under ten minutes on two cores. Every server runs with the default
+delta merging window (``streaming.delta_window_ms``, 2 ms) except where a table says otherwise.
+``--smoke`` is a tiny version for the test suite.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["add_compare", "config_from_args", "run"]
 
-_SWEEPS = ("headline", "keepup", "history", "tps", "concurrency")
+_SWEEPS = ("headline", "keepup", "history", "tps", "concurrency", "steer")
 
 
 def _floats(text: str) -> list[float]:
@@ -176,6 +177,14 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--keepup-modes", default="7,9,4", help="modes of the keep-up test")
     p.add_argument(
+        "--steer-rounds", type=int, default=30, help="steered responses per mode and repeat (30)"
+    )
+    p.add_argument(
+        "--steer-modes",
+        default="4,7",
+        help="stream modes of the steering sweep (default 4,7: WebSocket mode, Connect)",
+    )
+    p.add_argument(
         "--store-all",
         action="store_true",
         help="store=true in every mode (default: only mode 3, which needs it)",
@@ -263,6 +272,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         else None,
         keepup_windows=_windows(args.keepup_windows),
         keepup_modes=resolve_modes(args.keepup_modes),
+        steer_rounds=args.steer_rounds,
+        steer_modes=resolve_modes(args.steer_modes),
         store_all=args.store_all,
         malloc_tuned=args.malloc_tuned,
         show_progress=not args.no_progress,
@@ -302,6 +313,7 @@ def _smoke(config: CompareConfig) -> None:
     config.keepup_responses = 1
     config.keepup_windows = [0.0]
     config.keepup_modes = resolve_modes("7")
+    config.steer_rounds = 3
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,18 +9,21 @@
 from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.client.failover import Conversation, run_resilient_agent
-from bidi_responses.client.stream import ConnectStream
+from bidi_responses.client.stream import ConnectStream, StreamLane
 from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
-from bidi_responses.client.types import Response, ResponsesError, Usage
+from bidi_responses.client.types import NoSuccessor, Response, ResponsesError, SteerAck, Usage
 
 __all__ = [
     "AgentResult",
     "AsyncResponsesClient",
     "ConnectStream",
     "Conversation",
+    "NoSuccessor",
     "Response",
     "ResponsesClient",
     "ResponsesError",
+    "SteerAck",
+    "StreamLane",
     "SyncConnectStream",
     "Usage",
     "run_agent_loop",

@@ -3,34 +3,50 @@
 A reader task takes every message off the call and queues it on its lane (``stream_id``);
 a turn sends ``response.create`` or ``response.append`` and reads its lane until the event that
 ends the turn. Messages are decoded to JSON-shaped events only when someone asks for them.
+Steering acknowledgements and automatic successors are sorted out first (``steering``), so a
+lane's queue holds only the events of the turns its callers started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import grpc
 from bidi_responses.client.channel import ConnectCall, status_error
+from bidi_responses.client.steering import Steering, SuccessorQueue
 from bidi_responses.client.types import (
     TERMINAL_EVENTS,
     JSONObject,
     JSONValue,
+    NoSuccessor,
     Response,
+    ResponseInput,
     ResponsesError,
+    SteerAck,
 )
-from bidi_responses.codec import EventDecoder, deep_messages, item_to_pb, params_to_pb, unbatch
+from bidi_responses.codec import (
+    EventDecoder,
+    deep_messages,
+    item_to_pb,
+    params_to_pb,
+    steer_to_pb,
+    unbatch,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 
-__all__ = ["ConnectStream", "collect_response"]
+__all__ = ["ConnectStream", "StreamLane", "collect_response"]
 
 
 class ConnectStream:
     """One Connect stream: a connection-scoped cache on the server, several lanes on it.
 
-    Each lane (``stream_id``) runs one response at a time; use one lane per agent to run
-    agents in parallel over one stream.
+    Each lane (``stream_id``) runs one response at a time: a create on a busy lane waits its
+    turn (here, until the lane's previous turn has ended), so several tasks may share a lane.
+    Use one lane per agent to run agents in parallel over one stream; a create may continue
+    (fork) a response of another lane. In append mode the turn ends at ``response.done``: keep
+    the lane to one task until the response's terminal event.
     """
 
     def __init__(self, call: ConnectCall, delivery: pb.DeliveryOptions | None = None) -> None:
@@ -41,7 +57,9 @@ class ConnectStream:
         # Raw messages per lane: they are decoded only when someone asks for events, so
         # ``create()`` pays for the terminal event alone.
         self._lanes: dict[str, asyncio.Queue[pb.ConnectResponse | None]] = {}
-        self._busy: set[str] = set()
+        # One turn at a time per lane, in the order the callers asked (asyncio.Lock is FIFO).
+        self._turns: dict[str, asyncio.Lock] = {}
+        self._steering = Steering()
         # grpc.aio allows one write at a time per call; lanes share the call.
         self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -74,7 +92,11 @@ class ConnectStream:
                     if message.WhichOneof("event") == "warning":
                         self.warnings.append(self._decoder.event(message))
                         continue
-                    self._queue(message.stream_id).put_nowait(message)
+                    route = self._steering.route(message)
+                    if route == "lane":
+                        self._queue(message.stream_id).put_nowait(message)
+                    elif route != "consumed":
+                        route.put_nowait(message)  # an automatic successor's event
         except grpc.aio.AioRpcError as error:
             closing = status_error(error)
             for lane, queue in self._lanes.items():
@@ -91,6 +113,7 @@ class ConnectStream:
                     )
                 )
         finally:
+            self._steering.close(ResponsesError("stream_closed", "the stream has ended"))
             for queue in self._lanes.values():
                 queue.put_nowait(None)
 
@@ -124,20 +147,16 @@ class ConnectStream:
         In append mode the iteration also stops at ``response.done``; answer it with
         ``append_events``.
         """
-        with self._occupy(stream_id):
+        async with self._turn(stream_id):
             async for message in self._create_messages(stream_id, params):
                 yield self._decoder.event(message)
 
-    @contextlib.contextmanager
-    def _occupy(self, stream_id: str) -> Iterator[None]:
-        """Hold a lane for one response; RuntimeError if it already has one in flight."""
-        if stream_id in self._busy:
-            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
-        self._busy.add(stream_id)
-        try:
-            yield
-        finally:
-            self._busy.discard(stream_id)
+    def _turn(self, stream_id: str) -> asyncio.Lock:
+        """The lane's turn: held from a create's send to its turn's end, taken in order."""
+        lock = self._turns.get(stream_id)
+        if lock is None:
+            lock = self._turns[stream_id] = asyncio.Lock()
+        return lock
 
     async def _create_messages(
         self, stream_id: str, params: JSONObject
@@ -161,7 +180,7 @@ class ConnectStream:
 
     async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
         """Create a response and wait for it; raises ResponsesError on an error event."""
-        with self._occupy(stream_id):
+        async with self._turn(stream_id):
             return await self._collect(self._create_messages(stream_id, params))
 
     async def append_events(
@@ -198,6 +217,65 @@ class ConnectStream:
                 return _outcome(self._decoder.event(message))
         raise ResponsesError("stream_closed", "the stream ended before the response did")
 
+    async def steer(self, *, previous_response_id: str, input: ResponseInput) -> SteerAck:
+        """Queue user input for a response in flight (after its ``response.created``) and
+        return the server's acknowledgement: ``accepted`` (it owns the input) or refused
+        (``ack.error``; nothing queued, the input comes back in ``ack.input``).
+
+        An accepted steer stops the response at a safe output boundary (it ends
+        ``incomplete``, reason ``steered``, or ``completed`` if it finished first), and an
+        automatic successor runs on the same lane: ``follow`` returns it. Do not create on that
+        parent yourself meanwhile. Steer events carry no lane: the target's is used.
+        """
+        future = self._steering.expect(previous_response_id)
+        try:
+            await self.send(
+                pb.ConnectRequest(response_steer=steer_to_pb(previous_response_id, input))
+            )
+        except BaseException:
+            self._steering.forget(previous_response_id, future)
+            raise
+        return await future
+
+    async def follow_events(self, previous_response_id: str) -> AsyncGenerator[JSONObject, None]:
+        """The events of the automatic successor of a steered response, from its
+        ``response.created`` (the commit point of the steering input) to its terminal event.
+
+        Raises ``NoSuccessor`` when none comes: the steer was returned after acceptance
+        (``response.steer.failed``), or the response waits for tool outputs
+        (``response.steer.pending``; send them in a create on the same lane with this
+        ``previous_response_id``, and the server puts the steering input first).
+        """
+        queue = await self._steering.successor(previous_response_id)
+        if queue is None:
+            raise NoSuccessor(
+                self._steering.outcome(previous_response_id)
+                or {
+                    "type": "response.steer.failed",
+                    "error": {
+                        "code": "no_successor",
+                        "message": "no steer of this client was accepted for this response",
+                    },
+                }
+            )
+        async for message in self._until_end_of(queue):
+            yield self._decoder.event(message)
+
+    async def follow(self, previous_response_id: str) -> Response:
+        """The automatic successor of a steered response, once it has ended (``NoSuccessor``
+        when none comes; see ``follow_events``)."""
+        return await collect_response(self.follow_events(previous_response_id))
+
+    @staticmethod
+    async def _until_end_of(queue: SuccessorQueue) -> AsyncIterator[pb.ConnectResponse]:
+        while True:
+            message = await queue.get()
+            if message is None:
+                raise ResponsesError("stream_closed", "the stream ended before the response did")
+            yield message
+            if message.WhichOneof("event") in _TURN_END_CASES:
+                return
+
     async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
         """Ask the server to stop the lane's in-flight response."""
         await self.send(
@@ -205,6 +283,11 @@ class ConnectStream:
                 stream_id=stream_id, response_cancel=pb.ResponseCancel(response_id=response_id)
             )
         )
+
+    def lane(self, stream_id: str) -> StreamLane:
+        """One lane of this stream, as the SDKs' lane helpers give it: its creates take turns,
+        and ``final_response`` after a steered one reads the automatic successor."""
+        return StreamLane(self, stream_id)
 
     async def close(self) -> None:
         """Half-close and wait for the server to end the stream."""
@@ -217,6 +300,44 @@ class ConnectStream:
         """Drop the stream at once (the server cancels in-flight work)."""
         self._call.cancel()
         self._reader.cancel()
+
+
+class StreamLane:
+    """A lane of a ``ConnectStream`` (``stream.lane("a")``): ``create`` and ``create_events``
+    on it, ``steer`` of its responses, and ``final_response``, the last response of the lane's
+    chain: the latest create's, or its automatic successor's once one was steered."""
+
+    def __init__(self, stream: ConnectStream, stream_id: str) -> None:
+        self.stream = stream
+        self.id = stream_id
+        self._last: Response | None = None
+
+    async def create(self, **params: JSONValue) -> Response:
+        """Create on this lane (waits its turn) and return the response."""
+        self._last = await self.stream.create(stream_id=self.id, **params)
+        return self._last
+
+    def create_events(self, **params: JSONValue) -> AsyncGenerator[JSONObject, None]:
+        """Create on this lane and yield its events (see ``ConnectStream.create_events``)."""
+        return self.stream.create_events(stream_id=self.id, **params)
+
+    async def steer(self, *, previous_response_id: str, input: ResponseInput) -> SteerAck:
+        """See ``ConnectStream.steer`` (the target is on this lane)."""
+        return await self.stream.steer(previous_response_id=previous_response_id, input=input)
+
+    async def final_response(self, response: Response | None = None) -> Response:
+        """The response that ends the chain of ``response`` (default: this lane's latest
+        create): itself, or when it was steered its automatic successor (followed to the end,
+        over any further steering of the successor)."""
+        current = response or self._last
+        if current is None:
+            raise ResponsesError("no_response", f"lane '{self.id}' has created nothing yet")
+        while True:
+            try:
+                current = await self.stream.follow(current.id)
+            except NoSuccessor:
+                self._last = current
+                return current
 
 
 _TURN_END_CASES = frozenset(

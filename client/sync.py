@@ -15,7 +15,7 @@ from typing import Literal, TypeVar
 from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loop
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.client.stream import ConnectStream
-from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput
+from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput, SteerAck
 
 T = TypeVar("T")
 
@@ -53,6 +53,16 @@ class SyncConnectStream:
     ) -> Response:
         """See ConnectStream.append."""
         return self._loop.run(self._stream.append(response_id, input, stream_id=stream_id))
+
+    def steer(self, *, previous_response_id: str, input: ResponseInput) -> SteerAck:
+        """See ConnectStream.steer (callable from another thread while a create waits)."""
+        return self._loop.run(
+            self._stream.steer(previous_response_id=previous_response_id, input=input)
+        )
+
+    def follow(self, previous_response_id: str) -> Response:
+        """See ConnectStream.follow."""
+        return self._loop.run(self._stream.follow(previous_response_id))
 
     def run_agent_loop(
         self,

@@ -38,6 +38,60 @@ class ResponsesError(Exception):
         )
 
 
+class NoSuccessor(ResponsesError):
+    """No automatic successor follows a steered response: its steering input was returned
+    (``response.steer.failed``) or waits for tool outputs (``response.steer.pending``: send
+    them in a create on the same lane with ``previous_response_id`` = the steered response;
+    the server puts the steering input first). ``event`` is that event."""
+
+    def __init__(self, event: JSONObject) -> None:
+        error = event.get("error") or {}
+        code = error.get("code") or event.get("reason") or ""
+        message = error.get("message") or "the response waits for client tool outputs"
+        super().__init__(code, message)
+        self.event = event
+
+    @property
+    def required_input(self) -> list[JSONObject]:
+        """The results the continuation must carry (``response.steer.pending`` only)."""
+        required: list[JSONObject] = self.event.get("required_input") or []
+        return required
+
+
+@dataclass(frozen=True, slots=True)
+class SteerAck:
+    """The server's answer to a steer: ``accepted`` (the server owns the input; the
+    successor's ``response.created`` commits it) or refused (nothing was queued; ``input`` is
+    the input returned, ``error`` says why)."""
+
+    accepted: bool
+    previous_response_id: str
+    #: The steer's id (``steer_...``); None when it was refused at once.
+    id: str | None
+    #: ``{"code", "message", "type"}`` when refused.
+    error: JSONObject | None
+    input: list[JSONObject]
+    raw: JSONObject = field(repr=False)
+
+    @classmethod
+    def from_event(cls, event: JSONObject) -> SteerAck:
+        """From a ``response.steer.accepted`` or ``response.steer.failed`` event."""
+        steer = event["steer"]
+        return cls(
+            accepted=event["type"] == "response.steer.accepted",
+            previous_response_id=steer["previous_response_id"],
+            id=steer.get("id"),
+            error=event.get("error"),
+            input=steer.get("input") or [],
+            raw=event,
+        )
+
+    @property
+    def code(self) -> str | None:
+        """The failure code (None when accepted)."""
+        return self.error.get("code") if self.error else None
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token usage of a response."""
@@ -95,6 +149,12 @@ class Response:
             raw=response,
             pending_calls=pending_calls or [],
         )
+
+    @property
+    def steered(self) -> bool:
+        """Steering input stopped it (``incomplete``, reason ``steered``); its automatic
+        successor follows on the same lane (``ConnectStream.follow``)."""
+        return self.status == "incomplete" and self.incomplete_reason == "steered"
 
     @property
     def function_calls(self) -> list[JSONObject]:

@@ -6,7 +6,8 @@ every streamed event, and explicit constructors cost a fraction of ``json_format
 
 One module per concept, each converting both ways (``X_to_pb`` from JSON, ``X_to_dict`` back):
 ``structs`` (free JSON), ``items``, ``tools``, ``settings`` (text, reasoning, usage, stats),
-``params`` (create parameters), ``responses``; and per direction of the stream:
+``params`` (create parameters), ``responses``, ``steering`` and ``injection`` (the requests
+and their acknowledgements); and per direction of the stream:
 ``request_decoder`` (the server's), ``event_encoder`` (the server's), ``event_decoder`` (the
 client's), over ``events`` (the event table both share), ``wire`` (framing by hand) and
 ``depth`` (nesting limits).
@@ -22,6 +23,7 @@ from bidi_responses.codec.depth import (
 )
 from bidi_responses.codec.event_decoder import EventDecoder
 from bidi_responses.codec.event_encoder import ProtoEncoder
+from bidi_responses.codec.injection import inject_to_dict, inject_to_pb
 from bidi_responses.codec.items import (
     canonical_item,
     function_call_to_dict,
@@ -45,6 +47,7 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
+from bidi_responses.codec.steering import input_items_to_pb, steer_to_dict, steer_to_pb
 from bidi_responses.codec.structs import (
     JSONObject,
     JSONValue,
@@ -91,6 +94,9 @@ __all__ = [
     "flat_message_to_dict",
     "function_call_to_dict",
     "function_call_to_pb",
+    "inject_to_dict",
+    "inject_to_pb",
+    "input_items_to_pb",
     "item_to_dict",
     "item_to_pb",
     "params_to_dict",
@@ -104,6 +110,8 @@ __all__ = [
     "restore_integers",
     "stats_to_dict",
     "stats_to_pb",
+    "steer_to_dict",
+    "steer_to_pb",
     "struct_to_dict",
     "text_to_dict",
     "text_to_pb",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from bidi_responses.codec.events import (
     ITEM_EVENT_TYPES,
     PART_EVENT_FIELDS,
@@ -10,14 +13,28 @@ from bidi_responses.codec.events import (
     SNAPSHOT_TYPES,
     TYPE_OF_CASE,
 )
+from bidi_responses.codec.injection import inject_created_to_dict, inject_failed_to_dict
 from bidi_responses.codec.items import function_call_to_dict, item_to_dict, part_to_dict
 from bidi_responses.codec.responses import response_to_dict
+from bidi_responses.codec.steering import (
+    steer_accepted_to_dict,
+    steer_failed_to_dict,
+    steer_pending_to_dict,
+)
 from bidi_responses.codec.structs import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
 # Which request an error answers: present in the JSON error only when known (as over WebSocket).
 _ERROR_ANSWERS = ("event_id", "request_type", "response_id")
+# The acknowledgements of steering and injection, each read by its concept's converter.
+_ACKNOWLEDGEMENTS: dict[str, Callable[[Any], JSONObject]] = {
+    "response.steer.accepted": steer_accepted_to_dict,
+    "response.steer.failed": steer_failed_to_dict,
+    "response.steer.pending": steer_pending_to_dict,
+    "response.inject.created": inject_created_to_dict,
+    "response.inject.failed": inject_failed_to_dict,
+}
 
 
 class EventDecoder:
@@ -68,6 +85,8 @@ def _event_body(kind: str, body: Message) -> JSONObject:
     elif kind == "error":
         assert isinstance(body, pb.ErrorEvent)
         return {"type": "error", "status": body.status, "error": _error_to_dict(body.error)}
+    elif kind in _ACKNOWLEDGEMENTS:
+        event = _ACKNOWLEDGEMENTS[kind](body)
     else:
         assert isinstance(body, pb.WarningEvent)
         return {"type": "warning", "code": body.code, "message": body.message}

@@ -18,11 +18,17 @@ from bidi_responses.codec.events import (
     SNAPSHOT_TYPES,
     TERMINAL_SNAPSHOT_TYPES,
 )
+from bidi_responses.codec.injection import inject_created_to_pb, inject_failed_to_pb
 from bidi_responses.codec.items import function_call_to_pb, item_to_pb, part_to_pb
 from bidi_responses.codec.responses import (
     response_echo_to_pb,
     response_progress_to_pb,
     response_to_pb,
+)
+from bidi_responses.codec.steering import (
+    steer_accepted_to_pb,
+    steer_failed_to_pb,
+    steer_pending_to_pb,
 )
 from bidi_responses.codec.structs import JSONMapping
 from bidi_responses.codec.wire import VARINT, field_bytes, field_number, tag, varint
@@ -37,6 +43,14 @@ _SNAPSHOT_FIELDS = {k: field_number(pb.ConnectResponse, CASE_OF_TYPE[k]) for k i
 _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
 # Request echoes kept for responses in flight; more means responses that never ended.
 _MAX_ECHOES = 64
+# The acknowledgements of steering and injection, each built by its concept's converter.
+_ACKNOWLEDGEMENTS: dict[str, Callable[[JSONMapping, int], Message]] = {
+    "response.steer.accepted": steer_accepted_to_pb,
+    "response.steer.failed": steer_failed_to_pb,
+    "response.steer.pending": steer_pending_to_pb,
+    "response.inject.created": inject_created_to_pb,
+    "response.inject.failed": inject_failed_to_pb,
+}
 
 
 class ProtoEncoder:
@@ -137,6 +151,8 @@ class ProtoEncoder:
             )
         elif kind == "warning":
             message = pb.WarningEvent(code=e["code"], message=e["message"])
+        elif kind in _ACKNOWLEDGEMENTS:
+            message = _ACKNOWLEDGEMENTS[kind](e, seq)
         else:
             raise ValueError(f"no protobuf case for event type {kind!r}")
         return _connect_response(stream_id=lane, **{CASE_OF_TYPE[kind]: message})

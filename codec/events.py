@@ -11,6 +11,7 @@ from __future__ import annotations
 SNAPSHOT_TYPES = frozenset(
     {
         "response.created",
+        "response.queued",
         "response.in_progress",
         "response.completed",
         "response.failed",
@@ -18,7 +19,11 @@ SNAPSHOT_TYPES = frozenset(
     }
 )
 #: Snapshots that end a response.
-TERMINAL_SNAPSHOT_TYPES = SNAPSHOT_TYPES - {"response.created", "response.in_progress"}
+TERMINAL_SNAPSHOT_TYPES = SNAPSHOT_TYPES - {
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+}
 #: Events that carry one output item (``output_index``, ``item``).
 ITEM_EVENT_TYPES = frozenset({"response.output_item.added", "response.output_item.done"})
 #: Events that carry one content part (``item_id``, ``output_index``, ``content_index``, ``part``).
@@ -33,12 +38,24 @@ SCALAR_EVENTS: dict[str, tuple[str, ...]] = {
     "response.function_call_arguments.done": ("item_id", "output_index", "arguments", "name"),
 }
 
+#: Steering and injection acknowledgements (``codec.steering``, ``codec.injection``).
+STEER_EVENT_TYPES = frozenset(
+    {
+        "response.steer.accepted",
+        "response.steer.failed",
+        "response.steer.pending",
+        "response.inject.created",
+        "response.inject.failed",
+    }
+)
+
 #: Every event type with a case of its own in ``ConnectResponse``.
 EVENT_TYPES = (
     SNAPSHOT_TYPES
     | ITEM_EVENT_TYPES
     | PART_EVENT_TYPES
     | SCALAR_EVENTS.keys()
+    | STEER_EVENT_TYPES
     | {"response.done", "error", "warning"}
 )
 #: JSON event type -> ``ConnectResponse`` oneof case.

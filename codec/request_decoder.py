@@ -6,8 +6,10 @@ Stateless: a stream sends the same tools every turn, and the core reuses the lan
 
 from __future__ import annotations
 
+from bidi_responses.codec.injection import inject_to_dict
 from bidi_responses.codec.items import item_to_dict
 from bidi_responses.codec.params import params_to_dict
+from bidi_responses.codec.steering import steer_to_dict
 from bidi_responses.codec.structs import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -36,6 +38,18 @@ class ProtoDecoder:
             }
         elif kind == "response_cancel":
             event = {"type": "response.cancel", "response_id": request.response_cancel.response_id}
+        elif kind == "response_steer" or kind == "response_inject":
+            # WebSocket mode's exact shape: the answers name the target, so no event_id; a
+            # lane given on the envelope is passed on for the core to refuse, as it would be
+            # over WebSocket (the target's lane is used).
+            event = (
+                steer_to_dict(request.response_steer)
+                if kind == "response_steer"
+                else inject_to_dict(request.response_inject)
+            )
+            if request.stream_id:
+                event["stream_id"] = request.stream_id
+            return event
         else:
             event = {}
         if request.stream_id:

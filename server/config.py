@@ -34,8 +34,15 @@ class Limits:
     connection_max_age_s: float = 3600.0
     # How long before the age limit the warning event is sent.
     connection_warning_s: float = 60.0
-    # Lanes (stream_id) one connection may open.
-    max_lanes: int = 64
+    # Distinct named lanes (stream_id) one connection may use, as the hosted WebSocket mode
+    # counts them: the default lane does not count, a lane that was used always does.
+    max_lanes: int = 32
+    # Responses running at once per connection; further creates wait, in order.
+    max_active_responses: int = 16
+    # Creates waiting (for their lane or for a slot) per connection; past it, an error.
+    max_queued_responses: int = 256
+    # Accepted steers waiting for one response's successor.
+    max_pending_steers: int = 16
     # Server events buffered per stream before the producer waits for the client.
     outbound_queue_events: int = 512
     # A client that takes no message for this long (it stopped reading, so the transport's

@@ -9,6 +9,11 @@ codes and params. Ids and timestamps differ by nature.
 The stateful transports chain through their connection cache; HTTP chains through the store
 (``store`` defaults to true), so the table also checks that both ways of resolving
 ``previous_response_id`` rebuild the same conversation.
+
+Lanes and steering exist on the two streams only (gRPC ``Connect`` through the project's
+client, WebSocket mode through raw frames): a create on a busy lane, a fork across lanes, the
+33rd lane, and steering (accepted, refused, pending). Those steps also compare the order of the
+lifecycle and steering events they saw, and the responses that followed (the successor).
 """
 
 from __future__ import annotations
@@ -21,16 +26,46 @@ from typing import Any
 
 import httpx
 import pytest
-from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client import (
+    AsyncResponsesClient,
+    ConnectStream,
+    NoSuccessor,
+    Response,
+    ResponsesError,
+)
+from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import RunningServer
+from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.conftest import SHELL_TOOL, ServerFactory
 from tests.http.conftest import parse_sse
-from tests.ws.conftest import connector
+from tests.ws.conftest import RawSocket, connector
 
 Body = dict[str, Any]
-# (operation, body) -> outcome; operations: "create", "compact", "input_tokens", "models".
+# (operation, body) -> outcome; operations: "create", "compact", "input_tokens", "models",
+# and on the streams only "queued_pair", "fill_lanes" and "steer" (see ``STREAM_OPS``).
 Run = Callable[[str, Body], Awaitable["Outcome"]]
+#: The transports with lanes and steering.
+STREAMS = frozenset({"grpc", "websocket"})
+NOT_STREAMS = frozenset({"http", "http-sse"})
+#: Lifecycle and steering events whose order a stream step compares (deltas and items vary
+#: with timing; these do not).
+_ORDERED = frozenset(
+    {
+        "response.queued",
+        "response.created",
+        "response.completed",
+        "response.failed",
+        "response.incomplete",
+        "response.steer.accepted",
+        "response.steer.failed",
+        "response.steer.pending",
+        "error",
+    }
+)
+_TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
+# WebSocket mode keeps the hosted API's names for limits that Connect names neutrally.
+_NEUTRAL_CODES = {"websocket_stream_limit_reached": "stream_limit_reached"}
 
 
 @dataclass(slots=True)
@@ -40,6 +75,10 @@ class Outcome:
 
     response: dict[str, Any] | None = None
     error: tuple[str | None, str | None] | None = None
+    # Stream steps: the lifecycle and steering events seen, in order (a steering failure as
+    # "type:code"), and the step's other responses (a successor; the first of a queued pair).
+    events: list[str] | None = None
+    follow: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +99,8 @@ class Scenario:
     steps: list[Step] = field(default_factory=list)
     # Transports that cannot express the scenario (None: all of them).
     skip: frozenset[str] = frozenset()
+    # Simulated-engine settings of the scenario's server (steering needs time to land).
+    sim: dict[str, Any] = field(default_factory=dict)
 
 
 def _response(outcomes: list[Outcome], index: int) -> dict[str, Any]:
@@ -68,7 +109,9 @@ def _response(outcomes: list[Outcome], index: int) -> dict[str, Any]:
     return response
 
 
-def answer_calls(index: int, output: str = "a.txt\nb.txt") -> Callable[[list[Outcome]], Body]:
+def answer_calls(
+    index: int, output: str = "a.txt\nb.txt", **extra: Any
+) -> Callable[[list[Outcome]], Body]:
     """A continuation of step ``index`` answering each of its function calls."""
 
     def body(outcomes: list[Outcome]) -> Body:
@@ -83,6 +126,7 @@ def answer_calls(index: int, output: str = "a.txt\nb.txt") -> Callable[[list[Out
                 {"type": "function_call_output", "call_id": c["call_id"], "output": output}
                 for c in calls
             ],
+            **extra,
         }
 
     return body
@@ -134,6 +178,8 @@ LOOSE_FORMAT: dict[str, Any] = {**POINT_FORMAT, "strict": False, "schema": POINT
 FORGED = {"type": "compaction", "encrypted_content": "c2VydmVyIGRpZCBub3QgbWFrZSB0aGlz"}
 
 TOOLS = [SHELL_TOOL]
+# The first token comes late, so a steer sent at response.created lands before it.
+STEER_MARGIN: dict[str, Any] = {"ttft_ms": 1000, "tokens_per_second": 1000}
 BAD_SCHEMA_TOOL = {"type": "function", "name": "broken", "parameters": {"type": "string"}}
 
 SCENARIOS = [
@@ -393,6 +439,92 @@ SCENARIOS = [
         ],
         skip=frozenset({"http", "http-sse"}),
     ),
+    # -- lanes and steering (the streams only) ------------------------------------------------
+    Scenario(
+        "create_on_a_busy_lane_waits_its_turn",
+        [
+            Step(fixed(input="first", stream_id="a"), "completed", op="queued_pair"),
+            Step(after(0, input="and then?", stream_id="a"), "completed"),
+        ],
+        skip=NOT_STREAMS,
+        # The first is still running when the second arrives.
+        sim={"ttft_ms": 300},
+    ),
+    Scenario(
+        "fork_across_lanes",
+        [
+            Step(
+                fixed(input="list the files", tools=TOOLS, store=False, stream_id="a"), "completed"
+            ),
+            Step(answer_calls(0, stream_id="b"), "completed"),
+            Step(answer_calls(0, stream_id="a"), "completed"),
+        ],
+        skip=NOT_STREAMS,
+    ),
+    Scenario(
+        "thirty_third_lane_refused",
+        [
+            Step(fixed(input="warm", generate=False, store=False), "completed", op="fill_lanes"),
+            Step(
+                fixed(input="one too many", stream_id="lane-32"),
+                "stream_limit_reached",
+                "stream_id",
+            ),
+            Step(fixed(input="still open", stream_id="lane-0"), "completed"),
+        ],
+        skip=NOT_STREAMS,
+    ),
+    Scenario(
+        "steer_accepted_target_steered_successor_follows",
+        [
+            Step(
+                fixed(input="write a poem", stream_id="s", steer="use tabs", steer_at="created"),
+                "incomplete",
+                op="steer",
+            ),
+        ],
+        skip=NOT_STREAMS,
+        sim=STEER_MARGIN,
+    ),
+    Scenario(
+        "steer_refused_for_bad_input",
+        [
+            Step(
+                fixed(
+                    input="write a poem",
+                    stream_id="s",
+                    steer=[{"type": "function_call_output", "call_id": "c1", "output": "x"}],
+                    steer_at="created",
+                ),
+                "completed",
+                op="steer",
+            ),
+            Step(after(0, input="go on", stream_id="s"), "completed"),
+        ],
+        skip=NOT_STREAMS,
+        sim=STEER_MARGIN,
+    ),
+    Scenario(
+        "steer_pending_until_tool_outputs",
+        [
+            Step(
+                fixed(
+                    input="list the files",
+                    tools=TOOLS,
+                    stream_id="p",
+                    steer="only the python files",
+                    steer_at="response.function_call_arguments.delta",
+                ),
+                "completed",
+                op="steer",
+            ),
+            # The explicit continuation: the steering input goes before its tool outputs.
+            Step(answer_calls(0, stream_id="p"), "completed"),
+        ],
+        skip=NOT_STREAMS,
+        # The function call streams long enough for the steer to land inside it.
+        sim={"tokens_per_second": 50},
+    ),
     Scenario(
         "error_then_recovery",
         [
@@ -412,7 +544,176 @@ SCENARIOS = [
 
 
 def _from_error(code: str | None, param: str | None) -> Outcome:
-    return Outcome(error=(code, param))
+    return Outcome(error=(_NEUTRAL_CODES.get(code or "", code), param))
+
+
+# -- lanes and steering on the two streams ----------------------------------------------------
+
+
+class _GrpcLanes:
+    """The stream steps over Connect, through the project's client."""
+
+    def __init__(self, stream: ConnectStream) -> None:
+        self.stream = stream
+
+    async def create(self, body: Body) -> Outcome:
+        try:
+            return Outcome(response=(await self.stream.create(**body)).raw)
+        except ResponsesError as error:
+            return _from_error(error.code, error.param)
+
+    async def queued_pair(self, body: Body) -> Outcome:
+        """Two creates sent back to back on one lane, past the client's own turn-taking, so
+        the server queues the second; the second's outcome."""
+        lane = body.pop("stream_id")
+        request = pb.ConnectRequest(stream_id=lane, response_create=params_to_pb(body))
+        await self.stream.send(request)
+        await self.stream.send(request)
+        seen: list[str] = []
+        ended: list[dict[str, Any]] = []
+        async for event in self.stream.events(lane):
+            if event["type"] in _ORDERED:
+                seen.append(event["type"])
+            if event["type"] in _TERMINAL:
+                ended.append(event["response"])
+                if len(ended) == 2:
+                    break
+        return Outcome(response=ended[1], events=seen, follow=[ended[0]])
+
+    async def steer(self, body: Body) -> Outcome:
+        """A create steered at its first ``steer_at`` event; then its successor, if any."""
+        steering, at = body.pop("steer"), body.pop("steer_at")
+        seen: list[str] = []
+        target: dict[str, Any] = {}
+        async for event in self.stream.create_events(**body):
+            kind = event["type"]
+            if kind in _ORDERED:
+                seen.append(kind)
+            if kind == "response.created":
+                target = event["response"]
+            if kind in _TERMINAL:
+                target = event["response"]
+            if _steer_now(kind, at, seen):
+                ack = await self.stream.steer(previous_response_id=target["id"], input=steering)
+                seen.append(ack.raw["type"] + ("" if ack.accepted else f":{ack.code}"))
+        outcome = Outcome(response=target, events=seen)
+        try:
+            successor: Response | None = None
+            async for event in self.stream.follow_events(target["id"]):
+                if event["type"] in _ORDERED:
+                    seen.append(event["type"])
+                if event["type"] in _TERMINAL:
+                    successor = Response.from_dict(event["response"])
+            assert successor is not None
+            outcome.follow.append(successor.raw)
+        except NoSuccessor as none:
+            if none.event.get("type") == "response.steer.pending":
+                seen.append("response.steer.pending")
+        return outcome
+
+
+class _WebSocketLanes:
+    """The stream steps over WebSocket mode, frame by frame."""
+
+    def __init__(self, sock: RawSocket) -> None:
+        self.sock = sock
+
+    async def create(self, body: Body) -> Outcome:
+        last = (await self.sock.create(**body))[-1]
+        if last["type"] == "error":
+            return _from_error(last["error"]["code"], last["error"]["param"])
+        return Outcome(response=last["response"])
+
+    async def queued_pair(self, body: Body) -> Outcome:
+        event = {"type": "response.create", **body}
+        await self.sock.send(event)
+        await self.sock.send(event)
+        seen: list[str] = []
+        ended: list[dict[str, Any]] = []
+        while len(ended) < 2:
+            frame = await self.sock.recv()
+            if frame["type"] in _ORDERED:
+                seen.append(frame["type"])
+            if frame["type"] in _TERMINAL:
+                ended.append(frame["response"])
+        return Outcome(response=ended[1], events=seen, follow=[ended[0]])
+
+    async def steer(self, body: Body) -> Outcome:
+        steering, at = body.pop("steer"), body.pop("steer_at")
+        await self.sock.send({"type": "response.create", **body})
+        seen: list[str] = []
+        target: dict[str, Any] = {}
+        follow: list[dict[str, Any]] = []
+        accepted = steered = False
+        while True:
+            frame = await self.sock.recv()
+            kind = frame["type"]
+            if kind in _ORDERED and kind != "response.steer.failed":
+                seen.append(kind)
+            if kind == "response.created" and not target:
+                target = frame["response"]
+            elif kind == "response.steer.accepted":
+                accepted = True
+            elif kind == "response.steer.failed":
+                seen.append(f"{kind}:{frame['error']['code']}")
+                if "id" in frame["steer"]:
+                    accepted = False  # returned after acceptance: no successor
+            elif kind == "response.steer.pending":
+                break
+            elif kind in _TERMINAL:
+                if frame["response"]["id"] == target["id"]:
+                    target = frame["response"]
+                    if not accepted:
+                        break
+                else:
+                    follow.append(frame["response"])
+                    break
+            if not steered and _steer_now(kind, at, seen):
+                steered = True
+                await self.sock.send(
+                    {
+                        "type": "response.steer",
+                        "previous_response_id": target["id"],
+                        "input": steering,
+                    }
+                )
+        return Outcome(response=target, events=seen, follow=follow)
+
+
+def _steer_now(kind: str, at: str, seen: list[str]) -> bool:
+    """Whether event ``kind`` is the first ``at`` event of the step (``"created"``: its
+    ``response.created``)."""
+    wanted = "response.created" if at == "created" else at
+    if kind != wanted:
+        return False
+    # Only the first: a steer is sent once per step.
+    return not any(s.startswith("response.steer") for s in seen) and seen.count(wanted) <= 1
+
+
+Lanes = _GrpcLanes | _WebSocketLanes
+
+
+async def _fill_lanes(lanes: Lanes, body: Body) -> Outcome:
+    """A create on each of 32 named lanes (the most a stream has); the last one's outcome."""
+    outcome = Outcome()
+    for index in range(32):
+        outcome = await lanes.create({**body, "stream_id": f"lane-{index}"})
+    return outcome
+
+
+async def _queued_pair(lanes: Lanes, body: Body) -> Outcome:
+    return await lanes.queued_pair(dict(body))
+
+
+async def _steer(lanes: Lanes, body: Body) -> Outcome:
+    return await lanes.steer(dict(body))
+
+
+STREAM_OPS: dict[str, Callable[[Lanes, Body], Awaitable[Outcome]]] = {
+    "queued_pair": _queued_pair,
+    "fill_lanes": _fill_lanes,
+    "steer": _steer,
+}
 
 
 @contextlib.asynccontextmanager
@@ -432,6 +733,8 @@ async def grpc_connect(server: RunningServer) -> AsyncIterator[Run]:
                     return Outcome(response={"object": "response.input_tokens", "count": count})
                 if op == "models":
                     return Outcome(response={"object": "list", "data": await client.list_models()})
+                if op in STREAM_OPS:
+                    return await STREAM_OPS[op](_GrpcLanes(stream), body)
                 return Outcome(response=(await stream.create(**body)).raw)
             except ResponsesError as error:
                 return _from_error(error.code, error.param)
@@ -449,6 +752,8 @@ async def websocket(server: RunningServer) -> AsyncIterator[Run]:
     ):
 
         async def run(op: str, body: Body) -> Outcome:
+            if op in STREAM_OPS:
+                return await STREAM_OPS[op](_WebSocketLanes(sock), body)
             if op != "create":  # WebSocket mode carries creates only: the rest is HTTP
                 return await _http_op(http, op, body)
             last = (await sock.create(**body))[-1]
@@ -556,31 +861,38 @@ def normalize(outcomes: list[Outcome]) -> list[Any]:
         if r.get("object") != "response":
             result.append(_other(r))
             continue
-        usage = r["usage"]
-        result.append(
-            {
-                "status": r["status"],
-                "incomplete_details": r.get("incomplete_details"),
-                "error": r.get("error"),
-                "previous_step": ids.get(r["previous_response_id"], r["previous_response_id"]),
-                "model": r["model"],
-                "instructions": r.get("instructions"),
-                "metadata": r.get("metadata") or {},
-                "tools": [t["name"] for t in r.get("tools") or []],
-                "max_output_tokens": r.get("max_output_tokens"),
-                "temperature": r.get("temperature"),
-                "text": r["text"],
-                "reasoning": r["reasoning"],
-                "truncation": r["truncation"],
-                "max_tool_calls": r["max_tool_calls"],
-                "output": [_item(item) for item in r["output"]],
-                "usage": {
-                    key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")
-                }
-                | {"cached_tokens": usage["input_tokens_details"]["cached_tokens"]},
-            }
-        )
+        step = _normalized(r, ids)
+        if outcome.events is not None:
+            # The successor continues this step's response: its own entry names it by step.
+            ids[r["id"]] = len(result)
+            step["events"] = outcome.events
+            step["follow"] = [_normalized(f, ids) for f in outcome.follow]
+        result.append(step)
     return result
+
+
+def _normalized(r: dict[str, Any], ids: dict[str, int]) -> dict[str, Any]:
+    """One Response without ids and times."""
+    usage = r["usage"]
+    return {
+        "status": r["status"],
+        "incomplete_details": r.get("incomplete_details"),
+        "error": r.get("error"),
+        "previous_step": ids.get(r["previous_response_id"], r["previous_response_id"]),
+        "model": r["model"],
+        "instructions": r.get("instructions"),
+        "metadata": r.get("metadata") or {},
+        "tools": [t["name"] for t in r.get("tools") or []],
+        "max_output_tokens": r.get("max_output_tokens"),
+        "temperature": r.get("temperature"),
+        "text": r["text"],
+        "reasoning": r["reasoning"],
+        "truncation": r["truncation"],
+        "max_tool_calls": r["max_tool_calls"],
+        "output": [_item(item) for item in r["output"]],
+        "usage": {key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")}
+        | {"cached_tokens": usage["input_tokens_details"]["cached_tokens"]},
+    }
 
 
 def _other(r: dict[str, Any]) -> dict[str, Any]:
@@ -619,7 +931,7 @@ async def run_scenario(server: RunningServer, transport: str, scenario: Scenario
 async def test_same_results_on_every_transport(
     server_factory: ServerFactory, scenario: Scenario
 ) -> None:
-    server: RunningServer = await server_factory(http=True)
+    server: RunningServer = await server_factory(http=True, **scenario.sim)
     async with asyncio.timeout(30):
         results = {
             name: normalize(await run_scenario(server, name, scenario))

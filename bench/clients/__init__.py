@@ -33,7 +33,8 @@ sends back plain-dict results.
 
 The package, one job per module: ``modes`` (the table above), ``exchange`` (one turn on a
 connection), ``http_conn``, ``ws_conn`` and ``grpc_conn`` (a connection per transport), ``kit``
-(the shared client objects), ``agent`` (the loop) and ``worker`` (the client process).
+(the shared client objects), ``agent`` (the loop), ``steering`` (one steered response per
+stream transport) and ``worker`` (the client process).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from bidi_responses.bench.clients.commands import (
     Command,
     KeepupCommand,
     KeepupResult,
+    SteerCommand,
+    SteerResult,
+    SteerRound,
 )
 from bidi_responses.bench.clients.exchange import BenchError, Conn, Exchange, ServerAddress
 from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn, GrpcCreateConn
@@ -72,6 +76,9 @@ __all__ = [
     "KeepupResult",
     "ModeInfo",
     "ServerAddress",
+    "SteerCommand",
+    "SteerResult",
+    "SteerRound",
     "TurnRecord",
     "WsConn",
     "resolve_modes",

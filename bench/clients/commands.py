@@ -1,8 +1,9 @@
 """What the orchestrator and a client worker send each other over the pipe.
 
-A command goes down (``AgentsCommand`` or ``KeepupCommand``); ``("progress", 1)`` per turn
-and then ``("result", ...)`` (``AgentsResult`` or ``KeepupResult``) or ``("error", text)``
-come back. Both ends are typed against these shapes; the pipe itself pickles plain dicts.
+A command goes down (``AgentsCommand``, ``KeepupCommand`` or ``SteerCommand``);
+``("progress", 1)`` per turn and then ``("result", ...)`` (``AgentsResult``, ``KeepupResult``
+or ``SteerResult``) or ``("error", text)`` come back. Both ends are typed against these
+shapes; the pipe itself pickles plain dicts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ __all__ = [
     "KeepupResponse",
     "KeepupResult",
     "RolloutResult",
+    "SteerCommand",
+    "SteerResult",
+    "SteerRound",
 ]
 
 
@@ -61,7 +65,17 @@ class KeepupCommand(TypedDict):
     responses: int
 
 
-Command = AgentsCommand | KeepupCommand
+class SteerCommand(TypedDict):
+    """``rounds`` steered responses on one connection: each is steered at its
+    ``response.created`` and followed to its automatic successor's end."""
+
+    cmd: Literal["steer"]
+    server: ServerAddress
+    mode: str
+    rounds: int
+
+
+Command = AgentsCommand | KeepupCommand | SteerCommand
 
 
 class RolloutResult(TypedDict):
@@ -96,6 +110,30 @@ class KeepupResponse(TypedDict):
     deltas: int
     events: int
     engine_ms: float
+
+
+class SteerRound(TypedDict):
+    """One steered response as the client saw it (perf_counter timestamps)."""
+
+    #: The steer was written.
+    t_steer: float
+    #: Its acknowledgement arrived (accepted or failed).
+    t_ack: float
+    #: The successor's first output_text delta arrived (None: no successor).
+    t_successor_first_token: float | None
+    accepted: bool
+    #: How the steered response ended: "incomplete" (steered) or "completed".
+    target_status: str
+    target_reason: str | None
+    successor_status: str | None
+
+
+class SteerResult(TypedDict):
+    """Every round of a steer command and the command's span."""
+
+    rounds: list[SteerRound]
+    t_start: float
+    t_end: float
 
 
 class KeepupResult(TypedDict):

@@ -7,7 +7,9 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
+from bidi_responses.bench.clients.commands import SteerRound
 from bidi_responses.bench.clients.exchange import BenchError, Exchange, wire_snapshot
+from bidi_responses.bench.clients.steering import steer_round_grpc
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.wire import WireCounter
 
@@ -57,6 +59,10 @@ class GrpcConnectConn:
         """``response_append`` on the stream."""
         ex = Exchange(t_send=time.perf_counter())
         return await self._drain(self._open_stream.append_events(response_id, items), ex)
+
+    async def steer_round(self, body: JSONObject) -> SteerRound:
+        """A create steered at its ``response.created``, followed to its successor's end."""
+        return await steer_round_grpc(self._open_stream, body)
 
     async def aclose(self, abort: bool = False) -> None:
         """Half-close the stream and wait for its end; ``abort`` cancels the call first.

@@ -18,10 +18,15 @@ from bidi_responses.bench.clients.commands import (
     KeepupCommand,
     KeepupResponse,
     KeepupResult,
+    SteerCommand,
+    SteerResult,
+    SteerRound,
 )
 from bidi_responses.bench.clients.exchange import BenchError
+from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn
 from bidi_responses.bench.clients.kit import ClientKit
 from bidi_responses.bench.clients.modes import MODES
+from bidi_responses.bench.clients.ws_conn import WsConn
 from bidi_responses.bench.cpu import process_cpu_clock
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.wire import WireCounter
@@ -153,9 +158,37 @@ async def _cmd_keepup(cmd: KeepupCommand, progress: Callable[[], None]) -> Keepu
     return {"responses": results, "t_start": t0, "t_end": time.perf_counter()}
 
 
-async def _run(cmd: Command, progress: Callable[[], None]) -> AgentsResult | KeepupResult:
+async def _cmd_steer(cmd: SteerCommand, progress: Callable[[], None]) -> SteerResult:
+    """Steered responses on one stream: steer sent -> acknowledgement, and -> the automatic
+    successor's first token."""
+    mode = MODES[cmd["mode"]]
+    rounds: list[SteerRound] = []
+    t0 = time.perf_counter()
+    async with ClientKit(mode, cmd["server"], None) as kit:
+        conn = await kit.conn()
+        if not isinstance(conn, WsConn | GrpcConnectConn):
+            raise BenchError(f"mode {mode.key} has no stream to steer on")
+        try:
+            for index in range(int(cmd["rounds"])):
+                body: JSONObject = {
+                    "model": "sim-model",
+                    "store": False,
+                    "input": [user_item(f"Write a long story ({index}).")],
+                }
+                rounds.append(await conn.steer_round(body))
+                progress()
+        finally:
+            await conn.aclose()
+    return {"rounds": rounds, "t_start": t0, "t_end": time.perf_counter()}
+
+
+async def _run(
+    cmd: Command, progress: Callable[[], None]
+) -> AgentsResult | KeepupResult | SteerResult:
     if cmd["cmd"] == "agents":
         return await _cmd_agents(cmd, progress)
+    if cmd["cmd"] == "steer":
+        return await _cmd_steer(cmd, progress)
     return await _cmd_keepup(cmd, progress)
 
 

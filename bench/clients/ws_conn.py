@@ -6,7 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 import orjson
+from bidi_responses.bench.clients.commands import SteerRound
 from bidi_responses.bench.clients.exchange import Exchange, wire_snapshot
+from bidi_responses.bench.clients.steering import steer_round_ws
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.wire import WireCounter
 
@@ -55,6 +57,10 @@ class WsConn:
         return await self._exchange(
             {"type": "response.append", "response_id": response_id, "input": items}
         )
+
+    async def steer_round(self, body: JSONObject) -> SteerRound:
+        """A create steered at its ``response.created``, followed to its successor's end."""
+        return await steer_round_ws(self._ws, body)
 
     async def aclose(self, abort: bool = False) -> None:
         """Close the socket (the server cancels anything still waiting)."""

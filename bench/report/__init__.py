@@ -16,6 +16,9 @@ Conventions, so every number means one thing:
   *Client CPU* is the same for the client process (its share of the two cores matters).
 * *Bytes* are TCP payload bytes on the client's sockets (``wire.py``): request direction
   ("up") and response direction ("down"), per turn.
+* *Steering* figures are milliseconds from the steer's send (5 ms after its target's create)
+  to its acknowledgement and to the automatic successor's first text delta, p50 and p10-p90
+  over every round of every repeat.
 
 The package, one job per module: ``summaries`` (cells
 to per-mode figures), ``targets`` (the verdicts), ``network`` (the projection on paper),

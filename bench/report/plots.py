@@ -214,4 +214,29 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         )
         ax.legend(fontsize=7)
         paths["plot_keepup"] = save(fig, "keepup.png")
+
+    steer = by_name.get("steer")
+    if steer and steer["rows"]:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+        rows = steer["rows"]
+        for ax, key, what in (
+            (axes[0], "ack_ms", "steer sent -> acknowledgement"),
+            (axes[1], "successor_first_token_ms", "steer sent -> successor's first token"),
+        ):
+            data = [r[key] or [0.0] for r in rows]
+            box = ax.boxplot(data, patch_artist=True, whis=(10, 90))
+            for patch, r in zip(box["boxes"], rows, strict=True):
+                patch.set_facecolor(_STYLE.get(r["mode"], ("gray",))[0])
+                patch.set_alpha(0.6)
+            ax.set_xticks(range(1, len(rows) + 1))
+            ax.set_xticklabels([f"{r['number']}\n{r['mode']}" for r in rows], fontsize=8)
+            ax.set_ylabel("ms (box: quartiles, whiskers: p10-p90)")
+            ax.set_title(what, fontsize=10)
+            ax.set_ylim(bottom=0)
+            ax.grid(True, axis="y", alpha=0.3)
+        fig.suptitle(
+            f"Steering per transport, same engine ({steer['params']['ttft_ms']:g} ms to a "
+            "first token)"
+        )
+        paths["plot_steer"] = save(fig, "steering.png")
     return paths

@@ -178,6 +178,41 @@ def _keepup_summary(cell: CellResult) -> JSONObject:
     return {"name": cell.name, "kind": cell.kind, "params": cell.params, "rows": rows}
 
 
+def _steer_summary(cell: CellResult) -> JSONObject:
+    """Per mode: steer sent -> acknowledgement and -> the successor's first token (ms)."""
+    rows = []
+    for key in cell.params["modes"]:
+        rounds = [r for run in cell.runs if run["mode"] == key for r in run["rounds"]]
+        ack = [r["ack_ms"] for r in rounds]
+        first = [
+            r["successor_first_token_ms"]
+            for r in rounds
+            if r["successor_first_token_ms"] is not None
+        ]
+        rows.append(
+            {
+                "mode": key,
+                "number": MODES[key].number,
+                "label": MODES[key].label,
+                "rounds": len(rounds),
+                "accepted": sum(1 for r in rounds if r["accepted"]),
+                "steered": sum(1 for r in rounds if r["target_reason"] == "steered"),
+                "successors_completed": sum(
+                    1 for r in rounds if r["successor_status"] == "completed"
+                ),
+                "ack_ms": ack,
+                "successor_first_token_ms": first,
+                "ack_p50_ms": percentile(ack, 50),
+                "ack_p10_ms": percentile(ack, 10),
+                "ack_p90_ms": percentile(ack, 90),
+                "successor_first_token_p50_ms": percentile(first, 50),
+                "successor_first_token_p10_ms": percentile(first, 10),
+                "successor_first_token_p90_ms": percentile(first, 90),
+            }
+        )
+    return {"name": cell.name, "kind": cell.kind, "params": cell.params, "rows": rows}
+
+
 def summarize(cells: Sequence[CellResult]) -> list[JSONObject]:
     """One summary per cell."""
     out = []
@@ -190,4 +225,6 @@ def summarize(cells: Sequence[CellResult]) -> list[JSONObject]:
             out.append(_concurrency_summary(cell))
         elif cell.kind == "keepup":
             out.append(_keepup_summary(cell))
+        elif cell.kind == "steer":
+            out.append(_steer_summary(cell))
     return out

@@ -40,7 +40,48 @@ def summary_tables(summaries: Sequence[JSONObject]) -> list[Table]:
             out.append(_concurrency_table(s))
         elif s["kind"] == "keepup":
             out.append(_keepup_table(s))
-    return out
+    # Steering sits beside the network projection (after it when the headline ran).
+    steering = [_steer_table(s) for s in summaries if s["kind"] == "steer"]
+    at = next((i + 1 for i, t in enumerate(out) if "network projection" in t.title), len(out))
+    return out[:at] + steering + out[at:]
+
+
+def _steer_table(s: JSONObject) -> Table:
+    p = s["params"]
+    title = (
+        f"steering: {p['rounds']} responses per mode and repeat x {p['repeats']} repeats, each "
+        "steered 5 ms after its create (after its response.created); engine "
+        f"{p['ttft_ms']:g} ms to a first token, "
+        f"{p['tokens_per_second']:g} tok/s; ms from the steer's send, p50 [p10-p90]"
+    )
+    header = [
+        "#",
+        "mode",
+        "rounds",
+        "accepted",
+        "steered",
+        "successors",
+        "steer -> ack ms",
+        "steer -> successor 1st token ms",
+    ]
+    rows = []
+    for r in s["rows"]:
+        rows.append(
+            [
+                str(r["number"]),
+                r["label"],
+                str(r["rounds"]),
+                str(r["accepted"]),
+                str(r["steered"]),
+                str(r["successors_completed"]),
+                f"{_fmt(r['ack_p50_ms'], 2)} [{_fmt(r['ack_p10_ms'], 2)}-"
+                f"{_fmt(r['ack_p90_ms'], 2)}]",
+                f"{_fmt(r['successor_first_token_p50_ms'], 2)} "
+                f"[{_fmt(r['successor_first_token_p10_ms'], 2)}-"
+                f"{_fmt(r['successor_first_token_p90_ms'], 2)}]",
+            ]
+        )
+    return Table(title, header, rows)
 
 
 def _fmt(value: JSONValue, digits: int = 1) -> str:

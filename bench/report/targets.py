@@ -133,7 +133,29 @@ def evaluate_targets(summaries: Sequence[JSONObject]) -> list[Target]:
                 )
             )
     targets += _issue11_targets(by_name, rows)
+    targets += _steering_targets(by_name)
     return targets
+
+
+def _steering_targets(by_name: dict[str, JSONObject]) -> list[Target]:
+    """Steer -> the successor's first token: Connect no slower than WebSocket mode (T11)."""
+    steer = by_name.get("steer")
+    steering = {r["mode"]: r for r in steer["rows"]} if steer else {}
+    if "grpc_connect" not in steering or "ws_cache" not in steering:
+        return []
+    g, w = steering["grpc_connect"], steering["ws_cache"]
+    g_first, w_first = g["successor_first_token_p50_ms"], w["successor_first_token_p50_ms"]
+    return [
+        _target(
+            "T11",
+            "steering: steer -> successor's first token on gRPC Connect <= WebSocket mode's, "
+            "at p50, same run",
+            g_first / w_first,
+            g_first <= w_first,
+            f"{g_first:.2f} vs {w_first:.2f} ms (acknowledgement {g['ack_p50_ms']:.2f} vs "
+            f"{w['ack_p50_ms']:.2f} ms)",
+        )
+    ]
 
 
 def _issue11_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject]) -> list[Target]:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bidi_responses.bench.clients import AgentsCommand, KeepupCommand, ModeInfo
+from bidi_responses.bench.clients import AgentsCommand, KeepupCommand, ModeInfo, SteerCommand
 from bidi_responses.bench.run.measure import Measurer, rotated
-from bidi_responses.bench.run.rows import keepup_run
+from bidi_responses.bench.run.rows import keepup_run, steer_run
 from bidi_responses.bench.run.settings import (
     DEFAULT_DELTA_WINDOW_MS,
     CellResult,
@@ -253,4 +253,42 @@ class Runner(Measurer):
                                 mode.key, policy, window, cfg.keepup_tps, result, cpu1 - cpu0
                             )
                         )
+        return cell
+
+    def steer_cell(self, modes: Sequence[ModeInfo]) -> CellResult:
+        """Steering per stream transport on one engine: steer sent -> acknowledgement, and
+        steer sent -> the automatic successor's first token."""
+        cfg = self.config
+        settings = self.settings(modes, tokens_per_second=cfg.steer_tps, tool_rounds=0)
+        settings.ttft_ms = cfg.steer_ttft_ms
+        settings.answer_tokens = cfg.steer_answer_tokens
+        cell = CellResult(
+            "steer",
+            "steer",
+            {
+                "rounds": cfg.steer_rounds,
+                "ttft_ms": cfg.steer_ttft_ms,
+                "tokens_per_second": cfg.steer_tps,
+                "answer_tokens": cfg.steer_answer_tokens,
+                "repeats": cfg.repeats,
+                "modes": [m.key for m in modes],
+            },
+        )
+        total = len(modes) * (cfg.steer_rounds * cfg.repeats + 1)
+        with self.timed(cell, total, "steer") as bar, self.server("steer", settings) as server:
+            assert server.address is not None
+            base: SteerCommand = {
+                "cmd": "steer",
+                "server": server.address,
+                "mode": "",
+                "rounds": 1,
+            }
+            for mode in modes:  # warm-up: imports, the connection, the engine's prompt head
+                self.pool.run([(self.worker(mode), {**base, "mode": mode.key})], bar.update)
+            for repeat in range(cfg.repeats):
+                for mode in rotated(modes, repeat):
+                    bar.describe(f"{mode.key} r{repeat + 1}")
+                    cmd: SteerCommand = {**base, "mode": mode.key, "rounds": cfg.steer_rounds}
+                    (result,) = self.pool.run([(self.worker(mode), cmd)], bar.update)
+                    cell.runs.append(steer_run(mode.key, repeat, result))
         return cell

@@ -79,6 +79,12 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
                 cells.append(
                     runner.concurrency_cell(extra, name=f"concurrency-w{window:g}", window=window)
                 )
+        if "steer" in config.sweeps:
+            chosen = _subset(config.steer_modes, modes, ("ws_cache", "grpc_connect"))
+            # Steering exists on the streams only (WebSocket mode and Connect).
+            chosen = [m for m in chosen if m.transport != "http" and m.history == "chain"]
+            if chosen:
+                cells.append(runner.steer_cell(chosen))
     finally:
         runner.close()
     return cells

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bidi_responses.bench.clients import AgentsResult, KeepupResult
+from bidi_responses.bench.clients import AgentsResult, KeepupResult, SteerResult
 from bidi_responses.bench.jsontypes import JSONObject
 
-__all__ = ["keepup_run", "measured_run"]
+__all__ = ["keepup_run", "measured_run", "steer_run"]
 
 
 def measured_run(
@@ -70,3 +70,23 @@ def keepup_run(
         # Share of one core over the command (connection, TTFTs and streaming).
         "server_core_share": server_cpu_s / wall if wall > 0 else 0.0,
     }
+
+
+def steer_run(mode: str, repeat: int, result: SteerResult) -> JSONObject:
+    """The steering rounds of one mode and repeat, as milliseconds from the steer's send."""
+    rounds = []
+    for r in result["rounds"]:
+        first = r["t_successor_first_token"]
+        rounds.append(
+            {
+                "accepted": r["accepted"],
+                "target_status": r["target_status"],
+                "target_reason": r["target_reason"],
+                "successor_status": r["successor_status"],
+                "ack_ms": (r["t_ack"] - r["t_steer"]) * 1000,
+                "successor_first_token_ms": None
+                if first is None
+                else (first - r["t_steer"]) * 1000,
+            }
+        )
+    return {"mode": mode, "repeat": repeat, "rounds": rounds}

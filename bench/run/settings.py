@@ -103,7 +103,7 @@ class CompareConfig:
     modes: list[ModeInfo]
     out_dir: Path
     sweeps: list[str] = field(
-        default_factory=lambda: ["headline", "keepup", "history", "tps", "concurrency"]
+        default_factory=lambda: ["headline", "keepup", "history", "tps", "concurrency", "steer"]
     )
     repeats: int = 3
     seed: int = 0
@@ -155,6 +155,13 @@ class CompareConfig:
     keepup_windows: list[float | None] = field(
         default_factory=lambda: [None, 0.0, DEFAULT_DELTA_WINDOW_MS]
     )
+    # Steering: responses steered at their response.created, per stream mode, on one server
+    # whose engine takes ``steer_ttft_ms`` to a first token (so the steer lands before it).
+    steer_rounds: int = 30
+    steer_modes: list[ModeInfo] | None = None
+    steer_ttft_ms: float = 20.0
+    steer_tps: float = 2000.0
+    steer_answer_tokens: int = 40
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

@@ -15,6 +15,8 @@ from bidi_responses.bench.clients import (
     AgentsResult,
     KeepupCommand,
     KeepupResult,
+    SteerCommand,
+    SteerResult,
     worker_main,
 )
 
@@ -77,15 +79,24 @@ class WorkerPool:
         progress: Callable[[int], None] | None = None,
     ) -> list[KeepupResult]: ...
 
+    @overload
     def run(
         self,
-        jobs: Sequence[tuple[Worker, AgentsCommand]] | Sequence[tuple[Worker, KeepupCommand]],
+        jobs: Sequence[tuple[Worker, SteerCommand]],
         progress: Callable[[int], None] | None = None,
-    ) -> list[AgentsResult] | list[KeepupResult]:
+    ) -> list[SteerResult]: ...
+
+    def run(
+        self,
+        jobs: Sequence[tuple[Worker, AgentsCommand]]
+        | Sequence[tuple[Worker, KeepupCommand]]
+        | Sequence[tuple[Worker, SteerCommand]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[AgentsResult] | list[KeepupResult] | list[SteerResult]:
         """Send each worker its command at once; wait for all results (in job order)."""
         for worker, cmd in jobs:
             worker.conn.send(cmd)
-        results: dict[int, AgentsResult | KeepupResult] = {}
+        results: dict[int, AgentsResult | KeepupResult | SteerResult] = {}
         errors: list[str] = []
         waiting = {worker.conn: i for i, (worker, _) in enumerate(jobs)}
         while waiting:
@@ -110,7 +121,7 @@ class WorkerPool:
             raise WorkerError("\n".join(errors))
         ordered = [results[i] for i in range(len(jobs))]
         # The pipe carries pickled dicts; each has the shape its command's result has.
-        return cast("list[AgentsResult] | list[KeepupResult]", ordered)
+        return cast("list[AgentsResult] | list[KeepupResult] | list[SteerResult]", ordered)
 
     def close(self) -> None:
         """Stop every worker."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import FunctionCallItem, Item
@@ -30,9 +31,12 @@ class AppendWait:
         """Wait on ``calls`` from now on (an empty list: on nothing)."""
         self.pending_calls = {call["call_id"]: call for call in calls}
 
-    def offer(self, response_id: str, items: list[Item]) -> None:
+    def offer(
+        self, response_id: str, items: list[Item], before: Callable[[], list[Item]] | None = None
+    ) -> None:
         """Hand parsed items to the waiting response; ApiError unless they answer each pending
-        call exactly once."""
+        call exactly once. ``before``: called once the items are accepted, for items to put
+        in front of them (steering input)."""
         assert self._waiter is not None
         outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
         answered = [it["call_id"] for _, it in outputs]
@@ -52,7 +56,7 @@ class AppendWait:
                 code="call_id_mismatch",
                 param="input",
             )
-        self._waiter.set_result(items)
+        self._waiter.set_result((before() if before is not None else []) + items)
 
     async def next(self, deadline: float) -> list[Item] | None:
         """The next offered append, or None (and no pending calls) once ``deadline``

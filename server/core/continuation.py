@@ -51,7 +51,8 @@ async def resolve(
     """The base of a response continuing ``previous`` (a fresh one when it is None)."""
     if previous is None:
         return Base()
-    state = lane.cache.take(previous) if lane.cache is not None else None
+    # The stream's cache serves every lane: another lane's response is a fork (a copy).
+    state = lane.cache.take(previous, lane.id) if lane.cache is not None else None
     if state is None and core.state_tier is not None:
         state = await _restore(core, tenant, previous)
     if state is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bidi_responses.server.core import continuation
 from bidi_responses.server.core.append import AppendWait
@@ -21,6 +21,7 @@ from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import (
     ErrorObject,
     Outcome,
+    RequiredInputStub,
     ResponseCreatedEvent,
     ResponseDoneEvent,
     ResponseError,
@@ -49,6 +50,7 @@ from bidi_responses.server.core.state import (
     observe,
 )
 from bidi_responses.server.core.streaming import (
+    BoundaryStop,
     Emit,
     ItemStreamer,
     engine_request_for,
@@ -65,6 +67,19 @@ if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
 
 
+class RunHooks(Protocol):
+    """What a run tells the stream that owns its lane (``session.Session``)."""
+
+    def created(self, run: ResponseRun) -> None:
+        """The run is about to send its ``response.created``."""
+
+    async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
+        """The run sent ``response.done`` and waits for the client's tool outputs."""
+
+    def resumed(self, run: ResponseRun) -> list[Item]:
+        """Tool outputs were accepted; the steering input to put before them."""
+
+
 class ResponseRun:
     """Runs one response on a lane and emits its events."""
 
@@ -79,9 +94,17 @@ class ResponseRun:
         *,
         tenant: str | None = None,
         quota_key: str = "anonymous",
+        hooks: RunHooks | None = None,
     ) -> None:
         self.core = core
         self.lane = lane
+        self.hooks = hooks
+        # Steering: stop at the next output boundary once requested.
+        self.stop = BoundaryStop()
+        # Set once response.created went out (the response exists for the client).
+        self.created_sent = False
+        # The client tool calls the response ended with (those a continuation must answer).
+        self.open_calls: list[FunctionCallItem] = []
         self.tenant = tenant
         self.quota_key = quota_key
         # Client event id, echoed by an error about this request.
@@ -131,7 +154,26 @@ class ResponseRun:
                 status=409,
             )
         items, _ = parse_input(raw_input, self.core.config.limits)
-        self.appends.offer(self.id, items)
+        self.appends.offer(self.id, items, self._take_steering)
+
+    def _take_steering(self) -> list[Item]:
+        """The steering input an accepted append commits, put before the tool outputs."""
+        steering = self.hooks.resumed(self) if self.hooks is not None else []
+        if steering:
+            self.stop.clear()
+        return steering
+
+    def stop_at_boundary(self) -> None:
+        """Steered: stop once the output item being generated is done (never inside it)."""
+        self.stop.request()
+
+    @property
+    def required_input(self) -> list[RequiredInputStub]:
+        """Stubs of the client tool outputs a continuation of this response must carry."""
+        return [
+            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
+            for call in self.open_calls
+        ]
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the response promptly; it ends as incomplete with ``reason``."""
@@ -312,6 +354,9 @@ class ResponseRun:
         record = self.record
         if request.background:
             record.status = "queued"
+        if self.hooks is not None:
+            self.hooks.created(self)
+        self.created_sent = True
         await self.emit(
             ResponseCreatedEvent(
                 type="response.created",
@@ -341,6 +386,12 @@ class ResponseRun:
                 await finish(self, "incomplete", reason="max_output_tokens")
                 return
             if not (request.append_mode and calls):
+                if calls:
+                    self.open_calls = calls
+                elif segment.reason == "steered":
+                    # Stopped between items for the steering input; its successor follows.
+                    await finish(self, "incomplete", reason="steered")
+                    return
                 break
             appended = await self._wait_for_append(calls)
             if appended is None:
@@ -365,6 +416,8 @@ class ResponseRun:
                 sequence_number=self.seq.take(),
             )
         )
+        if self.hooks is not None:
+            await self.hooks.waiting(self, calls)
         while True:
             items = await self.appends.next(deadline)
             if items is None:
@@ -403,7 +456,11 @@ class ResponseRun:
         assert self.route is not None
         try:
             segment = await stream_segment(
-                self.route.engine, engine_request, streamer, self.core.config.streaming
+                self.route.engine,
+                engine_request,
+                streamer,
+                self.core.config.streaming,
+                self.stop,
             )
         except BaseException:
             # Cut short: what was streamed still counts.

@@ -1,35 +1,65 @@
-"""A stream's session: the owner of its lanes, caches, in-flight responses and limits.
+"""A stream's session: the asyncio driver of its lanes, cache, in-flight responses and limits.
 
 Transports create one Session per Connect call or WebSocket connection, feed it client events
-as JSON-shaped dicts (``handle``) and write out what it produces (``events``). The session
-never raises into the transport: a bad event becomes an ``error`` event and the stream goes on.
+as JSON-shaped dicts (``handle``) or typed events (``handle_event``) and write out what it
+produces (``events``). The session never raises into the transport: a bad event becomes an
+``error`` (or ``response.steer.failed``) event and the stream goes on.
+
+The lane rules live in ``lifecycle.LaneMachine`` (sans-I/O); the session feeds it the client's
+events and what its runs report, and carries out its actions: start a run as a task, emit an
+event, stop a steered run at its next output boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING
 
 from bidi_responses.server.core import continuation
+from bidi_responses.server.core.client_events import (
+    AppendEvent,
+    CancelEvent,
+    ClientEvent,
+    CreateEvent,
+    InjectEvent,
+    SteerEvent,
+    lane_of,
+    parse_client_event,
+)
 from bidi_responses.server.core.errors import ApiError, server_error
-from bidi_responses.server.core.event_types import ServerEvent, WarningEvent
+from bidi_responses.server.core.event_types import (
+    ResponseInjectCreatedEvent,
+    ResponseInjectFailedEvent,
+    ServerEvent,
+    WarningEvent,
+)
 from bidi_responses.server.core.events import OutEvent, answers_to, error_event
-from bidi_responses.server.core.items import JSONObject, JSONValue
+from bidi_responses.server.core.ids import new_id
+from bidi_responses.server.core.items import FunctionCallItem, Item, JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import check_json_shape
 from bidi_responses.server.core.lane import Lane
+from bidi_responses.server.core.lifecycle import (
+    Action,
+    Emit,
+    LaneLimits,
+    LaneMachine,
+    RunStatus,
+    Start,
+    StopAtBoundary,
+    Ticket,
+)
 from bidi_responses.server.core.runner import ResponseRun
 from bidi_responses.server.core.state import ResponseCache
 
 if TYPE_CHECKING:
     from bidi_responses.server.core.service import ResponsesCore
 
-_STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.cancel")
+# Settings an automatic successor does not take from the response it continues.
+_NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate", "event_id")
 
 
 class Session:
@@ -56,6 +86,31 @@ class Session:
         self._out: asyncio.Queue[OutEvent | None] = asyncio.Queue(limits.outbound_queue_events)
         self._lanes: dict[str, Lane] = {}
         self._runs: set[asyncio.Task[None]] = set()
+        # One cache per stream, serving every lane (a create on one lane can fork another's).
+        cache_config = core.config.cache
+        self.cache = (
+            ResponseCache(cache_config.max_responses, cache_config.max_bytes, core.cache_budget)
+            if stateful
+            else None
+        )
+        self.machine = LaneMachine(
+            LaneLimits(
+                max_active=limits.max_active_responses,
+                max_queued=limits.max_queued_responses,
+                max_named_lanes=limits.max_lanes,
+                max_pending_steers=limits.max_pending_steers,
+                # WebSocket mode keeps the hosted code; other transports get a neutral name.
+                lane_limit_code="websocket_stream_limit_reached"
+                if transport == "websocket"
+                else "stream_limit_reached",
+            ),
+            lambda: new_id("steer"),
+        )
+        # Started runs by ticket, and by response id once they sent response.created.
+        self._started: dict[int, ResponseRun] = {}
+        self._by_response: dict[str, ResponseRun] = {}
+        # The create body of each steered response whose successor has yet to start.
+        self._successor_settings: dict[str, JSONObject] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
         self.opened_at = time.monotonic()
@@ -121,8 +176,8 @@ class Session:
         """
         for lane in self._lanes.values():
             lane.input_closed = True
-            run = lane.inflight
-            if run is not None and run.waiting_for_append:
+        for run in list(self._started.values()):
+            if run.waiting_for_append:
                 run.cancel("client_gone")
         if wait_for_runs:
             while self._runs:
@@ -137,13 +192,15 @@ class Session:
         leaves its state when that response ends."""
         if self.core.state_tier is None or not self.stateful:
             return
-        states = []
-        for lane in self._lanes.values():
-            if lane.cache is None or lane.inflight is not None:
-                continue
-            for response_id, state in lane.cache.entries():
-                if state.stored_chain:  # the store has the chain this state renders
-                    states.append((response_id, state))
+        if self.cache is None:
+            return
+        busy = {lane.id for lane in self._lanes.values() if lane.inflight is not None}
+        states = [
+            (response_id, state)
+            for response_id, state, lane in self.cache.owned_entries()
+            # the store has the chain this state renders
+            if lane not in busy and state.stored_chain
+        ]
         await continuation.save_states(self.core, states)
 
     async def close(self) -> None:
@@ -154,9 +211,9 @@ class Session:
         if self._watchdog is not None:
             self._watchdog.cancel()
         await self._stop_runs()
+        if self.cache is not None:
+            self.cache.clear()
         for lane in self._lanes.values():
-            if lane.cache is not None:
-                lane.cache.clear()
             await lane.affinity.aclose()
         self.core.metrics.open_lanes.dec(len(self._lanes))
         self._lanes.clear()
@@ -202,24 +259,10 @@ class Session:
     # -- client events -----------------------------------------------------------------------
 
     def _lane(self, lane_id: str) -> Lane:
+        """The I/O side of a lane the machine admitted (its tools, route, engine affinity)."""
         lane = self._lanes.get(lane_id)
         if lane is None:
-            limits = self.core.config.limits
-            if len(self._lanes) >= limits.max_lanes:
-                raise ApiError(
-                    f"Invalid 'stream_id': at most {limits.max_lanes} lanes per connection.",
-                    code="too_many_lanes",
-                    param="stream_id",
-                )
-            cache_config = self.core.config.cache
-            cache = (
-                ResponseCache(
-                    cache_config.max_responses, cache_config.max_bytes, self.core.cache_budget
-                )
-                if self.stateful
-                else None
-            )
-            lane = self._lanes[lane_id] = Lane(lane_id, cache)
+            lane = self._lanes[lane_id] = Lane(lane_id, self.cache)
             self.core.metrics.open_lanes.inc()
         return lane
 
@@ -233,7 +276,7 @@ class Session:
         await self.emit(lane, error_event(error.status, error.to_error_object(), answers_to(event)))
 
     async def handle(self, event: JSONValue, received: float | None = None) -> None:
-        """Act on one client event; problems become error events on the stream."""
+        """Act on one client event (JSON-shaped); problems become error events on the stream."""
         received = time.perf_counter() if received is None else received
         lane_id = ""
         try:
@@ -241,108 +284,216 @@ class Session:
                 raise ApiError("Each client event must be a JSON object.", code="invalid_type")
             # Nesting and numbers first: every later step may then walk the event freely.
             check_json_shape(event)
-            raw_lane = event.get("stream_id")
-            if raw_lane is not None and not isinstance(raw_lane, str):
-                raise ApiError(
-                    "Invalid 'stream_id': expected a string.",
-                    code="invalid_type",
-                    param="stream_id",
-                )
-            if raw_lane and not _STREAM_ID.fullmatch(raw_lane):
-                # The hosted WebSocket mode's rule; "" stays the default lane (proto3 default).
-                raise ApiError(
-                    "Invalid 'stream_id': expected 1 to 256 characters of [A-Za-z0-9_.-].",
-                    code="invalid_stream_id",
-                    param="stream_id",
-                )
-            lane_id = raw_lane or ""
-            kind = event.get("type")
-            if kind == "response.create":
-                await self._create(lane_id, event, received)
-            elif kind == "response.append":
-                self._append(lane_id, event)
-            elif kind == "response.cancel":
-                self._cancel(lane_id, event)
-            elif kind is None:
-                raise ApiError(
-                    "Missing required parameter: 'type'.",
-                    code="missing_required_parameter",
-                    param="type",
-                )
-            elif not isinstance(kind, str):
-                raise ApiError(
-                    f"Invalid 'type': expected a string, got {type(kind).__name__}.",
-                    code="invalid_type",
-                    param="type",
-                )
-            else:
-                raise ApiError(
-                    f"Invalid 'type': unknown client event '{kind}' (expected one of "
-                    f"{', '.join(CLIENT_EVENT_TYPES)}).",
-                    code="unknown_event_type",
-                    param="type",
-                )
+            if event.get("type") not in ("response.steer", "response.inject"):
+                lane_id = lane_of(event)
+            typed = parse_client_event(event, self.core.config.limits)
         except ApiError as error:
             await self._error(lane_id, error, event)
+            return
+        await self.handle_event(typed, received, event)
+
+    async def handle_event(
+        self, event: ClientEvent, received: float | None = None, raw: JSONValue = None
+    ) -> None:
+        """Act on one typed client event (``raw``: the event as sent, for error answers)."""
+        received = time.perf_counter() if received is None else received
+        lane_id = getattr(event, "lane", "")
+        try:
+            if isinstance(event, CreateEvent):
+                await self._create(event, received)
+            elif isinstance(event, SteerEvent):
+                await self._steer(event)
+            elif isinstance(event, AppendEvent):
+                self._append(event)
+            elif isinstance(event, InjectEvent):
+                await self._inject(event)
+            else:
+                self._cancel(event)
+        except ApiError as error:
+            await self._error(lane_id, error, raw if raw is not None else _answers_for(event))
         except Exception:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
             self.core.log.exception("client event failed on a %s stream", self.transport)
-            await self._error(lane_id, server_error(), event)
+            await self._error(lane_id, server_error(), raw)
 
-    async def _create(self, lane_id: str, event: JSONObject, received: float) -> None:
-        lane = self._lane(lane_id)
-        if lane.inflight is not None:
-            raise ApiError(
-                f"Conversation already has an active response ('{lane.inflight.id}'); wait for "
-                "its terminal event or cancel it before creating another.",
-                code="conversation_already_has_active_response",
-            )
-        body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
-        run = ResponseRun(
-            self.core,
-            lane,
-            body,
-            partial(self.emit, lane_id),
-            self.transport,
-            received,
-            tenant=self.tenant,
-            quota_key=self.quota_key,
+    async def _create(self, event: CreateEvent, received: float) -> None:
+        actions = self.machine.create(
+            event.lane, event.previous_response_id, (dict(event.body), received)
         )
-        lane.inflight = run
-        task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
-        run.task = task
-        self._runs.add(task)
-        task.add_done_callback(self._runs.discard)
+        self._lane(event.lane)
+        await self._apply(actions)
 
-    def _append(self, lane_id: str, event: JSONObject) -> None:
-        lane = self._lanes.get(lane_id)
-        response_id = event.get("response_id")
-        if not isinstance(response_id, str) or not response_id:
-            raise ApiError(
-                "Missing required parameter: 'response_id'.",
-                code="missing_required_parameter",
-                param="response_id",
+    async def _steer(self, event: SteerEvent) -> None:
+        if event.problem is not None:
+            problem = event.problem
+            refused = self.machine.refuse_steer(
+                event.previous_response_id, event.input, problem.code, problem.message
             )
-        run = lane.inflight if lane is not None else None
+            await self._apply([refused])
+            return
+        await self._apply(self.machine.steer(event.previous_response_id, event.input, event.items))
+
+    def _append(self, event: AppendEvent) -> None:
+        ticket = self.machine.running(event.lane)
+        run = self._started.get(ticket.number) if ticket is not None else None
         if run is None:
             raise ApiError(
-                f"Response '{response_id}' is not waiting for tool outputs.",
+                f"Response '{event.response_id}' is not waiting for tool outputs.",
                 code="response_not_waiting",
                 param="response_id",
                 status=409,
             )
-        run.offer_append(response_id, event.get("input"))
+        run.offer_append(event.response_id, event.input)
 
-    def _cancel(self, lane_id: str, event: JSONObject) -> None:
-        lane = self._lanes.get(lane_id)
-        response_id = event.get("response_id") or None
-        run = lane.inflight if lane is not None else None
-        if run is None or (response_id is not None and response_id != run.id):
+    async def _inject(self, event: InjectEvent) -> None:
+        """``response.inject`` (beta): in append mode, the tool outputs a waiting response
+        needs, committed as an append would; acknowledged either way."""
+        run = self._by_response.get(event.response_id)
+        lane = run.lane.id if run is not None else ""
+        if run is None or not run.waiting_for_append:
+            known = run is not None or self.machine.has_ended(event.response_id)
+            failed: ResponseInjectFailedEvent = {
+                "type": "response.inject.failed",
+                "response_id": event.response_id,
+                "input": list(event.input) if isinstance(event.input, list) else [],
+                "error": {
+                    "code": "response_already_completed" if known else "response_not_found",
+                    "message": f"Response '{event.response_id}' is not waiting for tool outputs."
+                    if known
+                    else f"No response '{event.response_id}' is active on this connection.",
+                },
+                "sequence_number": self.machine.next_seq(),
+            }
+            await self.emit(lane, failed)
+            return
+        run.offer_append(event.response_id, event.input)
+        created: ResponseInjectCreatedEvent = {
+            "type": "response.inject.created",
+            "response_id": event.response_id,
+            "sequence_number": self.machine.next_seq(),
+        }
+        await self.emit(lane, created)
+
+    def _cancel(self, event: CancelEvent) -> None:
+        ticket = self.machine.running(event.lane)
+        run = self._started.get(ticket.number) if ticket is not None else None
+        if run is None or (event.response_id is not None and event.response_id != run.id):
             raise ApiError(
-                f"No in-flight response '{response_id or ''}' on this stream to cancel.",
+                f"No in-flight response '{event.response_id or ''}' on this stream to cancel.",
                 code="response_not_found",
                 param="response_id",
                 status=404,
             )
         run.cancel()
+
+    # -- carrying out the machine's actions --------------------------------------------------
+
+    async def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Start):
+                self._start(action.ticket)
+            elif isinstance(action, Emit):
+                await self.emit(action.lane, action.event)
+            elif isinstance(action, StopAtBoundary):
+                run = self._by_response.get(action.response_id)
+                if run is not None:
+                    run.stop_at_boundary()
+
+    def _start(self, ticket: Ticket) -> None:
+        lane = self._lane(ticket.lane)
+        steering: list[JSONValue] = [dict(item) for steer in ticket.steers for item in steer.items]
+        if ticket.successor_of is not None:
+            # Inherits the steered response's settings; continues it with the queued input.
+            settings = self._successor_settings.pop(ticket.successor_of)
+            body = {k: v for k, v in settings.items() if k not in _NOT_INHERITED}
+            body["previous_response_id"] = ticket.successor_of
+            body["input"] = steering
+            received = time.perf_counter()
+        else:
+            payload = ticket.payload
+            assert isinstance(payload, tuple)
+            body, received = payload
+            if steering:
+                # The queued steering input goes before the explicit continuation's own.
+                own = body.get("input")
+                if isinstance(own, str):
+                    own = [{"type": "message", "role": "user", "content": own}]
+                body["input"] = steering + (own if isinstance(own, list) else [])
+        run = ResponseRun(
+            self.core,
+            lane,
+            body,
+            partial(self.emit, ticket.lane),
+            self.transport,
+            received,
+            tenant=self.tenant,
+            quota_key=self.quota_key,
+            hooks=self,
+        )
+        self._started[ticket.number] = run
+        lane.inflight = run
+        task = asyncio.get_running_loop().create_task(
+            self._drive(run, ticket), name=f"response {run.id}"
+        )
+        run.task = task
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+
+    async def _drive(self, run: ResponseRun, ticket: Ticket) -> None:
+        """Run a response, then tell the machine how it ended and act on the answer."""
+        try:
+            await run.run()
+        finally:
+            status = _status_of(run)
+            if status in ("completed", "incomplete") and self.machine.has_pending(run.id):
+                self._successor_settings[run.id] = dict(run.body)
+            actions = self.machine.ended(ticket.number, status, run.required_input)
+            del self._started[ticket.number]
+            self._by_response.pop(run.id, None)
+            if run.lane.inflight is run:
+                run.lane.inflight = None
+        # Reached only when the run was not cancelled with the stream.
+        await self._apply(actions)
+
+    # -- what runs report (runner.RunHooks) --------------------------------------------------
+
+    def created(self, run: ResponseRun) -> None:
+        ticket = next(n for n, started in self._started.items() if started is run)
+        self._by_response[run.id] = run
+        self.machine.created(ticket, run.id)
+
+    async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
+        stubs = [
+            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
+            for call in calls
+        ]
+        await self._apply(self.machine.waiting(run.id, stubs))  # type: ignore[arg-type]
+
+    def resumed(self, run: ResponseRun) -> list[Item]:
+        steers = self.machine.resumed(run.id)
+        return [item for steer in steers for item in steer.items]  # type: ignore[misc]
+
+
+def _status_of(run: ResponseRun) -> RunStatus:
+    """How a run ended, as the lane machine counts it."""
+    record = run.record
+    if not run.created_sent or record is None:
+        return "refused"
+    status = record.status
+    if status == "completed" or status == "incomplete" or status == "failed":
+        return status
+    return "cancelled"  # by the client, or cut short with its stream
+
+
+def _answers_for(event: ClientEvent) -> JSONObject:
+    """The ``answers_to`` shape of a typed event (for a decoder that has no JSON form)."""
+    if isinstance(event, CreateEvent):
+        return {"type": "response.create", **event.body}
+    if isinstance(event, AppendEvent):
+        return {"type": "response.append", "response_id": event.response_id}
+    if isinstance(event, CancelEvent):
+        return {"type": "response.cancel", "response_id": event.response_id}
+    if isinstance(event, InjectEvent):
+        return {"type": "response.inject", "response_id": event.response_id}
+    return {"type": "response.steer", "previous_response_id": event.previous_response_id}

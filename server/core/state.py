@@ -10,6 +10,7 @@ continuation evicts the response it referenced, exactly as the hosted WebSocket 
 
 from __future__ import annotations
 
+import copy
 import sys
 from array import array
 from collections import OrderedDict
@@ -162,10 +163,11 @@ class MemoryBudget:
 
 
 class ResponseCache:
-    """Bounded map from response id to the conversation state after that response.
+    """Bounded map from response id to the conversation state after that response: one per
+    stream, serving every lane of it (so a create on one lane can fork another's response).
 
-    Bounded by entry count and by bytes, per lane and (with a ``MemoryBudget``) across every
-    stream; the least recently stored entry goes first.
+    Bounded by entry count per lane, by bytes per stream and (with a ``MemoryBudget``) across
+    every stream; the least recently stored entry goes first.
     """
 
     def __init__(
@@ -174,7 +176,9 @@ class ResponseCache:
         self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._budget = budget
-        self._entries: OrderedDict[str, tuple[ConversationState, int]] = OrderedDict()
+        # response id -> (state, its bytes, the lane that owns it)
+        self._entries: OrderedDict[str, tuple[ConversationState, int, str]] = OrderedDict()
+        self._lane_counts: dict[str, int] = {}
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -188,12 +192,21 @@ class ResponseCache:
         """Bytes held."""
         return self._bytes
 
-    def take(self, response_id: str) -> ConversationState | None:
-        """Remove and return the state after ``response_id``; None if not cached."""
-        entry = self._entries.pop(response_id, None)
+    def take(self, response_id: str, lane: str | None = None) -> ConversationState | None:
+        """The state after ``response_id``; None if not cached.
+
+        On the lane that owns it (or with no lane given) the state moves out of the cache:
+        the continuation extends it in place, and a failed one leaves nothing behind. On
+        another lane it is a fork: the caller gets a copy and the entry stays for its lane.
+        """
+        entry = self._entries.get(response_id)
         if entry is None:
             return None
+        if lane is not None and entry[2] != lane:
+            return fork_state(entry[0])
+        del self._entries[response_id]
         self._bytes -= entry[1]
+        self._lane_counts[entry[2]] -= 1
         if self._budget is not None:
             self._budget.release(self, response_id)
         return entry[0]
@@ -202,10 +215,11 @@ class ResponseCache:
         """Forget an entry (evicted)."""
         self.take(response_id)
 
-    def put(self, response_id: str, state: ConversationState) -> int:
-        """Keep ``state`` under ``response_id``, evicting the oldest entries over this lane's
-        budget; returns how many were evicted (a state too large to keep counts as one).
-        Entries evicted by the global budget are counted there."""
+    def put(self, response_id: str, state: ConversationState, lane: str = "") -> int:
+        """Keep ``state`` under ``response_id`` for ``lane``, evicting the lane's oldest
+        entries past ``max_entries`` and the stream's oldest past ``max_bytes``; returns how
+        many were evicted (a state too large to keep counts as one). Entries evicted by the
+        global budget are counted there."""
         if self._max_entries <= 0:
             return 0
         self.take(response_id)
@@ -213,12 +227,15 @@ class ResponseCache:
         if size > self._max_bytes or (self._budget is not None and size > self._budget.max_bytes):
             return 1
         evictions = 0
-        while self._entries and (
-            len(self._entries) >= self._max_entries or self._bytes + size > self._max_bytes
-        ):
+        while self._lane_counts.get(lane, 0) >= self._max_entries:
+            oldest = next(rid for rid, entry in self._entries.items() if entry[2] == lane)
+            self.take(oldest)
+            evictions += 1
+        while self._entries and self._bytes + size > self._max_bytes:
             self.take(next(iter(self._entries)))
             evictions += 1
-        self._entries[response_id] = (state, size)
+        self._entries[response_id] = (state, size, lane)
+        self._lane_counts[lane] = self._lane_counts.get(lane, 0) + 1
         self._bytes += size
         if self._budget is not None:
             self._budget.charge(self, response_id, size)
@@ -228,10 +245,34 @@ class ResponseCache:
         """(response id, state) of every entry, oldest first."""
         return [(rid, entry[0]) for rid, entry in self._entries.items()]
 
+    def owned_entries(self) -> list[tuple[str, ConversationState, str]]:
+        """(response id, state, owning lane) of every entry, oldest first."""
+        return [(rid, entry[0], entry[2]) for rid, entry in self._entries.items()]
+
     def clear(self) -> None:
         """Drop everything (the stream ended)."""
         for response_id in list(self._entries):
             self.take(response_id)
+
+
+def fork_state(state: ConversationState) -> ConversationState:
+    """An independent copy of ``state`` for a fork (the items themselves are never changed
+    once in a conversation, so the lists are copied, not the items)."""
+    return ConversationState(
+        tokens=array("I", state.tokens),
+        prefix_len=state.prefix_len,
+        prefix_key=state.prefix_key,
+        items=list(state.items),
+        call_names=dict(state.call_names),
+        answered_calls=set(state.answered_calls),
+        model_turns=state.model_turns,
+        tool_rounds=state.tool_rounds,
+        stored_chain=state.stored_chain,
+        last_response=state.last_response,
+        stage_state=copy.deepcopy(state.stage_state),
+        item_bytes=state.item_bytes,
+        format_name=state.format_name,
+    )
 
 
 def observe(state: ConversationState, item: Item) -> None:

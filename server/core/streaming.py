@@ -56,8 +56,42 @@ class _Failure:
         self.exc = exc
 
 
+class _Wake:
+    """Wakes the consumer when a stop is requested while it waits for the engine."""
+
+    __slots__ = ()
+
+
+_WAKE = _Wake()
+
 #: What the engine task hands the consumer through the queue.
-EngineOutput: TypeAlias = EngineEvent | _Failure
+EngineOutput: TypeAlias = EngineEvent | _Failure | _Wake
+
+
+class BoundaryStop:
+    """A request to stop a response at its next safe output boundary (steering).
+
+    Set from outside the response's task (``request``); the segment being streamed then stops
+    once the output item in progress has ended, never inside one. Engine-agnostic: the
+    consumer stops reading and the engine task is cancelled, which aborts its work (the
+    completions engine closes its backend request, freeing the slot).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._queue: asyncio.Queue[EngineOutput] | None = None
+
+    def request(self) -> None:
+        self.requested = True
+        if self._queue is not None:
+            self._queue.put_nowait(_WAKE)
+
+    def clear(self) -> None:
+        """The steering input was taken into this response: no stop any more."""
+        self.requested = False
+
+    def attach(self, queue: asyncio.Queue[EngineOutput] | None) -> None:
+        self._queue = queue
 
 
 def engine_request_for(
@@ -87,15 +121,27 @@ def engine_request_for(
 
 
 async def stream_segment(
-    engine: Engine, request: EngineRequest, streamer: ItemStreamer, config: StreamingConfig
+    engine: Engine,
+    request: EngineRequest,
+    streamer: ItemStreamer,
+    config: StreamingConfig,
+    stop: BoundaryStop | None = None,
 ) -> EngineFinish:
     """Run the engine on ``request`` and stream its events; returns its finish.
+
+    With ``stop`` requested, the segment ends at the next output boundary: once no item is
+    in progress, the next engine event decides. The engine's own finish means it was done
+    anyway (returned as is); anything else (another item) is not streamed, and the finish
+    has reason ``"steered"``. Deterministic for a deterministic engine: the outcome depends
+    only on whether another item follows the one in progress.
 
     On any exception (cancellation included) the item being streamed is closed as
     ``incomplete`` with everything generated for it, ``streamer.tokens`` counts the segment's
     output, and the exception propagates. The engine task never outlives this call.
     """
     queue: asyncio.Queue[EngineOutput] = asyncio.Queue()
+    if stop is not None:
+        stop.attach(queue)
 
     async def produce() -> None:
         try:
@@ -108,11 +154,16 @@ async def stream_segment(
     producer = asyncio.get_running_loop().create_task(produce())
     # Merged text not yet handed to the streamer: a cancelled response keeps it too.
     text, count = "", 0
+    started = time.perf_counter()
     try:
         pending: EngineOutput | None = None
         while True:
+            if stop is not None and stop.requested and streamer.current is None:
+                return await _boundary(queue, pending, streamer, started)
             event = pending if pending is not None else await queue.get()
             pending = None
+            if isinstance(event, _Wake):
+                continue
             if isinstance(event, Delta):
                 text, count = event.text, len(event.token_ids)
                 if config.coalesce_deltas:
@@ -135,10 +186,32 @@ async def stream_segment(
         streamer.keep_partial(text, count, queue)
         raise
     finally:
+        if stop is not None:
+            stop.attach(None)
         if not producer.done():
             producer.cancel()
         with contextlib.suppress(BaseException):  # already reported through the queue
             await producer
+
+
+async def _boundary(
+    queue: asyncio.Queue[EngineOutput],
+    pending: EngineOutput | None,
+    streamer: ItemStreamer,
+    started: float,
+) -> EngineFinish:
+    """A stop was requested between items: the engine's finish if it comes next, otherwise a
+    ``"steered"`` finish (what follows is dropped with the engine task)."""
+    while True:
+        event = pending if pending is not None else await queue.get()
+        pending = None
+        if isinstance(event, _Wake):
+            continue
+        if isinstance(event, EngineFinish):
+            return event
+        if isinstance(event, _Failure):
+            raise event.exc
+        return EngineFinish("steered", streamer.tokens, 0, time.perf_counter() - started)
 
 
 async def _merge(

@@ -41,7 +41,7 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
         state.last_response = snapshot
         if not record.request.store:
             state.stored_chain = False
-        evicted = lane.cache.put(run.id, state)
+        evicted = lane.cache.put(run.id, state, lane.id)
         if evicted:
             core.metrics.cache_evictions.inc(evicted)
     stored = account.stored(record, snapshot, state, run.tenant)

@@ -127,7 +127,8 @@ class EngineFinish:
     (KV) cache served, as a real backend reports them (0 where it reports nothing).
     """
 
-    reason: Literal["stop", "tool_calls", "max_output_tokens"]
+    # "steered": the core stopped consuming at an output boundary (the engine never says it).
+    reason: Literal["stop", "tool_calls", "max_output_tokens", "steered"]
     output_tokens: int
     prefill_tokens: int
     engine_seconds: float

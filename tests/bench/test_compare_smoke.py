@@ -54,6 +54,7 @@ def test_files_and_table(smoke: tuple[Path, dict[str, Any], str]) -> None:
         "throughput_vs_concurrency.png",
         "headline.png",
         "keepup.png",
+        "steering.png",
     ):
         path = out / name
         assert path.is_file() and path.stat().st_size > 0, name
@@ -72,6 +73,7 @@ def test_files_and_table(smoke: tuple[Path, dict[str, Any], str]) -> None:
         "T8",
         "T9",
         "T10",
+        "T11",
     }
     assert "network projection ON PAPER" in stdout
     assert "concurrency-workers2" in stdout and "2 worker processes" in stdout
@@ -157,3 +159,21 @@ def test_keepup_and_concurrency(smoke: tuple[Path, dict[str, Any], str]) -> None
         (m, n) for m in ("ws_cache", "grpc_connect") for n in (1, 3)
     }
     assert all(r["throughput_turns_s"] > 0 for r in conc["rows"])
+
+
+def test_steering_rows(smoke: tuple[Path, dict[str, Any], str]) -> None:
+    """Every steer is acknowledged and followed by a successor on both streams; the figures
+    are there and ordered (the acknowledgement comes before the successor's first token).
+    Timings themselves are not asserted."""
+    _, results, stdout = smoke
+    rows = _rows(results, "steer")
+    assert set(rows) == {"ws_cache", "grpc_connect"}
+    for row in rows.values():
+        assert row["rounds"] == 3
+        assert row["accepted"] == row["successors_completed"] == 3
+        assert len(row["ack_ms"]) == len(row["successor_first_token_ms"]) == 3
+        assert 0 < row["ack_p50_ms"] < row["successor_first_token_p50_ms"]
+    # The table sits right after the network projection.
+    network = stdout.index("network projection ON PAPER")
+    steering = stdout.index("steering: 3 responses per mode")
+    assert network < steering < stdout.index("pre-inference work", network)

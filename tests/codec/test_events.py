@@ -75,6 +75,52 @@ INCOMPLETE: JSONObject = {
     "status": "incomplete",
     "incomplete_details": {"reason": "max_output_tokens"},
 }
+STEERED: JSONObject = {
+    **RESPONSE,
+    "status": "incomplete",
+    "incomplete_details": {"reason": "steered"},
+}
+STEER_INPUT: list[JSONObject] = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "use tabs"}]}
+]
+#: The acknowledgements of steering and injection, as the official SDKs type them.
+STEER_EVENTS: list[JSONObject] = [
+    {"type": "response.steer.accepted", "steer": {"id": "steer_1", "previous_response_id": "r1"}},
+    {
+        "type": "response.steer.failed",
+        "steer": {"previous_response_id": "r1", "input": STEER_INPUT},
+        "error": {
+            "code": "invalid_input",
+            "message": "Invalid 'input[0].role': steering accepts only the 'user' role.",
+            "type": "invalid_request_error",
+        },
+    },
+    {
+        "type": "response.steer.failed",
+        "steer": {"previous_response_id": "r1", "input": STEER_INPUT, "id": "steer_2"},
+        "error": {
+            "code": "successor_creation_failed",
+            "message": "m",
+            "type": "invalid_request_error",
+        },
+    },
+    {
+        "type": "response.steer.pending",
+        "steer": {"id": "steer_3", "previous_response_id": "r1"},
+        "reason": "waiting_for_required_input",
+        "required_input": [
+            {"type": "function_call_output", "call_id": "c1", "name": "sh"},
+            {"type": "custom_tool_call_output", "call_id": "c2"},
+        ],
+    },
+    {"type": "response.inject.created", "response_id": "r1"},
+    {
+        "type": "response.inject.failed",
+        "response_id": "r1",
+        "input": [{"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+        "error": {"code": "response_not_found", "message": "m"},
+    },
+]
 
 EVENTS: list[JSONObject] = [
     {"type": "response.created", "response": {**RESPONSE, "status": "in_progress"}},
@@ -119,6 +165,9 @@ EVENTS: list[JSONObject] = [
     {"type": "response.completed", "response": RESPONSE},
     {"type": "response.failed", "response": FAILED},
     {"type": "response.incomplete", "response": INCOMPLETE},
+    {"type": "response.incomplete", "response": STEERED},
+    {"type": "response.queued", "response": {**RESPONSE, "status": "queued"}},
+    *STEER_EVENTS,
 ]
 
 

@@ -49,6 +49,8 @@ class Turn:
     fail: str | None = None
     hold: asyncio.Event | None = None
     calls: tuple[Call, ...] = ()
+    # Wait on this inside the first call's item, after its arguments (set by the test).
+    call_hold: asyncio.Event | None = None
 
 
 @dataclass
@@ -83,9 +85,12 @@ class ScriptedEngine:
                     self.cancelled.set()
                     raise
             yield ItemEnd()
-        for call in turn.calls:
+        for index, call in enumerate(turn.calls):
             yield ItemStart("function_call", name=call.name, call_id=call.call_id)
             yield Delta(call.arguments, (0,))
+            if index == 0 and turn.call_hold is not None:
+                self.holding.set()
+                await turn.call_hold.wait()
             yield ItemEnd()
         output_tokens = len(turn.deltas) + len(turn.calls)
         reason: Literal["tool_calls", "stop"] = "tool_calls" if turn.calls else "stop"

@@ -114,33 +114,38 @@ async def test_an_unknown_previous_response_is_one_error_naming_the_field(
     assert engine.requests == []
 
 
-async def test_a_busy_lane_refuses_a_second_response_while_another_lane_runs(
+async def test_a_create_on_a_busy_lane_waits_its_turn_while_another_lane_runs(
     engine_and_core: EngineAndCore,
 ) -> None:
     engine, core = engine_and_core
     hold = asyncio.Event()
-    engine.turns += [Turn(("a",), hold=hold), Turn(("b",))]
+    engine.turns += [Turn(("a",), hold=hold), Turn(("o",)), Turn(("b",))]
     async with _session(core) as session:
         await session.handle(_create())
-        await _until_holding(session, engine)
+        first = await _until_holding(session, engine)
+        # Sent early: it waits for the first response's end, nothing is refused.
         await session.handle(_create())
-        refused = _json((await anext(session.events())).data)
-        # Another lane of the same stream is a conversation of its own.
+        # Another lane of the same stream is a conversation of its own and runs at once.
         await session.handle(_create(stream_id="other"))
         other: list[tuple[str, Event]] = []
         async for out in session.events():
             other.append((out.lane, _json(out.data)))
             if out.data["type"] in TERMINAL:
                 break
+        assert session.machine.queued == 1
         hold.set()
         rest = await _until_terminal(session)
+        second = await _until_terminal(session)
 
-    assert refused["type"] == "error"
-    assert refused["error"]["code"] == "conversation_already_has_active_response"
     assert {lane for lane, _ in other} == {"other"}
     assert other[-1][1]["type"] == "response.completed"
+    # In order, without overlap: the second response starts after the first's terminal.
+    assert rest[-1]["response"]["id"] == first[0]["response"]["id"]
     assert rest[-1]["type"] == "response.completed"
-    assert len(engine.requests) == 2
+    assert second[0]["type"] == "response.created"
+    assert second[-1]["type"] == "response.completed"
+    assert second[-1]["response"]["output"][0]["content"][0]["text"] == "b"
+    assert len(engine.requests) == 3
 
 
 async def test_cancel_ends_the_response_incomplete_with_its_partial_output(
@@ -340,5 +345,6 @@ async def test_lanes_are_named_by_stream_id_and_bounded_per_stream(
     assert bad_name["error"]["code"] == "invalid_stream_id"
     assert bad_name["error"]["param"] == "stream_id"
     assert first["type"] == second["type"] == "response.completed"
-    assert third["error"]["code"] == "too_many_lanes"
+    assert third["error"]["code"] == "stream_limit_reached"
+    assert third["error"]["param"] == "stream_id"
     assert len(engine.requests) == 2

@@ -160,7 +160,7 @@ async def test_cache_size_is_configurable(server_factory: ServerFactory, tmp_pat
         assert third.usage is not None and third.usage.cached_tokens > 0
 
 
-async def test_second_create_while_one_is_in_flight_is_rejected(
+async def test_second_create_while_one_is_in_flight_waits_its_turn(
     server_factory: ServerFactory,
 ) -> None:
     running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=40)
@@ -175,11 +175,18 @@ async def test_second_create_while_one_is_in_flight_is_rejected(
         rest = []
         async for event in events:
             rest.append(event)
-            if event["type"] == "response.completed":
+            if (
+                event["type"] == "response.completed"
+                and len(rest) > 1
+                and (event["response"]["id"] != created["response"]["id"])
+            ):
                 break
-        errors = [e for e in rest if e["type"] == "error"]
-        assert [e["error"]["code"] for e in errors] == ["conversation_already_has_active_response"]
-        assert rest[-1]["response"]["id"] == created["response"]["id"]
+        kinds = [e["type"] for e in rest]
+        assert "error" not in kinds
+        # In order, without overlap: the second is created after the first's terminal event.
+        first_end = kinds.index("response.completed")
+        assert rest[first_end]["response"]["id"] == created["response"]["id"]
+        assert kinds[first_end + 1] == "response.created"
         assert rest[-1]["response"]["output"][0]["content"][0]["text"]
 
 
@@ -223,15 +230,27 @@ async def test_lanes_run_in_parallel_and_echo_their_stream_id(client: AsyncRespo
                 for i in range(4)
             ]
         )
-        # Each lane has its own cache: continuing lane 0 from lane 1's response fails.
-        with pytest.raises(ResponsesError):
-            await stream.create(
-                stream_id="agent-0",
-                model="sim-model",
-                input="x",
-                previous_response_id=results[1].id,
-                store=False,
-            )
+        # One cache serves the stream's lanes: lane 0 forks lane 1's (unstored) response,
+        # and lane 1 keeps it.
+        fork = await stream.create(
+            stream_id="agent-0",
+            model="sim-model",
+            tools=[SHELL_TOOL],
+            input=[results[1].call_output("forked")],
+            previous_response_id=results[1].id,
+            store=False,
+        )
+        assert fork.previous_response_id == results[1].id
+        assert fork.usage is not None and fork.usage.cached_tokens > 0
+        source = await stream.create(
+            stream_id="agent-1",
+            model="sim-model",
+            tools=[SHELL_TOOL],
+            input=[results[1].call_output("ok")],
+            previous_response_id=results[1].id,
+            store=False,
+        )
+        assert source.usage is not None and source.usage.cached_tokens > 0
         follow = await stream.create(
             stream_id="agent-2",
             model="sim-model",

@@ -15,6 +15,8 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.codec import EventDecoder, ProtoEncoder, params_to_pb, unbatch
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.transports.grpc.delivery import Outbound
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -244,3 +246,14 @@ async def test_hand_built_snapshot_bytes_equal_the_message(
         for lane in ("", "lane-1"):
             built = pb.ConnectResponse.FromString(encoder.event_bytes(lane, event))
             assert built == encoder.connect_response(lane, event), event["type"]
+
+
+def test_an_event_the_encoder_cannot_map_becomes_an_error_event_on_its_lane() -> None:
+    """A server fault in encoding must not end the call INTERNAL: the lane gets a 500."""
+    bad: Any = {"type": "response.not_in_the_proto"}
+    ok: Any = {"type": "warning", "code": "c", "message": "m"}
+    messages = Outbound().messages([OutEvent("a", bad), OutEvent("", ok)])
+    first, second = (EventDecoder.event(pb.ConnectResponse.FromString(m)) for m in messages)
+    assert first["type"] == "error" and first["stream_id"] == "a"
+    assert first["status"] == 500 and first["error"]["code"] == "server_error"
+    assert second == ok

@@ -150,20 +150,22 @@ async def test_failed_continuation_evicts_the_response_it_referenced(connect: Co
         assert error["code"] == "previous_response_not_found"
 
 
-async def test_a_second_create_while_one_is_in_flight_is_an_error(connect: Connect) -> None:
+async def test_a_second_create_while_one_is_in_flight_waits_its_turn(connect: Connect) -> None:
     async with asyncio.timeout(20), connect() as sock:
         # An append-mode response waiting for tool outputs stays in flight: no timing needed.
         paused = await sock.create(model="sim-model", input="ls", tools=TOOLS, append_mode=True)
         assert paused[-1]["type"] == "response.done"
         response_id = paused[-1]["response"]["id"]
-        error = error_of(await sock.create(model="sim-model", input="other"))
-        assert error["code"] == "conversation_already_has_active_response"
-        assert response_id in error["message"]
+        # Queued behind it on the lane: no event until its turn comes.
+        await sock.send({"type": "response.create", "model": "sim-model", "input": "other"})
         await sock.send({"type": "response.cancel", "response_id": response_id})
         ended = await sock.turn()
-        assert ended[-1]["type"] == "response.incomplete"
+        assert [e["type"] for e in ended] == ["response.incomplete"]
         assert final(ended)["incomplete_details"] == {"reason": "cancelled"}
-        assert final(await sock.create(model="sim-model", input="hi"))["status"] == "completed"
+        queued = await sock.turn()
+        assert queued[0]["type"] == "response.created"
+        assert final(queued)["status"] == "completed"
+        assert final(queued)["id"] != response_id
 
 
 async def test_append_keeps_one_long_running_response(connect: Connect) -> None:

@@ -6,15 +6,18 @@ the client asked for it (``batch_events``), within the server's bounds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bidi_responses.codec import EVENT_FIELD, ProtoEncoder, batch_messages, field_bytes
 from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.event_types import ServerEvent
-from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.events import OutEvent, error_event
 from bidi_responses.v1 import responses_pb2 as pb
+
+log = logging.getLogger("bidi_responses.grpc")
 
 
 @dataclass(slots=True)
@@ -49,10 +52,21 @@ class Delivery:
     def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
         """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
         this delivery asks for it)."""
-        messages = [encoder.event_bytes(out.lane, out.data) for out in ready]
+        messages = [_encoded(encoder, out) for out in ready]
         if self.max_events > 1 and len(messages) > 1:
             return batch_messages(messages, self.max_events, self.max_bytes)
         return messages
+
+
+def _encoded(encoder: ProtoEncoder, out: OutEvent) -> bytes:
+    """One event's bytes; an event the encoder cannot map (a server fault) becomes a 500
+    ``error`` event on its lane, so the stream goes on instead of ending INTERNAL."""
+    try:
+        return encoder.event_bytes(out.lane, out.data)
+    except Exception:
+        log.exception("Connect: could not encode a %r event", out.data.get("type"))
+        error = server_error()
+        return encoder.event_bytes(out.lane, error_event(error.status, error.to_error_object()))
 
 
 class Outbound:
