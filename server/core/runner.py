@@ -73,6 +73,9 @@ class RunHooks(Protocol):
     def created(self, run: ResponseRun) -> None:
         """The run is about to send its ``response.created``."""
 
+    def ending(self, run: ResponseRun) -> None:
+        """The run is about to send its terminal event."""
+
     async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
         """The run sent ``response.done`` and waits for the client's tool outputs."""
 

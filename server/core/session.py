@@ -109,10 +109,14 @@ class Session:
         # Started runs by ticket, and by response id once they sent response.created.
         self._started: dict[int, ResponseRun] = {}
         self._by_response: dict[str, ResponseRun] = {}
+        self._ticket_of: dict[ResponseRun, Ticket] = {}
+        # What the machine answered to the end of a run whose task is not done yet.
+        self._settled: dict[int, list[Action]] = {}
         # The create body of each steered response whose successor has yet to start.
         self._successor_settings: dict[str, JSONObject] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
+        self._stopping = False
         self.opened_at = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -219,6 +223,7 @@ class Session:
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:
+        self._stopping = True  # what the stopped runs would start next is not started
         runs = list(self._runs)
         for task in runs:
             task.cancel()
@@ -432,36 +437,50 @@ class Session:
             hooks=self,
         )
         self._started[ticket.number] = run
+        self._ticket_of[run] = ticket
         lane.inflight = run
-        task = asyncio.get_running_loop().create_task(
-            self._drive(run, ticket), name=f"response {run.id}"
-        )
+        task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
         run.task = task
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
+        # Called however the task ends, even when cancelled before it ever ran.
+        task.add_done_callback(partial(self._ended, run, ticket))
 
-    async def _drive(self, run: ResponseRun, ticket: Ticket) -> None:
-        """Run a response, then tell the machine how it ended and act on the answer."""
-        try:
-            await run.run()
-        finally:
-            status = _status_of(run)
-            if status in ("completed", "incomplete") and self.machine.has_pending(run.id):
-                self._successor_settings[run.id] = dict(run.body)
-            actions = self.machine.ended(ticket.number, status, run.required_input)
-            del self._started[ticket.number]
-            self._by_response.pop(run.id, None)
-            if run.lane.inflight is run:
-                run.lane.inflight = None
-        # Reached only when the run was not cancelled with the stream.
-        await self._apply(actions)
+    def _ended(self, run: ResponseRun, ticket: Ticket, task: asyncio.Task[None]) -> None:
+        """A run's task is done (however it ended, even cancelled before it ever ran): act on
+        what the machine answered to its end, after the run's own last event."""
+        actions = self._settle(run, ticket)
+        del self._started[ticket.number]
+        del self._ticket_of[run]
+        if actions and not self._stopping:
+            follow_up = asyncio.get_running_loop().create_task(self._apply(actions))
+            self._runs.add(follow_up)
+            follow_up.add_done_callback(self._runs.discard)
+
+    def _settle(self, run: ResponseRun, ticket: Ticket) -> list[Action]:
+        """Tell the machine how ``run`` ended (once); the actions it answered."""
+        if ticket.number in self._settled:
+            return self._settled.pop(ticket.number)
+        status = _status_of(run)
+        if status in ("completed", "incomplete") and self.machine.has_pending(run.id):
+            self._successor_settings[run.id] = dict(run.body)
+        actions = self.machine.ended(ticket.number, status, run.required_input)
+        self._by_response.pop(run.id, None)
+        if run.lane.inflight is run:
+            run.lane.inflight = None
+        return actions
 
     # -- what runs report (runner.RunHooks) --------------------------------------------------
 
     def created(self, run: ResponseRun) -> None:
-        ticket = next(n for n, started in self._started.items() if started is run)
         self._by_response[run.id] = run
-        self.machine.created(ticket, run.id)
+        self.machine.created(self._ticket_of[run].number, run.id)
+
+    def ending(self, run: ResponseRun) -> None:
+        # Its terminal event goes out next: from now on a steer finds it finished, and what
+        # follows it (a successor, steer.pending) is sent once the run's task is done.
+        ticket = self._ticket_of[run]
+        self._settled[ticket.number] = self._settle(run, ticket)
 
     async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
         stubs = [
