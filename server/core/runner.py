@@ -225,7 +225,11 @@ class ResponseRun:
                 current.uncancel()
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
-            await finish(self, "incomplete", reason=self._cancel_reason)
+            try:
+                await finish(self, "incomplete", reason=self._cancel_reason)
+            except asyncio.CancelledError:
+                abandon(self)  # and then the stream went away: its usage is still kept
+                raise
         except EngineError as exc:  # the inference backend failed: fail this response only
             core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
             failure: ResponseError = {"code": exc.code, "message": str(exc)}

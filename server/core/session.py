@@ -230,6 +230,12 @@ class Session:
         if runs:
             await asyncio.gather(*runs, return_exceptions=True)
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing runs or waits, and every event was taken by the transport."""
+        machine = self.machine
+        return not self._runs and not machine.active and not machine.queued and self._out.empty()
+
     async def events(self) -> AsyncIterator[OutEvent]:
         """Server events in order, until the session finishes."""
         while True:

@@ -141,9 +141,8 @@ class Client:
         """Wait until nothing runs or waits, then answer each pending steer's tool calls with
         one explicit continuation, as a client does; until no steer is left pending."""
         answered: set[str] = set()
-        machine = self.session.machine
         while True:
-            await until(lambda: machine.active == 0 and machine.queued == 0)
+            await until(lambda: self.session.quiet)
             pending = [
                 (lane, e)
                 for lane, e in self.events
