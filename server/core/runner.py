@@ -179,7 +179,10 @@ class ResponseRun:
         ]
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the response promptly; it ends as incomplete with ``reason``."""
+        """Stop the response promptly; it ends as incomplete with ``reason``. Once only: a
+        second cancel must not cut short the first one's ending."""
+        if self._cancel_reason is not None:
+            return
         if self.task is not None and not self.task.done():
             self._cancel_reason = reason
             self.task.cancel()
