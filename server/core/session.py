@@ -309,6 +309,8 @@ class Session:
         """Act on one typed client event (``raw``: the event as sent, for error answers)."""
         received = time.perf_counter() if received is None else received
         lane_id = getattr(event, "lane", "")
+        if isinstance(event, InjectEvent) and event.response_id in self._by_response:
+            lane_id = self._by_response[event.response_id].lane.id  # its errors go there
         try:
             if isinstance(event, CreateEvent):
                 await self._create(event, received)
