@@ -301,6 +301,10 @@ class Session:
         except ApiError as error:
             await self._error(lane_id, error, event)
             return
+        except Exception:
+            self.core.log.exception("client event unreadable on a %s stream", self.transport)
+            await self._error(lane_id, server_error(), event)
+            return
         await self.handle_event(typed, received, event)
 
     async def handle_event(
