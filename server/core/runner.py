@@ -180,11 +180,13 @@ class ResponseRun:
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the response promptly; it ends as incomplete with ``reason``. Once only: a
-        second cancel must not cut short the first one's ending."""
-        if self._cancel_reason is not None:
+        second cancel must not cut short the first one's ending. Before its
+        ``response.created`` the response still gets one, then ends at once: the client
+        always sees a cancelled create begin and end."""
+        if self._cancel_reason is not None or self.task is None or self.task.done():
             return
-        if self.task is not None and not self.task.done():
-            self._cancel_reason = reason
+        self._cancel_reason = reason
+        if self.created_sent:
             self.task.cancel()
 
     # -- the run -----------------------------------------------------------------------------
@@ -366,6 +368,10 @@ class ResponseRun:
         )
         record.status = "in_progress"
         self.account.started = True
+        if self._cancel_reason is not None:  # cancelled while it was being prepared
+            record.status = "cancelled"
+            await finish(self, "incomplete", reason=self._cancel_reason)
+            return
         if not request.generate:
             self.account.skipped_engine(record.stats, len(self.state.tokens))
             await finish(self, "completed")

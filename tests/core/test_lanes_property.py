@@ -5,7 +5,8 @@ the real ``Session`` and core with the sim engine, keep the books.
 - every accepted steer either fails (``response.steer.failed`` with its id) or is committed in
   exactly one response's stored input: its successor's or the explicit continuation's;
   (a disconnect leaves a steer's outcome unknown: at most once, then);
-- every response that was created has exactly one ledger row.
+- every response that was created has exactly one ledger row;
+- every create is answered: it begins (``response.created``) or an error refuses it.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Client:
         self.events: list[tuple[str, Event]] = []
         self.last: dict[str, str] = {}  # lane -> its last finished response
         self.steers = 0
+        self.creates = 0
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -117,6 +119,7 @@ class Client:
                 body["tools"] = [SHELL_TOOL]
             if op.continue_last and op.lane in self.last:
                 body["previous_response_id"] = self.last[op.lane]
+            self.creates += 1
             await self.session.handle(body)
         elif isinstance(op, Steer):
             created = self.created()
@@ -170,7 +173,16 @@ class Client:
                 if lane:
                     body["stream_id"] = lane
                 # Started (or refused) at once: the machine counts it until it ends.
+                self.creates += 1
                 await self.session.handle(body)
+
+
+def _is_steering(item: Any) -> bool:
+    return bool(
+        item.get("type") == "message"
+        and item.get("role") == "user"
+        and all(part.get("text", "").startswith("steer-") for part in item["content"])
+    )
 
 
 @settings(
@@ -199,11 +211,12 @@ async def test_every_response_ends_once_and_every_steer_is_failed_or_committed_o
         await core.post.join()
         created = client.created()
         rows = Counter(row.response_id for row in await core.store.ledger_rows())
-        stored_inputs = []
+        inputs: dict[str, list[Any]] = {}
         for response_id in created:
             stored = await core.store.get(response_id, None)
             if stored is not None:
-                stored_inputs.extend(cast(list[Any], stored.input_items))
+                inputs[response_id] = cast(list[Any], stored.input_items)
+        stored_inputs = [item for items in inputs.values() for item in items]
 
     events = [event for _, event in client.events]
     ends = Counter(e["response"]["id"] for e in events if e["type"] in TERMINAL)
@@ -215,6 +228,18 @@ async def test_every_response_ends_once_and_every_steer_is_failed_or_committed_o
             assert ends[response_id] == 1, response_id
         assert rows[response_id] == 1, response_id
     assert set(ends) <= set(created)
+    if not disconnect:
+        # Every create was answered: it began (response.created), or an error refused it.
+        refused = [
+            e
+            for e in events
+            if e["type"] == "error" and e["error"].get("request_type") == "response.create"
+        ]
+        # (an automatic successor's input is steering messages only)
+        successors = [
+            rid for rid in created if inputs.get(rid) and all(map(_is_steering, inputs[rid]))
+        ]
+        assert len(created) - len(successors) + len(refused) == client.creates
 
     accepted = [e["steer"]["id"] for e in events if e["type"] == "response.steer.accepted"]
     failed = Counter(
