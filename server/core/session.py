@@ -474,9 +474,15 @@ class Session:
         if ticket.number in self._settled:
             return self._settled.pop(ticket.number)
         status = _status_of(run)
-        if status in ("completed", "incomplete") and self.machine.has_pending(run.id):
+        required = run.required_input
+        if (
+            status in ("completed", "incomplete")
+            and not required
+            and self.machine.has_pending(run.id)
+        ):
+            # The machine starts its automatic successor, with these settings.
             self._successor_settings[run.id] = dict(run.body)
-        actions = self.machine.ended(ticket.number, status, run.required_input)
+        actions = self.machine.ended(ticket.number, status, required)
         self._by_response.pop(run.id, None)
         if run.lane.inflight is run:
             run.lane.inflight = None
