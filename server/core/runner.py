@@ -98,10 +98,14 @@ class ResponseRun:
         tenant: str | None = None,
         quota_key: str = "anonymous",
         hooks: RunHooks | None = None,
+        steering: list[Item] | None = None,
     ) -> None:
         self.core = core
         self.lane = lane
         self.hooks = hooks
+        # Queued steering input this explicit continuation commits, before its own input (named
+        # ``steering[i]`` in errors, so the client's own items keep their indices).
+        self.steering = steering or []
         # Steering: stop at the next output boundary once requested.
         self.stop = BoundaryStop()
         # Set once response.created went out (the response exists for the client).
@@ -306,9 +310,11 @@ class ResponseRun:
         self.output_format = request.output_format()
         rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
 
-        assign_ids(request.input)
-        items = history + request.input if history else request.input
+        new_input = self.steering + request.input if self.steering else request.input
+        assign_ids(new_input)
+        items = history + new_input if history else new_input
         paths = [f"history[{i}]" for i in range(len(history))]
+        paths += [f"steering[{i}]" for i in range(len(self.steering))]
         paths += [f"input[{i}]" for i in range(len(request.input))]
         stats.items_validated = len(items)
         await self._examine(request, items, paths)
@@ -322,9 +328,9 @@ class ResponseRun:
             reused = continuation.stored_reuse(
                 core.renderer, state, base.previous_prefix, history_rendered
             )
-        rendered += history_rendered + self._append_items(request.input)
+        rendered += history_rendered + self._append_items(new_input)
         stats.tokens_rendered += rendered
-        self.account.took_input(request.input, reused)
+        self.account.took_input(new_input, reused)
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None

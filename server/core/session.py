@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from bidi_responses.server.core import continuation
 from bidi_responses.server.core.client_events import (
@@ -419,24 +419,21 @@ class Session:
 
     def _start(self, ticket: Ticket) -> None:
         lane = self._lane(ticket.lane)
-        steering: list[JSONValue] = [dict(item) for steer in ticket.steers for item in steer.items]
+        steering = [dict(item) for steer in ticket.steers for item in steer.items]
+        explicit_steering: list[Item] = []
         if ticket.successor_of is not None:
             # Inherits the steered response's settings; continues it with the queued input.
             settings = self._successor_settings.pop(ticket.successor_of)
             body = {k: v for k, v in settings.items() if k not in _NOT_INHERITED}
             body["previous_response_id"] = ticket.successor_of
-            body["input"] = steering
+            body["input"] = cast(JSONValue, steering)
             received = time.perf_counter()
         else:
             payload = ticket.payload
             assert isinstance(payload, tuple)
             body, received = payload
-            if steering:
-                # The queued steering input goes before the explicit continuation's own.
-                own = body.get("input")
-                if isinstance(own, str):
-                    own = [{"type": "message", "role": "user", "content": own}]
-                body["input"] = steering + (own if isinstance(own, list) else [])
+            # The queued steering input goes before the explicit continuation's own.
+            explicit_steering = cast(list[Item], steering)
         run = ResponseRun(
             self.core,
             lane,
@@ -447,6 +444,7 @@ class Session:
             tenant=self.tenant,
             quota_key=self.quota_key,
             hooks=self,
+            steering=explicit_steering,
         )
         self._started[ticket.number] = run
         self._ticket_of[run] = ticket

@@ -171,6 +171,17 @@ async def test_a_target_ending_with_tool_calls_leaves_the_input_for_the_next_cre
         await _until(session, lambda e: e["type"] == "response.steer.accepted")
         hold.set()
         ended = await _until(session, lambda e: e["type"] == "response.steer.pending")
+        # A continuation that fails keeps the queued input for the next one, and its error
+        # names the client's own item (the steering input does not shift the indices).
+        await session.handle(
+            _create(
+                tools=[SHELL],
+                stream_id="a",
+                previous_response_id=target,
+                input=[{"type": "function_call_output", "call_id": "call_no", "output": "x"}],
+            )
+        )
+        (refused,) = await _until(session, lambda e: True)
         await session.handle(
             _create(
                 tools=[SHELL],
@@ -188,6 +199,8 @@ async def test_a_target_ending_with_tool_calls_leaves_the_input_for_the_next_cre
     assert pending["required_input"] == [
         {"type": "function_call_output", "call_id": "call_1", "name": "shell"}
     ]
+    assert refused["type"] == "error"
+    assert refused["error"]["param"] == "input[0].call_id"
     assert explicit[-1]["type"] == "response.completed"
     # No automatic successor: the client's create carried the queued input, before its own.
     assert len(engine.requests) == 2
