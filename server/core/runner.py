@@ -112,6 +112,8 @@ class ResponseRun:
         self.created_sent = False
         # The client tool calls the response ended with (those a continuation must answer).
         self.open_calls: list[FunctionCallItem] = []
+        # The error code that refused the create before its response.created, if one did.
+        self.refusal: str | None = None
         self.tenant = tenant
         self.quota_key = quota_key
         # Client event id, echoed by an error about this request.
@@ -218,6 +220,7 @@ class ResponseRun:
                 await self._prepare(request)
             except ApiError as error:
                 self.state = None  # a failed continuation drops what it referenced
+                self.refusal = error.code
                 await self.emit(error_event(error.status, error.to_error_object(), self.answers))
                 return
             core.inflight[self.id] = self

@@ -480,7 +480,9 @@ class Session:
         ):
             # The machine starts its automatic successor, with these settings.
             self._successor_settings[run.id] = dict(run.body)
-        actions = self.machine.ended(ticket.number, status, required)
+        # A parent that is gone (neither cached nor stored) can take no continuation any more.
+        lost = run.refusal == "previous_response_not_found"
+        actions = self.machine.ended(ticket.number, status, required, parent_lost=lost)
         self._by_response.pop(run.id, None)
         if run.lane.inflight is run:
             run.lane.inflight = None
