@@ -345,9 +345,15 @@ class LaneMachine:
         return self._pending.pop(response_id, [])
 
     def ended(
-        self, number: int, status: RunStatus, required: list[RequiredInputStub] | None = None
+        self,
+        number: int,
+        status: RunStatus,
+        required: list[RequiredInputStub] | None = None,
+        *,
+        parent_lost: bool = False,
     ) -> list[Action]:
-        """Run ``number`` ended (``required``: the client tool calls it ended with)."""
+        """Run ``number`` ended (``required``: the client tool calls it ended with;
+        ``parent_lost``: it was refused because its ``previous_response_id`` is gone)."""
         ticket = self._running.pop(number)
         lane = self._lanes[ticket.lane]
         lane.running = None
@@ -361,6 +367,17 @@ class LaneMachine:
                         steer,
                         "successor_creation_failed",
                         "The automatic successor response could not be created.",
+                    )
+                    for steer in ticket.steers
+                ]
+            elif parent_lost:
+                # Nothing can continue that parent any more: the input comes back.
+                actions += [
+                    self._fail(
+                        ticket.lane,
+                        steer,
+                        "response_not_found",
+                        f"Response '{steer.target}' is no longer available to continue.",
                     )
                     for steer in ticket.steers
                 ]

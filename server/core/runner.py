@@ -73,6 +73,9 @@ class RunHooks(Protocol):
     def created(self, run: ResponseRun) -> None:
         """The run is about to send its ``response.created``."""
 
+    def ending(self, run: ResponseRun) -> None:
+        """The run is about to send its terminal event."""
+
     async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
         """The run sent ``response.done`` and waits for the client's tool outputs."""
 
@@ -95,16 +98,22 @@ class ResponseRun:
         tenant: str | None = None,
         quota_key: str = "anonymous",
         hooks: RunHooks | None = None,
+        steering: list[Item] | None = None,
     ) -> None:
         self.core = core
         self.lane = lane
         self.hooks = hooks
+        # Queued steering input this explicit continuation commits, before its own input (named
+        # ``steering[i]`` in errors, so the client's own items keep their indices).
+        self.steering = steering or []
         # Steering: stop at the next output boundary once requested.
         self.stop = BoundaryStop()
         # Set once response.created went out (the response exists for the client).
         self.created_sent = False
         # The client tool calls the response ended with (those a continuation must answer).
         self.open_calls: list[FunctionCallItem] = []
+        # The error code that refused the create before its response.created, if one did.
+        self.refusal: str | None = None
         self.tenant = tenant
         self.quota_key = quota_key
         # Client event id, echoed by an error about this request.
@@ -176,9 +185,14 @@ class ResponseRun:
         ]
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the response promptly; it ends as incomplete with ``reason``."""
-        if self.task is not None and not self.task.done():
-            self._cancel_reason = reason
+        """Stop the response promptly; it ends as incomplete with ``reason``. Once only: a
+        second cancel must not cut short the first one's ending. Before its
+        ``response.created`` the response still gets one, then ends at once: the client
+        always sees a cancelled create begin and end."""
+        if self._cancel_reason is not None or self.task is None or self.task.done():
+            return
+        self._cancel_reason = reason
+        if self.created_sent:
             self.task.cancel()
 
     # -- the run -----------------------------------------------------------------------------
@@ -206,6 +220,7 @@ class ResponseRun:
                 await self._prepare(request)
             except ApiError as error:
                 self.state = None  # a failed continuation drops what it referenced
+                self.refusal = error.code
                 await self.emit(error_event(error.status, error.to_error_object(), self.answers))
                 return
             core.inflight[self.id] = self
@@ -222,7 +237,11 @@ class ResponseRun:
                 current.uncancel()
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
-            await finish(self, "incomplete", reason=self._cancel_reason)
+            try:
+                await finish(self, "incomplete", reason=self._cancel_reason)
+            except asyncio.CancelledError:
+                abandon(self)  # and then the stream went away: its usage is still kept
+                raise
         except EngineError as exc:  # the inference backend failed: fail this response only
             core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
             failure: ResponseError = {"code": exc.code, "message": str(exc)}
@@ -294,9 +313,11 @@ class ResponseRun:
         self.output_format = request.output_format()
         rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
 
-        assign_ids(request.input)
-        items = history + request.input if history else request.input
+        new_input = self.steering + request.input if self.steering else request.input
+        assign_ids(new_input)
+        items = history + new_input if history else new_input
         paths = [f"history[{i}]" for i in range(len(history))]
+        paths += [f"steering[{i}]" for i in range(len(self.steering))]
         paths += [f"input[{i}]" for i in range(len(request.input))]
         stats.items_validated = len(items)
         await self._examine(request, items, paths)
@@ -311,7 +332,7 @@ class ResponseRun:
                 self.renderer, state, base.previous_prefix, history_rendered
             )
         before = state.tokens
-        rendered += history_rendered + self._append_items(request.input)
+        rendered += history_rendered + self._append_items(new_input)
         if self.renderer.whole_conversation:
             # A chat template may render earlier turns anew once new ones join.
             previous = base.previous_tokens
@@ -320,7 +341,7 @@ class ResponseRun:
             if previous is not None:
                 stats.tokens_reused = len(state.tokens) - rendered
         stats.tokens_rendered += rendered
-        self.account.took_input(request.input, reused)
+        self.account.took_input(new_input, reused)
 
     async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
         assert self.record is not None and self.state is not None
@@ -366,6 +387,10 @@ class ResponseRun:
         )
         record.status = "in_progress"
         self.account.started = True
+        if self._cancel_reason is not None:  # cancelled while it was being prepared
+            record.status = "cancelled"
+            await finish(self, "incomplete", reason=self._cancel_reason)
+            return
         if not request.generate:
             self.account.skipped_engine(record.stats, len(self.state.tokens))
             await finish(self, "completed")

@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from bidi_responses.server.core import continuation
 from bidi_responses.server.core.client_events import (
@@ -109,10 +109,14 @@ class Session:
         # Started runs by ticket, and by response id once they sent response.created.
         self._started: dict[int, ResponseRun] = {}
         self._by_response: dict[str, ResponseRun] = {}
+        self._ticket_of: dict[ResponseRun, Ticket] = {}
+        # What the machine answered to the end of a run whose task is not done yet.
+        self._settled: dict[int, list[Action]] = {}
         # The create body of each steered response whose successor has yet to start.
         self._successor_settings: dict[str, JSONObject] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
+        self._stopping = False
         self.opened_at = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -219,11 +223,18 @@ class Session:
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:
+        self._stopping = True  # what the stopped runs would start next is not started
         runs = list(self._runs)
         for task in runs:
             task.cancel()
         if runs:
             await asyncio.gather(*runs, return_exceptions=True)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing runs or waits, and every event was taken by the transport."""
+        machine = self.machine
+        return not self._runs and not machine.active and not machine.queued and self._out.empty()
 
     async def events(self) -> AsyncIterator[OutEvent]:
         """Server events in order, until the session finishes."""
@@ -290,6 +301,10 @@ class Session:
         except ApiError as error:
             await self._error(lane_id, error, event)
             return
+        except Exception:
+            self.core.log.exception("client event unreadable on a %s stream", self.transport)
+            await self._error(lane_id, server_error(), event)
+            return
         await self.handle_event(typed, received, event)
 
     async def handle_event(
@@ -298,6 +313,8 @@ class Session:
         """Act on one typed client event (``raw``: the event as sent, for error answers)."""
         received = time.perf_counter() if received is None else received
         lane_id = getattr(event, "lane", "")
+        if isinstance(event, InjectEvent) and event.response_id in self._by_response:
+            lane_id = self._by_response[event.response_id].lane.id  # its errors go there
         try:
             if isinstance(event, CreateEvent):
                 await self._create(event, received)
@@ -402,24 +419,21 @@ class Session:
 
     def _start(self, ticket: Ticket) -> None:
         lane = self._lane(ticket.lane)
-        steering: list[JSONValue] = [dict(item) for steer in ticket.steers for item in steer.items]
+        steering = [dict(item) for steer in ticket.steers for item in steer.items]
+        explicit_steering: list[Item] = []
         if ticket.successor_of is not None:
             # Inherits the steered response's settings; continues it with the queued input.
             settings = self._successor_settings.pop(ticket.successor_of)
             body = {k: v for k, v in settings.items() if k not in _NOT_INHERITED}
             body["previous_response_id"] = ticket.successor_of
-            body["input"] = steering
+            body["input"] = cast(JSONValue, steering)
             received = time.perf_counter()
         else:
             payload = ticket.payload
             assert isinstance(payload, tuple)
             body, received = payload
-            if steering:
-                # The queued steering input goes before the explicit continuation's own.
-                own = body.get("input")
-                if isinstance(own, str):
-                    own = [{"type": "message", "role": "user", "content": own}]
-                body["input"] = steering + (own if isinstance(own, list) else [])
+            # The queued steering input goes before the explicit continuation's own.
+            explicit_steering = cast(list[Item], steering)
         run = ResponseRun(
             self.core,
             lane,
@@ -430,38 +444,61 @@ class Session:
             tenant=self.tenant,
             quota_key=self.quota_key,
             hooks=self,
+            steering=explicit_steering,
         )
         self._started[ticket.number] = run
+        self._ticket_of[run] = ticket
         lane.inflight = run
-        task = asyncio.get_running_loop().create_task(
-            self._drive(run, ticket), name=f"response {run.id}"
-        )
+        task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
         run.task = task
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
+        # Called however the task ends, even when cancelled before it ever ran.
+        task.add_done_callback(partial(self._ended, run, ticket))
 
-    async def _drive(self, run: ResponseRun, ticket: Ticket) -> None:
-        """Run a response, then tell the machine how it ended and act on the answer."""
-        try:
-            await run.run()
-        finally:
-            status = _status_of(run)
-            if status in ("completed", "incomplete") and self.machine.has_pending(run.id):
-                self._successor_settings[run.id] = dict(run.body)
-            actions = self.machine.ended(ticket.number, status, run.required_input)
-            del self._started[ticket.number]
-            self._by_response.pop(run.id, None)
-            if run.lane.inflight is run:
-                run.lane.inflight = None
-        # Reached only when the run was not cancelled with the stream.
-        await self._apply(actions)
+    def _ended(self, run: ResponseRun, ticket: Ticket, task: asyncio.Task[None]) -> None:
+        """A run's task is done (however it ended, even cancelled before it ever ran): act on
+        what the machine answered to its end, after the run's own last event."""
+        actions = self._settle(run, ticket)
+        del self._started[ticket.number]
+        del self._ticket_of[run]
+        if actions and not self._stopping:
+            follow_up = asyncio.get_running_loop().create_task(self._apply(actions))
+            self._runs.add(follow_up)
+            follow_up.add_done_callback(self._runs.discard)
+
+    def _settle(self, run: ResponseRun, ticket: Ticket) -> list[Action]:
+        """Tell the machine how ``run`` ended (once); the actions it answered."""
+        if ticket.number in self._settled:
+            return self._settled.pop(ticket.number)
+        status = _status_of(run)
+        required = run.required_input
+        if (
+            status in ("completed", "incomplete")
+            and not required
+            and self.machine.has_pending(run.id)
+        ):
+            # The machine starts its automatic successor, with these settings.
+            self._successor_settings[run.id] = dict(run.body)
+        # A parent that is gone (neither cached nor stored) can take no continuation any more.
+        lost = run.refusal == "previous_response_not_found"
+        actions = self.machine.ended(ticket.number, status, required, parent_lost=lost)
+        self._by_response.pop(run.id, None)
+        if run.lane.inflight is run:
+            run.lane.inflight = None
+        return actions
 
     # -- what runs report (runner.RunHooks) --------------------------------------------------
 
     def created(self, run: ResponseRun) -> None:
-        ticket = next(n for n, started in self._started.items() if started is run)
         self._by_response[run.id] = run
-        self.machine.created(ticket, run.id)
+        self.machine.created(self._ticket_of[run].number, run.id)
+
+    def ending(self, run: ResponseRun) -> None:
+        # Its terminal event goes out next: from now on a steer finds it finished, and what
+        # follows it (a successor, steer.pending) is sent once the run's task is done.
+        ticket = self._ticket_of[run]
+        self._settled[ticket.number] = self._settle(run, ticket)
 
     async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
         stubs = [

@@ -79,6 +79,8 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
         account.posted = True  # from here on, a cut-short stream must not queue a second row
     core.counters.record(record.stats)
     run.metrics.finished(record.status, record.stats)
+    if run.hooks is not None:
+        run.hooks.ending(run)
     await run.emit(terminal_event(outcome, snapshot, run.seq.take()))
 
 

@@ -212,3 +212,19 @@ def test_in_append_mode_a_waiting_response_takes_the_input_with_the_tool_outputs
     assert [steer.input for steer in machine.resumed("resp_1")] == ["early", "late"]
     assert machine.phase("a") is LanePhase.ACTIVE
     assert machine.outstanding() == []
+
+
+def test_parked_input_comes_back_when_its_parent_is_gone() -> None:
+    machine = _machine()
+    target = _run(machine, "a", "resp_1")
+    machine.steer("resp_1", "shorter", STEERING)
+    stub = {"type": "function_call_output", "call_id": "call_1", "name": "shell"}
+    machine.ended(target.number, "completed", [stub])  # type: ignore[list-item]
+    explicit = _started(machine.create("a", "resp_1", None))[0]
+    failed = _emitted(machine.ended(explicit.number, "refused", parent_lost=True))
+    assert [(e["type"], e["steer"].get("id")) for e in failed] == [
+        ("response.steer.failed", "steer_1")
+    ]
+    assert failed[0]["error"]["code"] == "response_not_found"
+    assert failed[0]["steer"]["input"] == "shorter"
+    assert machine.outstanding() == []

@@ -348,3 +348,30 @@ async def test_lanes_are_named_by_stream_id_and_bounded_per_stream(
     assert third["error"]["code"] == "stream_limit_reached"
     assert third["error"]["param"] == "stream_id"
     assert len(engine.requests) == 2
+
+
+async def test_past_the_active_limit_creates_on_other_lanes_wait_and_the_queue_is_bounded(
+    engine_and_core: EngineAndCore,
+) -> None:
+    engine, core = engine_and_core
+    core.config.limits.max_active_responses = 1
+    core.config.limits.max_queued_responses = 1
+    hold = asyncio.Event()
+    engine.turns += [Turn(("a",), hold=hold), Turn(("b",))]
+    async with _session(core) as session:
+        await session.handle(_create(stream_id="a"))
+        await _until_holding(session, engine)
+        await session.handle(_create(stream_id="b"))  # waits for a slot
+        await session.handle(_create(stream_id="c"))  # past the queue's bound
+        (refused,) = await _until(session, lambda e: True)
+        hold.set()
+        first = await _until_terminal(session)
+        second = await _until_terminal(session)
+
+    assert refused["type"] == "error"
+    assert refused["error"]["code"] == "too_many_queued_responses"
+    assert first[-1]["type"] == second[-1]["type"] == "response.completed"
+    # The waiting create began only once the running one had ended.
+    assert second[0]["type"] == "response.created"
+    assert second[-1]["response"]["output"][0]["content"][0]["text"] == "b"
+    assert len(engine.requests) == 2

@@ -171,6 +171,17 @@ async def test_a_target_ending_with_tool_calls_leaves_the_input_for_the_next_cre
         await _until(session, lambda e: e["type"] == "response.steer.accepted")
         hold.set()
         ended = await _until(session, lambda e: e["type"] == "response.steer.pending")
+        # A continuation that fails keeps the queued input for the next one, and its error
+        # names the client's own item (the steering input does not shift the indices).
+        await session.handle(
+            _create(
+                tools=[SHELL],
+                stream_id="a",
+                previous_response_id=target,
+                input=[{"type": "function_call_output", "call_id": "call_no", "output": "x"}],
+            )
+        )
+        (refused,) = await _until(session, lambda e: True)
         await session.handle(
             _create(
                 tools=[SHELL],
@@ -188,6 +199,8 @@ async def test_a_target_ending_with_tool_calls_leaves_the_input_for_the_next_cre
     assert pending["required_input"] == [
         {"type": "function_call_output", "call_id": "call_1", "name": "shell"}
     ]
+    assert refused["type"] == "error"
+    assert refused["error"]["param"] == "input[0].call_id"
     assert explicit[-1]["type"] == "response.completed"
     # No automatic successor: the client's create carried the queued input, before its own.
     assert len(engine.requests) == 2
@@ -266,3 +279,47 @@ async def test_steers_for_unknown_and_finished_targets_and_past_the_bound_fail(
         "response.steer.failed",
     ]
     assert answers[-1]["error"]["code"] == "too_many_pending_steers"
+
+
+async def test_in_append_mode_the_inject_that_answers_the_calls_takes_the_steering_input(
+    engine_and_core: EngineAndCore,
+) -> None:
+    engine, core = engine_and_core
+    hold = asyncio.Event()
+    engine.turns += [Turn((), calls=(Call("call_1", "shell"),), call_hold=hold), Turn(("ok",))]
+    async with _session(core) as session:
+        await session.handle(_create(tools=[SHELL], append_mode=True))
+        started = await _until(session, lambda e: engine.holding.is_set())
+        target = started[0]["response"]["id"]
+        await session.handle(_steer(target))
+        await _until(session, lambda e: e["type"] == "response.steer.accepted")
+        hold.set()
+        paused = await _until(session, lambda e: e["type"] == "response.steer.pending")
+        outputs = [{"type": "function_call_output", "call_id": "call_1", "output": "x"}]
+        await session.handle({"type": "response.inject", "response_id": target, "input": outputs})
+        resumed = await _until(session, lambda e: e["type"] in TERMINAL)
+        await session.handle({"type": "response.inject", "response_id": target, "input": outputs})
+        (late,) = await _until(session, lambda e: True)
+        await session.handle({"type": "response.inject", "response_id": "resp_x", "input": outputs})
+        (unknown,) = await _until(session, lambda e: True)
+
+    kinds = [e["type"] for e in paused]
+    # One response throughout: it waits for the tool outputs, and the steer with it.
+    assert kinds[-2:] == ["response.done", "response.steer.pending"]
+    assert resumed[0] == {
+        "type": "response.inject.created",
+        "response_id": target,
+        "sequence_number": resumed[0]["sequence_number"],
+    }
+    assert resumed[-1]["type"] == "response.completed"
+    assert resumed[-1]["response"]["id"] == target
+    assert len(engine.requests) == 2
+    items = _conversation(engine, 1)
+    kinds = [item["type"] for item in items]
+    output = kinds.index("function_call_output")
+    assert kinds[output - 2 : output] == ["function_call", "message"]
+    assert _text_of(items[output - 1 : output]) == "use tabs, not spaces"
+    assert late["type"] == "response.inject.failed"
+    assert late["error"]["code"] == "response_already_completed"
+    assert late["input"] == outputs
+    assert unknown["error"]["code"] == "response_not_found"
