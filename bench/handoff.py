@@ -38,8 +38,8 @@ from bidi_responses.client import AsyncResponsesClient, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.handoff import decode_state, encode_state
-from bidi_responses.server.core.pg_store import PostgresStore
+from bidi_responses.server.core.storage.handoff import decode_state, encode_state
+from bidi_responses.server.core.storage.pg_store import PostgresStore
 
 # The engine is made nearly free, so what differs between modes is the API's own work.
 SIM = fast_sim(tool_rounds=1000, answer_tokens=40)

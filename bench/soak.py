@@ -37,7 +37,7 @@ from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.bench.run import ServerProcess, ServerSettings
 from bidi_responses.bench.stats import percentile
 from bidi_responses.client.aio import AsyncResponsesClient
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
 
 TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}

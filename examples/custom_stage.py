@@ -32,7 +32,7 @@ import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.pipeline import Flag, StageInput, iter_texts
 
 

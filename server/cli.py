@@ -17,8 +17,8 @@ from bidi_responses.server.config import (
     apply_route_setting,
     load_config,
 )
-from bidi_responses.server.core.logsafe import EscapingFormatter
-from bidi_responses.server.core.store_backend import check_store_url, is_postgres_url
+from bidi_responses.server.core.observability.logsafe import EscapingFormatter
+from bidi_responses.server.core.storage.backend import check_store_url, is_postgres_url
 from bidi_responses.server.engines import ENGINE_KINDS
 from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
 
@@ -316,7 +316,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Client strings can reach log lines; escaping them keeps every line the server's own.
     handler.setFormatter(EscapingFormatter(LOG_FORMAT))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
-    from bidi_responses.server.core.store_backend import StoreUnavailable
+    from bidi_responses.server.core.storage.backend import StoreUnavailable
 
     try:
         with contextlib.suppress(KeyboardInterrupt):

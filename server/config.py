@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.items import JSONValue
+from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig
@@ -65,7 +65,7 @@ class CacheConfig:
 
 @dataclass(slots=True)
 class DurabilityConfig:
-    """How finished responses are made durable (see ``server/core/journal.py``)."""
+    """How finished responses are made durable (see ``server/core/storage/journal.py``)."""
 
     # Journal each response's ledger row and stored form, durably, before its terminal event.
     # False acknowledges before the SQLite write lands (a crash can lose acknowledged work);
@@ -106,7 +106,8 @@ class StreamingConfig:
 
 @dataclass(slots=True)
 class AuthConfig:
-    """API keys, each mapped to a tenant (see ``server/core/auth.py``). None configured = open
+    """API keys, each mapped to a tenant (see ``server/core/tenancy/auth.py``). None configured =
+    open
     server, which then binds to loopback only unless ``allow_unauthenticated_public`` is set."""
 
     # API key -> tenant. Prefer the keys file or the environment variable for real keys.

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.sqlite_schema import prepare_database
+from bidi_responses.server.core.storage.sqlite_schema import prepare_database
 from bidi_responses.server.sockets import bound_socket
 
 log = logging.getLogger("bidi_responses")

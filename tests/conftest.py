@@ -17,8 +17,8 @@ from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import LedgerRow
+from bidi_responses.server.core.storage.sqlite_store import Store
+from bidi_responses.server.core.storage.store import LedgerRow
 from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import FunctionToolParam, Response
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 
 _LINES = [
     "def handle_request(self, request):\n    return self.router.dispatch(request)\n",

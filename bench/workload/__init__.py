@@ -7,7 +7,8 @@ like what tools really return: source files, test runs, log excerpts, grep hits,
 directory listings, mixed at random. Everything is a pure function of the seed, so every mode
 replays byte-identical inputs, and nothing is downloaded.
 
-Token counts use the project's own tokenizer (``core.tokenizer.load_encoding``), the one the
+Token counts use the project's own tokenizer (``core.rendering.tokenizer.load_encoding``), the one
+the
 server renders with, so "a 4k-token tool output" means 4k tokens on the server too.
 
 ``write_trace`` writes a rollout's model turns in the ``script`` engine's JSONL format, for

@@ -88,7 +88,7 @@ class Workload:
 
 def count_tokens() -> TokenCounter:
     """A token counter with the server's encoding (loaded once per process)."""
-    from bidi_responses.server.core.tokenizer import load_encoding
+    from bidi_responses.server.core.rendering.tokenizer import load_encoding
 
     encode = load_encoding().encode_ordinary
     return lambda text: len(encode(text))

@@ -1,2 +1,13 @@
-"""The core: requests and tools, sessions and lanes, per-stream state and cache, rendering,
-the response runner and its steps, the router and the post-inference queue."""
+"""The core, one subpackage per concern:
+
+- ``api``: items, the Response and its events, client events, request parsing;
+- ``lanes``: a stream's session, its lanes and their lifecycle machine, the stream cache;
+- ``runs``: one response from request to terminal event;
+- ``rendering``: tokenizer and chat format;
+- ``storage``: stored responses, ledger, journal, post-inference writes, handoff;
+- ``tenancy``: keys, tenants, limits;
+- ``observability``: counters, metrics, log-safe text.
+
+Beside them: ``service`` (the facade transports talk to), ``routing`` (model aliases to
+engines), ``one_shot`` (compact, token counts, models), ``compaction`` and ``malloc_trim``.
+"""

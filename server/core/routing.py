@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bidi_responses.server.config import RouteConfig
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.engines.base import Engine, close_engine
 
 

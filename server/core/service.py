@@ -16,33 +16,33 @@ from collections.abc import AsyncGenerator, Callable
 
 import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.auth import ApiKeys
-from bidi_responses.server.core.background import BackgroundRuns
-from bidi_responses.server.core.compaction import CompactionCodec, load_key
-from bidi_responses.server.core.counters import Counters, ServerStats
-from bidi_responses.server.core.errors import ApiError, not_found
-from bidi_responses.server.core.event_types import (
+from bidi_responses.server.core.api.errors import ApiError, not_found
+from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.server.core.api.schema import (
     DeletedResponse,
     InputItemList,
     ResponseObject,
     ServerEvent,
 )
-from bidi_responses.server.core.events import TERMINAL_TYPES
-from bidi_responses.server.core.handoff import StateTier
-from bidi_responses.server.core.items import JSONValue
-from bidi_responses.server.core.journal import Journal
-from bidi_responses.server.core.limits import TenantLimiter
-from bidi_responses.server.core.memory import IdleTrimmer
-from bidi_responses.server.core.metrics import Metrics
-from bidi_responses.server.core.post import PostQueue
-from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.core.compaction import CompactionCodec, load_key
+from bidi_responses.server.core.lanes.session import Session
+from bidi_responses.server.core.lanes.state import MemoryBudget
+from bidi_responses.server.core.malloc_trim import IdleTrimmer
+from bidi_responses.server.core.observability.counters import Counters, ServerStats
+from bidi_responses.server.core.observability.metrics import Metrics
+from bidi_responses.server.core.one_shot import SurfaceOps
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.core.routing import Router
-from bidi_responses.server.core.runner import ResponseRun
-from bidi_responses.server.core.session import Session
-from bidi_responses.server.core.state import MemoryBudget
-from bidi_responses.server.core.store_backend import ResponseStore, open_store
-from bidi_responses.server.core.surface import SurfaceOps
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.runs.background import BackgroundRuns
+from bidi_responses.server.core.runs.record import TERMINAL_TYPES
+from bidi_responses.server.core.runs.runner import ResponseRun
+from bidi_responses.server.core.storage.backend import ResponseStore, open_store
+from bidi_responses.server.core.storage.handoff import StateTier
+from bidi_responses.server.core.storage.journal import Journal
+from bidi_responses.server.core.storage.postinference import PostQueue
+from bidi_responses.server.core.tenancy.auth import ApiKeys
+from bidi_responses.server.core.tenancy.limits import TenantLimiter
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.pipeline import build_pipeline

@@ -58,13 +58,14 @@ def build_engine(
     ``script_path`` and takes its timing and prefix-cache settings from ``sim_config``, so both
     engines pace identically. ``"completions"`` needs ``completions`` (its backend's settings)
     and ``"upstream"`` needs ``upstream`` (its upstream's). ``encoding`` defaults to
-    ``core.tokenizer.load_encoding()``; ``open_compaction`` lets a completions route's renderer
+    ``core.rendering.tokenizer.load_encoding()``; ``open_compaction`` lets a completions route's
+    renderer
     read compaction items.
     """
     from bidi_responses.server.engines.sim import SimConfig, SimEngine
 
     if kind == "completions":
-        from bidi_responses.server.core.tokenizer import load_encoding
+        from bidi_responses.server.core.rendering.tokenizer import load_encoding
         from bidi_responses.server.engines.completions import CompletionsEngine
 
         if completions is None:

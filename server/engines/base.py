@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 # Free JSON (a tool's JSON schema, an upstream's event, a backend's chunk): engines check
 # what they read of it.
-from bidi_responses.server.core.items import Item, JSONObject, JSONValue
+from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,8 @@ class EngineConversation:
 class EngineRequest:
     """Everything an engine gets for one sampling segment.
 
-    ``prompt_tokens`` is the rendered conversation (see ``core.render``); the engine appends
+    ``prompt_tokens`` is the rendered conversation (see ``core.rendering.render``); the engine
+    appends
     the assistant start itself. ``tool_rounds`` is how many tool-calling turns the conversation
     already contains since its last user message, which the simulated engine uses to decide
     whether to call tools again or answer. ``turn_index`` counts the model turns (sampling

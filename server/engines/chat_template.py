@@ -32,10 +32,10 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import tiktoken
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.items import Item, JSONObject, JSONValue, part_text
-from bidi_responses.server.core.jsonshape import plain_numbers
-from bidi_responses.server.core.render import Renderer, RenderMemo, TokenArray
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue, part_text
+from bidi_responses.server.core.api.jsonshape import plain_numbers
+from bidi_responses.server.core.rendering.render import Renderer, RenderMemo, TokenArray
 from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 

@@ -1,6 +1,7 @@
 """Parsing what a model samples in the project's chat format back into output items.
 
-The renderer (``core.render``) writes the conversation in a harmony-style format and the engine
+The renderer (``core.rendering.render``) writes the conversation in a harmony-style format and the
+engine
 ends the prompt with ``<|start|>assistant``. What the model samples next is the rest of one or
 more assistant messages::
 
@@ -22,7 +23,7 @@ import codecs
 import re
 
 import tiktoken
-from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
 
 _RECIPIENT = re.compile(r"to=([^\s<]+)")

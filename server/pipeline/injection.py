@@ -20,8 +20,8 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import (
     Flag,
     StageInput,

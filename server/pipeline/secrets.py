@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import (
     Flag,
     StageInput,

@@ -8,8 +8,8 @@ carries the known and answered call ids between turns, so the history is never w
 
 from __future__ import annotations
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import Flag, StageInput, register_stage
 
 

@@ -6,9 +6,9 @@ Only where the header is found differs (HTTP headers, gRPC metadata).
 
 from __future__ import annotations
 
-from bidi_responses.server.core.auth import ApiKeys
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.server.core.tenancy.auth import ApiKeys
 
 # (tenant, quota key): the tenant is None on an open server; the quota key is whom limits count
 # against (the tenant, or on an open server the token's label).

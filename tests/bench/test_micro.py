@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import orjson
 from bidi_responses.codec import ProtoEncoder
-from bidi_responses.server.core.items import Item
-from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.state import ConversationState
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import Item
+from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from tests.conftest import SHELL_TOOL

@@ -10,7 +10,7 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.cli import config_from_args, main
 from bidi_responses.server.config import RouteConfig
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines import ENGINE_KINDS, build_engine
 from bidi_responses.server.engines.completions import CompletionsEngine
 from bidi_responses.server.engines.script import ScriptEngine

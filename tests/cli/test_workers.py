@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import grpc
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 
 from tests.pipeline.server_process import FAST_FLAGS, ServerLog
 

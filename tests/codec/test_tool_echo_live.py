@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.tools import ToolList
+from bidi_responses.server.core.api.tools import ToolList
 from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.conftest import SHELL_TOOL, ServerFactory

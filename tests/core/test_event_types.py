@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import cast
 
 import pytest
-from bidi_responses.server.core.event_types import (
+from bidi_responses.server.core.api.items import ContentPart, part_text
+from bidi_responses.server.core.api.schema import (
     ErrorObject,
     Outcome,
     ResponseObject,
@@ -13,8 +14,7 @@ from bidi_responses.server.core.event_types import (
     snapshot_of,
     terminal_response,
 )
-from bidi_responses.server.core.events import error_event, terminal_event
-from bidi_responses.server.core.items import ContentPart, part_text
+from bidi_responses.server.core.runs.record import error_event, terminal_event
 
 # Only its identity matters here.
 RESPONSE = cast(ResponseObject, {"id": "resp_1", "object": "response"})

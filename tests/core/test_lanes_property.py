@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.session import Session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

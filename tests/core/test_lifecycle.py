@@ -10,8 +10,8 @@ import itertools
 from typing import Any
 
 import pytest
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.lifecycle import (
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.lifecycle import (
     Action,
     Emit,
     LaneLimits,

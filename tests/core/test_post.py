@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.journal import Journal
-from bidi_responses.server.core.post import PostJob, PostQueue
-from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.storage.journal import Journal
+from bidi_responses.server.core.storage.postinference import PostJob, PostQueue
+from bidi_responses.server.core.storage.sqlite_store import Store
+from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config, until
 

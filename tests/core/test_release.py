@@ -6,10 +6,10 @@ import asyncio
 import gc
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.events import ResponseRecord
-from bidi_responses.server.core.runner import ResponseRun
-from bidi_responses.server.core.session import Session
-from bidi_responses.server.core.state import ResponseCache
+from bidi_responses.server.core.lanes.session import Session
+from bidi_responses.server.core.lanes.state import ResponseCache
+from bidi_responses.server.core.runs.record import ResponseRecord
+from bidi_responses.server.core.runs.runner import ResponseRun
 
 from tests.conftest import SHELL_TOOL, ServerFactory
 

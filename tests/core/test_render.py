@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
+from bidi_responses.server.core.api.items import Item, JSONObject
 from bidi_responses.server.core.compaction import CompactionCodec
-from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.state import ConversationState
-from bidi_responses.server.core.tokenizer import END, MESSAGE, START, load_encoding
+from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.tokenizer import END, MESSAGE, START, load_encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,10 +10,10 @@ import asyncio
 import time
 from typing import Any, cast
 
-from bidi_responses.server.core.event_types import ResponseEvent
-from bidi_responses.server.core.lane import Lane
-from bidi_responses.server.core.runner import ResponseRun
-from bidi_responses.server.core.state import ResponseCache
+from bidi_responses.server.core.api.schema import ResponseEvent
+from bidi_responses.server.core.lanes.lane import Lane
+from bidi_responses.server.core.lanes.state import ResponseCache
+from bidi_responses.server.core.runs.runner import ResponseRun
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
 

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.event_types import ServerEvent
-from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.api.schema import ServerEvent
+from bidi_responses.server.core.lanes.session import Session
 
 from tests.core.fake_engine import Call, ScriptedCore, ScriptedEngine, Turn
 

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.lanes.session import Session
 
 from tests.core.fake_engine import Call, ScriptedCore, ScriptedEngine, Turn
 

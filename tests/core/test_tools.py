@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from bidi_responses.codec import ProtoEncoder, params_to_dict, params_to_pb, tool_to_dict
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import ResponseRecord
-from bidi_responses.server.core.lane import Lane
-from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.requests import parse_create
-from bidi_responses.server.core.state import ResponseCache
-from bidi_responses.server.core.tokenizer import load_encoding
-from bidi_responses.server.core.tools import NO_TOOLS, ToolSet
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.requests import parse_create
+from bidi_responses.server.core.api.tools import NO_TOOLS, ToolSet
+from bidi_responses.server.core.lanes.lane import Lane
+from bidi_responses.server.core.lanes.state import ResponseCache
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.core.runs.record import ResponseRecord
 from bidi_responses.server.engines.formats import build_format
 
 LIMITS = Limits()

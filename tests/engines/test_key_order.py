@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import openai_harmony as oh
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.items import JSONObject
-from bidi_responses.server.core.requests import parse_create
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.server.core.api.requests import parse_create
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.harmony import HarmonyRenderer, developer_message, load_harmony
 
 # Keys deliberately out of alphabetical order, nested too.

@@ -16,10 +16,10 @@ from typing import Any, cast
 
 import pytest
 from bidi_responses.server.config import load_config
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.state import common_prefix
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import Item, JSONObject
+from bidi_responses.server.core.lanes.state import common_prefix
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import (
     Delta,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from bidi_responses.server.config import load_config
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.completions import CompletionsConfig, CompletionsEngine
 from bidi_responses.server.engines.upstream import UpstreamConfig, UpstreamResponsesEngine

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from bidi_responses.server.core.tokenizer import CALL, load_encoding
+from bidi_responses.server.core.rendering.tokenizer import CALL, load_encoding
 from bidi_responses.server.engines.base import (
     Delta,
     EngineEvent,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import (
     Delta,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.tokenizer import (
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.tokenizer import (
     CALL,
     CHANNEL,
     CONSTRAIN,

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 
 from tests.conftest import until
 from tests.pipeline.server_process import FAST_FLAGS, serve_process

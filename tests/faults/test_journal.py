@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from bidi_responses.server.core.event_types import ResponseObject
-from bidi_responses.server.core.journal import Journal, StorageUnavailable
-from bidi_responses.server.core.post import PostJob, PostQueue
-from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import StoredResponse
+from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.server.core.storage.journal import Journal, StorageUnavailable
+from bidi_responses.server.core.storage.postinference import PostJob, PostQueue
+from bidi_responses.server.core.storage.sqlite_store import Store
+from bidi_responses.server.core.storage.store import StoredResponse
 
 from tests.conftest import until
 from tests.core.test_post import _row

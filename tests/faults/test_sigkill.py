@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 
 from tests.conftest import SHELL_TOOL, until
 from tests.pipeline.server_process import FAST_FLAGS, serve_process

@@ -11,7 +11,7 @@ import grpc
 import orjson
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 
 from tests.conftest import ServerFactory, make_config, until
 from tests.faults.slow_clients import BIG, StalledGrpc, StalledWebSocket, big_creates

@@ -15,7 +15,7 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.codec import EventDecoder, ProtoEncoder, params_to_pb, unbatch
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.runs.record import OutEvent
 from bidi_responses.server.transports.grpc.delivery import Outbound
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
 
 
 async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -> None:

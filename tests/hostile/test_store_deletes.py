@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.sqlite_store import Store
+from bidi_responses.server.core.storage.sqlite_store import Store
 
 from tests.http.conftest import http as http  # the fixture
 

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
 from bidi_responses.server.transports.http import sse_frame, sse_stream
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import xllamacpp
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.completions import CompletionsConfig
 
 from tests.conftest import FAST_SIM

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.items import Item
-from bidi_responses.server.core.render import Renderer
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import Item
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
 
 from tests.conftest import ServerFactory

@@ -32,7 +32,7 @@ import pytest
 import xllamacpp
 from aiohttp import web
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.model_tokenizer import load_model_tokenizer
 from bidi_responses.server.engines.template_format import TemplateSettings, build_template_format
 

@@ -10,10 +10,10 @@ from typing import cast
 
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core import tokenizer
-from bidi_responses.server.core.items import Item
-from bidi_responses.server.core.jsonshape import canonical_json
-from bidi_responses.server.core.tokenizer import load_encoding
+from bidi_responses.server.core.api.items import Item
+from bidi_responses.server.core.api.jsonshape import canonical_json
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
 from bidi_responses.server.engines.harmony import load_harmony
 

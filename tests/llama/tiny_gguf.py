@@ -19,7 +19,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 import tiktoken
-from bidi_responses.server.core import tokenizer
+from bidi_responses.server.core.rendering import tokenizer
 
 N_EMBD = 32
 N_LAYER = 2

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from bidi_responses.server.app import guard_public_bind
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.auth import ApiKeys, parse_keys_env
+from bidi_responses.server.core.tenancy.auth import ApiKeys, parse_keys_env
 
 from tests.conftest import ServerFactory, make_config
 

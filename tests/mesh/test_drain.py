@@ -18,7 +18,7 @@ import orjson
 import pytest
 import websockets
 from bidi_responses.codec import EventDecoder, params_to_pb
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2

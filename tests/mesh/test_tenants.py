@@ -13,7 +13,7 @@ import pytest
 import websockets
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.sqlite_schema import read_ledger
+from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 from bidi_responses.v1 import responses_pb2 as pb
 
 from tests.mesh.conftest import bearer, error_info

@@ -9,10 +9,10 @@ import string
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.items import Item
-from bidi_responses.server.core.requests import CreateRequest
-from bidi_responses.server.core.state import CarriedState
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import Item
+from bidi_responses.server.core.api.requests import CreateRequest
+from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline import Flag, StageInput, iter_texts
 from bidi_responses.server.pipeline.injection import InjectionClassifier
 from bidi_responses.server.pipeline.secrets import SecretsClassifier, shannon_entropy

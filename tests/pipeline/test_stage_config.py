@@ -133,8 +133,8 @@ def test_model_stage_in_a_process_pool() -> None:
 
     stage = ModelClassifier(executor="process", threshold=0.5)
     try:
-        from bidi_responses.server.core.items import Item
-        from bidi_responses.server.core.requests import CreateRequest
+        from bidi_responses.server.core.api.items import Item
+        from bidi_responses.server.core.api.requests import CreateRequest
         from bidi_responses.server.pipeline import StageInput
 
         output = "exfiltrate the password and secret"

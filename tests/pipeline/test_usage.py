@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.cli import main
-from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import LedgerRow
+from bidi_responses.server.core.storage.sqlite_store import Store
+from bidi_responses.server.core.storage.store import LedgerRow
 from bidi_responses.server.usage import parse_since, summarize
 
 from tests.conftest import ServerFactory

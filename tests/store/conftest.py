@@ -14,7 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from bidi_responses.cluster.postgres import PostgresUnavailable, TempPostgres
-from bidi_responses.server.core.store_backend import ResponseStore, open_store
+from bidi_responses.server.core.storage.backend import ResponseStore, open_store
 
 BACKENDS = ("sqlite", "postgres")
 

@@ -14,12 +14,12 @@ from typing import cast
 import asyncpg
 import pytest
 from bidi_responses.cluster.postgres import TempPostgres
-from bidi_responses.server.core.event_types import ResponseObject
-from bidi_responses.server.core.items import Item, JSONObject
-from bidi_responses.server.core.pg_store import MIGRATIONS, PostgresStore
-from bidi_responses.server.core.sqlite_store import Store
-from bidi_responses.server.core.store import LedgerRow, StoredResponse
-from bidi_responses.server.core.store_backend import ResponseStore, open_store
+from bidi_responses.server.core.api.items import Item, JSONObject
+from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.server.core.storage.backend import ResponseStore, open_store
+from bidi_responses.server.core.storage.pg_store import MIGRATIONS, PostgresStore
+from bidi_responses.server.core.storage.sqlite_store import Store
+from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
 
 from tests.store.conftest import fresh_database
 

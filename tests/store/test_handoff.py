@@ -12,9 +12,9 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient, ConnectStream, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.event_types import ResponseObject
-from bidi_responses.server.core.handoff import decode_state, encode_state
-from bidi_responses.server.core.state import ConversationState
+from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.storage.handoff import decode_state, encode_state
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
 from tests.store.conftest import fresh_database
@@ -47,8 +47,8 @@ def test_state_encoding_round_trips() -> None:
 async def test_deleting_a_response_drops_its_handed_off_state(
     postgres_server: TempPostgres,
 ) -> None:
-    from bidi_responses.server.core.pg_store import PostgresStore
-    from bidi_responses.server.core.store import StoredResponse
+    from bidi_responses.server.core.storage.pg_store import PostgresStore
+    from bidi_responses.server.core.storage.store import StoredResponse
 
     store = PostgresStore(await fresh_database(postgres_server))
     await store.open()

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import websockets
 from bidi_responses.server.app import RunningServer, start_server
-from bidi_responses.server.core.tenants import tenant_from_authorization
+from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
 from tests.ws.conftest import TERMINAL, Connect, RawSocket, connector, error_of, final

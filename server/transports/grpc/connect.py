@@ -16,11 +16,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import grpc
 from bidi_responses.codec import ProtoDecoder
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import error_event
-from bidi_responses.server.core.limits import limit_exceeded
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.session import Session
+from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.session import Session
+from bidi_responses.server.core.tenancy.limits import limit_exceeded
 from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request

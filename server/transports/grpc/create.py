@@ -10,10 +10,10 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from bidi_responses.codec import ProtoDecoder
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.event_types import snapshot_of
-from bidi_responses.server.core.events import OutEvent
-from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.server.core.api.schema import snapshot_of
+from bidi_responses.server.core.runs.record import OutEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.errors import error_from_event

@@ -7,7 +7,7 @@ import logging
 from typing import TypeVar
 
 from bidi_responses.codec import MessageDecodeError, decode_message
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError
 from google.protobuf.message import Message
 
 log = logging.getLogger("bidi_responses.grpc")

@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 from bidi_responses.codec import wire_bytes
-from bidi_responses.server.core.errors import ApiError, server_error
-from bidi_responses.server.core.metrics import Metrics
+from bidi_responses.server.core.api.errors import ApiError, server_error
+from bidi_responses.server.core.observability.metrics import Metrics
 from bidi_responses.server.transports.grpc.context import Context
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.servicer import ResponsesServicer

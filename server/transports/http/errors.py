@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.errors import ApiError, server_error
-from bidi_responses.server.core.items import JSONValue
-from bidi_responses.server.core.metrics import Metrics
+from bidi_responses.server.core.api.errors import ApiError, server_error
+from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.server.core.observability.metrics import Metrics
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response

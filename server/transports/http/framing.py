@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.events import OutEvent
-from bidi_responses.server.core.items import JSONObject, JSONValue
+from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.server.core.runs.record import OutEvent
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bidi_responses.server.core.metrics import CONTENT_TYPE_LATEST
+from bidi_responses.server.core.observability.metrics import CONTENT_TYPE_LATEST
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.http.errors import json_response
 from bidi_responses.server.transports.http.reading import caller

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.event_types import terminal_response
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.schema import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import label_open_caller, shutting_down
 from bidi_responses.server.transports.http.errors import (

@@ -5,9 +5,9 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 
 from __future__ import annotations
 
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.event_types import snapshot_of
-from bidi_responses.server.core.items import JSONObject
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.server.core.api.schema import snapshot_of
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
 from bidi_responses.server.transports.errors import error_from_event

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.errors import ApiError
-from bidi_responses.server.core.events import error_event
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.session import Session
+from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.session import Session
 from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
     auth_headers,

@@ -1,0 +1,275 @@
+"""The create parameters beyond the conversation: output format, reasoning, truncation, include.
+
+Each is checked here, normalized to the shape the Response object echoes, and either honoured
+or refused with a 400 naming it: a client must never believe a setting took effect when it
+did not. ``text.format`` (structured outputs) is passed to the engine and rendered into the
+prompt; the others are echoed as given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing
+from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.server.core.api.schema import (
+    JSONSchemaFormat,
+    ReasoningConfig,
+    TextConfig,
+    TextFormat,
+)
+
+#: Checks a JSON schema, raising ApiError naming ``where`` (``tools.check_schema``).
+SchemaCheck = Callable[[JSONValue, str], None]
+
+_FORMAT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_VERBOSITY = frozenset({"low", "medium", "high"})
+_EFFORT = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
+_SUMMARY = frozenset({"auto", "concise", "detailed"})
+_TRUNCATION = frozenset({"auto", "disabled"})
+# What `include` may ask for. Each is optional output ("include it when there is some") about
+# items these engines never produce (hosted tools, encrypted reasoning) or that the store keeps
+# anyway (input image URLs), so accepting them promises nothing the response then lacks.
+# Log probabilities would be a promise: they are refused.
+_INCLUDE = frozenset(
+    {
+        "reasoning.encrypted_content",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "code_interpreter_call.outputs",
+    }
+)
+# Parameters of the hosted API that this server cannot honour: each is refused by name.
+_UNSUPPORTED = {
+    "conversation": "conversations are not served; chain with 'previous_response_id'.",
+    "prompt": "prompt templates are not served; send 'instructions' and 'input'.",
+}
+
+TEXT_DEFAULT: TextConfig = {"format": {"type": "text"}}
+
+
+def check_unsupported(body: JSONObject) -> None:
+    """Refuse hosted-API parameters the server cannot honour, naming them."""
+    for name, reason in _UNSUPPORTED.items():
+        if body.get(name) is not None:
+            raise ApiError(
+                f"Unsupported parameter: '{name}': {reason}",
+                code="unsupported_parameter",
+                param=name,
+            )
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs not in (None, 0):
+        raise ApiError(
+            "Unsupported parameter: 'top_logprobs': the engines do not report log probabilities.",
+            code="unsupported_parameter",
+            param="top_logprobs",
+        )
+
+
+def parse_text(value: JSONValue, check_schema: SchemaCheck) -> TextConfig:
+    """``text``: ``{"format": {...}, "verbosity": ...}``, normalized for the echo."""
+    if value is None:
+        return TEXT_DEFAULT
+    if not isinstance(value, dict):
+        raise invalid("text", "expected an object.", code="invalid_type")
+    result: TextConfig = {"format": parse_format(value.get("format"), check_schema)}
+    verbosity = value.get("verbosity")
+    if verbosity is not None:
+        if verbosity not in _VERBOSITY:
+            raise invalid("text.verbosity", "expected 'low', 'medium' or 'high'.")
+        result["verbosity"] = verbosity
+    return result
+
+
+def parse_format(value: JSONValue, check_schema: SchemaCheck) -> TextFormat:
+    """``text.format``: ``text``, ``json_object`` or ``json_schema`` (strict or not)."""
+    where = "text.format"
+    if value is None:
+        return {"type": "text"}
+    if not isinstance(value, dict):
+        raise invalid(where, "expected an object.", code="invalid_type")
+    kind = value.get("type")
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    if kind != "json_schema":
+        if kind is None:
+            raise missing(f"{where}.type")
+        raise invalid(f"{where}.type", "expected 'text', 'json_object' or 'json_schema'.")
+    name = value.get("name")
+    if name is None:
+        raise missing(f"{where}.name")
+    if not isinstance(name, str) or not _FORMAT_NAME.match(name):
+        raise invalid(f"{where}.name", "expected 1-64 characters of [A-Za-z0-9_-].")
+    description = value.get("description")
+    if description is not None and not isinstance(description, str):
+        raise invalid(f"{where}.description", "expected a string.", code="invalid_type")
+    strict = value.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid(f"{where}.strict", "expected a boolean.", code="invalid_type")
+    schema = value.get("schema")
+    if schema is None:
+        raise missing(f"{where}.schema")
+    if not isinstance(schema, dict):
+        raise invalid(f"{where}.schema", "expected a JSON schema object.", code="invalid_type")
+    try:
+        check_schema(schema, f"{where}.schema")
+    except ApiError as error:
+        # The shared checker speaks of function parameters; this is an output schema.
+        if error.code == "invalid_function_parameters":
+            error.code = "invalid_json_schema"
+        raise
+    if schema.get("type") != "object":
+        raise invalid(f"{where}.schema.type", "the root of the schema must be of type 'object'.")
+    _check_refs(schema, f"{where}.schema", schema)
+    if strict:
+        _check_strict(schema, f"{where}.schema", schema)
+    result: JSONSchemaFormat
+    if description is not None:
+        result = {
+            "type": "json_schema",
+            "name": name,
+            "schema": schema,
+            "description": description,
+            "strict": strict,
+        }
+    else:
+        result = {"type": "json_schema", "name": name, "schema": schema, "strict": strict}
+    return result
+
+
+def _check_refs(value: JSONValue, where: str, root: JSONObject, depth: int = 0) -> None:
+    """Every ``$ref`` is local (``#/...``) and names a part of this schema."""
+    if depth > 64:
+        raise invalid(where, "schema nesting is deeper than 64 levels.", code="invalid_json_schema")
+    if isinstance(value, list):
+        for index, sub in enumerate(value):
+            _check_refs(sub, f"{where}[{index}]", root, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    ref = value.get("$ref")
+    if ref is not None:
+        target: JSONValue = root
+        if isinstance(ref, str) and ref.startswith("#"):
+            for part in ref[1:].split("/"):
+                if not part:
+                    continue
+                key = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(key) if isinstance(target, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#") or not isinstance(target, dict):
+            raise invalid(
+                f"{where}.$ref",
+                f"'{ref}' does not name a part of this schema (only local references work).",
+                code="invalid_json_schema",
+            )
+    for key, sub in value.items():
+        if key not in ("enum", "const", "default", "examples"):
+            _check_refs(sub, f"{where}.{key}", root, depth + 1)
+
+
+def _check_strict(schema: JSONValue, where: str, root: JSONObject, depth: int = 0) -> None:
+    """Strict mode's rules: every object closes its properties and requires all of them."""
+    if depth > 32 or not isinstance(schema, dict):
+        return
+    if "$ref" in schema and isinstance(schema["$ref"], str):
+        return  # its target is checked where it is defined ($defs)
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    properties = schema.get("properties")
+    if "object" in kinds or isinstance(properties, dict):
+        if schema.get("additionalProperties") is not False:
+            raise invalid(
+                f"{where}.additionalProperties",
+                "strict mode requires 'additionalProperties': false on every object.",
+                code="invalid_json_schema",
+            )
+        names = list(properties or {})
+        required = schema.get("required") or []
+        absent = [n for n in names if n not in required]
+        if absent:
+            raise invalid(
+                f"{where}.required",
+                f"strict mode requires every property to be required; missing: "
+                f"{', '.join(absent)}.",
+                code="invalid_json_schema",
+            )
+        for name, sub in (properties or {}).items():
+            _check_strict(sub, f"{where}.properties.{name}", root, depth + 1)
+    if isinstance(schema.get("items"), dict):
+        _check_strict(schema["items"], f"{where}.items", root, depth + 1)
+    for key in ("anyOf", "allOf"):
+        for index, sub in enumerate(schema.get(key) or ()):
+            _check_strict(sub, f"{where}.{key}[{index}]", root, depth + 1)
+    for key in ("$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            _check_strict(sub, f"{where}.{key}.{name}", root, depth + 1)
+
+
+def parse_reasoning(value: JSONValue) -> ReasoningConfig | None:
+    """``reasoning``: ``{"effort", "summary"}``, echoed with both keys (null when unset)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("reasoning", "expected an object.", code="invalid_type")
+    effort = value.get("effort")
+    if effort is not None and effort not in _EFFORT:
+        raise invalid("reasoning.effort", f"expected one of {', '.join(sorted(_EFFORT))}.")
+    # "generate_summary" is the older spelling of "summary".
+    summary = value.get("summary", value.get("generate_summary"))
+    if summary is not None and summary not in _SUMMARY:
+        raise invalid("reasoning.summary", "expected 'auto', 'concise' or 'detailed'.")
+    return {"effort": effort, "summary": summary}
+
+
+def parse_truncation(value: JSONValue) -> str:
+    """``truncation``: ``auto`` or ``disabled`` (default).
+
+    The engines have no context window to overflow, so ``auto`` never needs to drop an item:
+    echoing it is faithful.
+    """
+    if value is None:
+        return "disabled"
+    if value not in _TRUNCATION:
+        raise invalid("truncation", "expected 'auto' or 'disabled'.")
+    return str(value)
+
+
+def parse_include(value: JSONValue) -> list[str]:
+    """``include``: extra output to include when present."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid("include", "expected an array of strings.", code="invalid_type")
+    for index, entry in enumerate(value):
+        if entry == "message.output_text.logprobs":
+            raise ApiError(
+                f"Unsupported value: 'include[{index}]': the engines do not report log "
+                "probabilities.",
+                code="unsupported_value",
+                param=f"include[{index}]",
+            )
+        if entry not in _INCLUDE:
+            raise invalid(
+                f"include[{index}]",
+                f"'{entry}' is not supported (supported: {', '.join(sorted(_INCLUDE))}).",
+            )
+    return list(value)
+
+
+def parse_max_tool_calls(value: JSONValue) -> int | None:
+    """``max_tool_calls``: a bound on built-in tool calls, which the engines never make."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid("max_tool_calls", "expected an integer >= 1.")
+    return value
+
+
+def response_format(text: TextConfig) -> TextFormat | None:
+    """The structured-output format the engine must follow, or None for free text."""
+    fmt = text.get("format")
+    return fmt if fmt is not None and fmt["type"] in ("json_schema", "json_object") else None

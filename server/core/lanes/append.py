@@ -1,0 +1,72 @@
+"""Append mode: a response paused in ``response.done`` until the client sends its tool outputs.
+
+``AppendWait`` owns the calls a paused response waits on and the future an append resolves.
+The session offers appends from its reader task (``offer``); the response's own task waits
+(``next``) and then checks and renders the items like any other input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.items import FunctionCallItem, Item
+
+
+class AppendWait:
+    """The pending calls of one response and the append that answers them."""
+
+    def __init__(self) -> None:
+        self.pending_calls: dict[str, FunctionCallItem] = {}
+        self._waiter: asyncio.Future[list[Item]] | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """True while the response waits for tool outputs."""
+        return self._waiter is not None and not self._waiter.done()
+
+    def expect(self, calls: list[FunctionCallItem]) -> None:
+        """Wait on ``calls`` from now on (an empty list: on nothing)."""
+        self.pending_calls = {call["call_id"]: call for call in calls}
+
+    def offer(
+        self, response_id: str, items: list[Item], before: Callable[[], list[Item]] | None = None
+    ) -> None:
+        """Hand parsed items to the waiting response; ApiError unless they answer each pending
+        call exactly once. ``before``: called once the items are accepted, for items to put
+        in front of them (steering input)."""
+        assert self._waiter is not None
+        outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
+        answered = [it["call_id"] for _, it in outputs]
+        for index, item in outputs:
+            if item["call_id"] not in self.pending_calls:
+                raise ApiError(
+                    f"Invalid 'input[{index}].call_id': '{item['call_id']}' is not a pending call "
+                    f"of response '{response_id}' (pending: {', '.join(self.pending_calls)}).",
+                    code="call_id_mismatch",
+                    param=f"input[{index}].call_id",
+                )
+        missing = [c for c in self.pending_calls if c not in answered]
+        if missing or len(answered) != len(set(answered)):
+            raise ApiError(
+                f"Invalid 'input': the append must answer each pending call exactly once; "
+                f"missing or repeated: {', '.join(missing) or 'repeated call_id'}.",
+                code="call_id_mismatch",
+                param="input",
+            )
+        self._waiter.set_result((before() if before is not None else []) + items)
+
+    async def next(self, deadline: float) -> list[Item] | None:
+        """The next offered append, or None (and no pending calls) once ``deadline``
+        (``time.monotonic``) passes."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
+                return await self._waiter
+        except TimeoutError:
+            self.pending_calls = {}
+            return None
+        finally:
+            self._waiter = None

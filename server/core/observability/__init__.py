@@ -1,0 +1,1 @@
+"""What the server reports about itself: counters, Prometheus metrics, log-safe client text."""

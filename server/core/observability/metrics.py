@@ -1,0 +1,176 @@
+"""Prometheus metrics of one server (``prometheus-client``), scraped from the HTTP listener.
+
+Each core has its own registry, so several servers in one process (tests) do not mix. Label
+values are bounded: ``model`` is a configured alias or "unknown", ``code`` is a server-chosen
+error code, never client text. With ``serve --workers N`` each worker process serves its own
+registry; scrape each worker (or sum them in Prometheus).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.runs.record import ResponseStats
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+# Seconds: from sub-millisecond cached turns to multi-minute agent turns.
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+
+class Metrics:
+    """The server's instruments; the core and transports call the small methods below."""
+
+    def __init__(self, is_known_model: Callable[[str], bool]) -> None:
+        self._is_known_model = is_known_model
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "bidi_requests",
+            "Create requests received, by transport and model.",
+            ["transport", "model"],
+            registry=r,
+        )
+        self.responses = Counter(
+            "bidi_responses",
+            "Responses that reached a terminal state, by transport, model and status.",
+            ["transport", "model", "status"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "bidi_errors",
+            "Errors sent to clients (error events, error statuses), by transport, status and code.",
+            ["transport", "status", "code"],
+            registry=r,
+        )
+        self.open_streams = Gauge(
+            "bidi_open_streams",
+            "Open Connect streams and WebSocket connections.",
+            ["transport"],
+            registry=r,
+        )
+        self.open_lanes = Gauge(
+            "bidi_open_lanes", "Open lanes (stream_id) over all streams.", registry=r
+        )
+        self.cache_hits = Counter(
+            "bidi_cache_hits", "previous_response_id found in the stream cache.", registry=r
+        )
+        self.cache_misses = Counter(
+            "bidi_cache_misses",
+            "previous_response_id not in the stream cache (resolved from the store, or not found).",
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "bidi_cache_evictions", "Conversation states evicted from stream caches.", registry=r
+        )
+        self.tokens_rendered = Counter(
+            "bidi_tokens_rendered", "Prompt tokens rendered (tokenized).", registry=r
+        )
+        self.tokens_reused = Counter(
+            "bidi_tokens_reused", "Prompt tokens reused from stream caches.", registry=r
+        )
+        self.prompt_rerenders = Counter(
+            "bidi_prompt_rerenders",
+            "Turns whose chat template rendered earlier turns differently (cached prompt "
+            "tokens were no longer a prefix).",
+            ["format"],
+            registry=r,
+        )
+        self.turn_latency = Histogram(
+            "bidi_turn_latency_seconds",
+            "From a create's arrival to its terminal event.",
+            ["transport", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "bidi_ttft_seconds",
+            "From a create's arrival to its first output delta.",
+            ["transport", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.post_queue_depth = Gauge(
+            "bidi_post_queue_depth", "Post-inference jobs (ledger, store) waiting.", registry=r
+        )
+        self.limited = Counter(
+            "bidi_limit_rejections",
+            "Requests refused by a per-tenant or per-connection limit, by limit.",
+            ["limit"],
+            registry=r,
+        )
+
+    def model(self, name: object) -> str:
+        """A bounded label for a requested model: the alias if configured, else "unknown"."""
+        return name if isinstance(name, str) and self._is_known_model(name) else "unknown"
+
+    def error(self, transport: str, status: int, code: str | None) -> None:
+        """Count one error sent to a client."""
+        self.errors.labels(transport, str(status), code or "unknown").inc()
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)
+
+
+class ResponseMetrics:
+    """The metrics of one response: counted when it arrives, its time to first token, and
+    its outcome once it reaches a terminal state."""
+
+    def __init__(self, metrics: Metrics, transport: str, model: object, received: float) -> None:
+        self._metrics = metrics
+        self._transport = transport
+        self._received = received
+        self.model_label = metrics.model(model)
+        self._ttft_seen = False
+
+    def arrived(self) -> None:
+        """Count the request."""
+        self._metrics.requests.labels(self._transport, self.model_label).inc()
+
+    def first_delta(self) -> None:
+        """Record time to first token, once per response."""
+        if not self._ttft_seen:
+            self._ttft_seen = True
+            self._metrics.ttft.labels(self._transport, self.model_label).observe(
+                time.perf_counter() - self._received
+            )
+
+    def finished(self, status: str, stats: ResponseStats) -> None:
+        """Metrics of a response that reached a terminal state."""
+        metrics = self._metrics
+        metrics.responses.labels(self._transport, self.model_label, status).inc()
+        metrics.tokens_rendered.inc(stats.tokens_rendered)
+        metrics.tokens_reused.inc(stats.tokens_reused)
+        metrics.turn_latency.labels(self._transport, self.model_label).observe(
+            time.perf_counter() - self._received
+        )

@@ -1,0 +1,2 @@
+"""One response from request to terminal event: the runner, what it counts, how it streams an
+engine's output, and what it leaves behind (record, outcome, background runs)."""

@@ -1,0 +1,498 @@
+"""One response, from request to terminal event: pre-inference, sampling, post-inference.
+
+The runner is where the per-stream cache pays off. With a cached predecessor it validates,
+classifies and renders only the new input and appends the tokens to the cached ones; without
+one (a stateless request, or a continuation resolved from the durable store) the same stages
+run over the whole history. Both paths share this code, so the comparison measures only what
+the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
+``streaming`` (the engine segment), ``append`` (append mode), ``run_account`` (what the run
+counts), ``terminal`` (its end: cache, durable rows, terminal event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.ids import assign_ids, new_id
+from bidi_responses.server.core.api.input_items import parse_input
+from bidi_responses.server.core.api.items import FunctionCallItem, Item, JSONObject, JSONValue
+from bidi_responses.server.core.api.requests import CreateRequest
+from bidi_responses.server.core.api.schema import (
+    ErrorObject,
+    Outcome,
+    RequiredInputStub,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
+    ResponseError,
+    ResponseInProgressEvent,
+)
+from bidi_responses.server.core.lanes import continuation
+from bidi_responses.server.core.lanes.append import AppendWait
+from bidi_responses.server.core.lanes.lane import Lane
+from bidi_responses.server.core.lanes.state import (
+    ConversationState,
+    common_prefix,
+    object_bytes,
+    observe,
+)
+from bidi_responses.server.core.observability.metrics import ResponseMetrics
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.routing import Route
+from bidi_responses.server.core.runs.account import RunAccount
+from bidi_responses.server.core.runs.record import (
+    EventSequence,
+    ResponseRecord,
+    error_event,
+    terminal_event,
+)
+from bidi_responses.server.core.runs.streaming import (
+    BoundaryStop,
+    Emit,
+    ItemStreamer,
+    engine_request_for,
+    stream_segment,
+)
+from bidi_responses.server.core.runs.terminal import abandon, finish
+from bidi_responses.server.core.storage.idempotency import find_replay
+from bidi_responses.server.engines.base import (
+    EngineError,
+    EngineFinish,
+)
+from bidi_responses.server.pipeline.base import StageInput
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.service import ResponsesCore
+
+
+class RunHooks(Protocol):
+    """What a run tells the stream that owns its lane (``session.Session``)."""
+
+    def created(self, run: ResponseRun) -> None:
+        """The run is about to send its ``response.created``."""
+
+    def ending(self, run: ResponseRun) -> None:
+        """The run is about to send its terminal event."""
+
+    async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
+        """The run sent ``response.done`` and waits for the client's tool outputs."""
+
+    def resumed(self, run: ResponseRun) -> list[Item]:
+        """Tool outputs were accepted; the steering input to put before them."""
+
+
+class ResponseRun:
+    """Runs one response on a lane and emits its events."""
+
+    def __init__(
+        self,
+        core: ResponsesCore,
+        lane: Lane,
+        body: JSONObject,
+        emit: Emit,
+        transport: str,
+        received: float,
+        *,
+        tenant: str | None = None,
+        quota_key: str = "anonymous",
+        hooks: RunHooks | None = None,
+        steering: list[Item] | None = None,
+    ) -> None:
+        self.core = core
+        self.lane = lane
+        self.hooks = hooks
+        # Queued steering input this explicit continuation commits, before its own input (named
+        # ``steering[i]`` in errors, so the client's own items keep their indices).
+        self.steering = steering or []
+        # Steering: stop at the next output boundary once requested.
+        self.stop = BoundaryStop()
+        # Set once response.created went out (the response exists for the client).
+        self.created_sent = False
+        # The client tool calls the response ended with (those a continuation must answer).
+        self.open_calls: list[FunctionCallItem] = []
+        # The error code that refused the create before its response.created, if one did.
+        self.refusal: str | None = None
+        self.tenant = tenant
+        self.quota_key = quota_key
+        # Client event id, echoed by an error about this request.
+        event_id = body.pop("event_id", None)
+        self.event_id = event_id if isinstance(event_id, str) else None
+        self.body = body
+        self.emit = emit
+        self.transport = transport
+        self.id = new_id("resp")
+        self.task: asyncio.Task[None] | None = None
+        self.record: ResponseRecord | None = None
+        self.state: ConversationState | None = None
+        self.seq = EventSequence()
+        self.appends = AppendWait()
+        self._cancel_reason: str | None = None
+        self.account = RunAccount(received)
+        self.route: Route | None = None
+        self.renderer: Renderer = core.renderer
+        # The structured-output format in canonical form, taken once for every segment.
+        self.output_format: JSONObject | None = None
+        self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
+
+    @property
+    def answers(self) -> dict[str, str | None]:
+        """What an error about this create says it answers (see ``error_event``)."""
+        previous = self.body.get("previous_response_id")
+        return {
+            "request_type": "response.create",
+            "event_id": self.event_id,
+            "response_id": previous if isinstance(previous, str) else None,
+        }
+
+    # -- control from the session ------------------------------------------------------------
+
+    @property
+    def waiting_for_append(self) -> bool:
+        """True while the response sits in ``response.done`` waiting for tool outputs."""
+        return self.appends.waiting
+
+    def offer_append(self, response_id: str, raw_input: JSONValue) -> None:
+        """Hand tool outputs to the waiting response; ApiError if they do not fit."""
+        if not self.waiting_for_append or response_id != self.id:
+            raise ApiError(
+                f"Response '{response_id}' is not waiting for tool outputs.",
+                code="response_not_waiting",
+                param="response_id",
+                status=409,
+            )
+        items, _ = parse_input(raw_input, self.core.config.limits)
+        self.appends.offer(self.id, items, self._take_steering)
+
+    def _take_steering(self) -> list[Item]:
+        """The steering input an accepted append commits, put before the tool outputs."""
+        steering = self.hooks.resumed(self) if self.hooks is not None else []
+        if steering:
+            self.stop.clear()
+        return steering
+
+    def stop_at_boundary(self) -> None:
+        """Steered: stop once the output item being generated is done (never inside it)."""
+        self.stop.request()
+
+    @property
+    def required_input(self) -> list[RequiredInputStub]:
+        """Stubs of the client tool outputs a continuation of this response must carry."""
+        return [
+            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
+            for call in self.open_calls
+        ]
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the response promptly; it ends as incomplete with ``reason``. Once only: a
+        second cancel must not cut short the first one's ending. Before its
+        ``response.created`` the response still gets one, then ends at once: the client
+        always sees a cancelled create begin and end."""
+        if self._cancel_reason is not None or self.task is None or self.task.done():
+            return
+        self._cancel_reason = reason
+        if self.created_sent:
+            self.task.cancel()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run to a terminal event (or an error event if the request is rejected)."""
+        core = self.core
+        self.metrics.arrived()
+        try:
+            try:
+                if core.draining:
+                    raise ApiError(
+                        "The server is shutting down and takes no new responses; "
+                        "retry on a new connection.",
+                        code="server_shutting_down",
+                        status=503,
+                        type="server_error",
+                    )
+                core.limiter.admit_request(self.quota_key)
+                request = self.lane.parse(self.body, core.config.limits)
+                if request.idempotency_key is not None and await self._replayed(request):
+                    return
+                core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
+                self.record = ResponseRecord(id=self.id, request=request)
+                await self._prepare(request)
+            except ApiError as error:
+                self.state = None  # a failed continuation drops what it referenced
+                self.refusal = error.code
+                await self.emit(error_event(error.status, error.to_error_object(), self.answers))
+                return
+            core.inflight[self.id] = self
+            await self._respond(request)
+        except asyncio.CancelledError:
+            if self._cancel_reason is None or self.record is None:
+                # The stream went away (client gone, or the server stopping after its grace
+                # period): no terminal event can be sent, but a started response still gets
+                # its ledger row, so usage is never lost.
+                abandon(self)
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            # Cancelled by the client: end the response as incomplete; the stream goes on.
+            self.record.status = "cancelled"
+            try:
+                await finish(self, "incomplete", reason=self._cancel_reason)
+            except asyncio.CancelledError:
+                abandon(self)  # and then the stream went away: its usage is still kept
+                raise
+        except EngineError as exc:  # the inference backend failed: fail this response only
+            core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
+            failure: ResponseError = {"code": exc.code, "message": str(exc)}
+            if self.record is None or not self.account.started:
+                upstream: ErrorObject = {
+                    "type": "server_error",
+                    "code": failure["code"],
+                    "message": failure["message"],
+                    "param": None,
+                }
+                await self.emit(error_event(502, upstream))
+            else:
+                self.record.error = failure
+                await finish(self, "failed")
+        except Exception:  # an engine or pipeline bug: fail this response only
+            core.log.exception("response %s failed", self.id)
+            if self.record is None or not self.account.started:
+                internal = ApiError(
+                    "The server had an error processing the request.",
+                    code="server_error",
+                    status=500,
+                    type="server_error",
+                )
+                await self.emit(error_event(500, internal.to_error_object(), self.answers))
+            else:
+                # Logged above with its traceback; the client never sees exception text.
+                self.record.error = {
+                    "code": "server_error",
+                    "message": "The server had an error processing your request.",
+                }
+                await finish(self, "failed")
+        finally:
+            if core.inflight.get(self.id) is self:
+                del core.inflight[self.id]
+            if self.lane.inflight is self:
+                self.lane.inflight = None
+
+    async def _replayed(self, request: CreateRequest) -> bool:
+        """Take the response id the idempotency key names; if that response already exists,
+        send its terminal event again and return True (the turn does not run twice)."""
+        self.id, stored = await find_replay(self.core, request, self.tenant)
+        if stored is None:
+            return False
+        self.core.failover["idempotent_replays"] += 1
+        status = stored.response.get("status")
+        replayed: Outcome = "incomplete" if status == "incomplete" else "completed"
+        await self.emit(terminal_event(replayed, stored.response, self.seq.take()))
+        return True
+
+    async def _prepare(self, request: CreateRequest) -> None:
+        """Pre-inference: resolve the base state, route, check, classify and render."""
+        core = self.core
+        assert self.record is not None
+        stats = self.record.stats
+        stats.pre_inference_runs += 1
+        # cached_tokens is the prefix of this prompt that the previous response's context
+        # shares, however its state was found.
+        base = await continuation.resolve(
+            core, self.lane, self.tenant, request.previous_response_id
+        )
+        state = self.state = base.state
+        history = base.history
+        reused = 0
+
+        self.route, stats.route_resolved = self.lane.route(core.router, request.model)
+
+        # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
+        self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        self.output_format = request.output_format()
+        rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
+
+        new_input = self.steering + request.input if self.steering else request.input
+        assign_ids(new_input)
+        items = history + new_input if history else new_input
+        paths = [f"history[{i}]" for i in range(len(history))]
+        paths += [f"steering[{i}]" for i in range(len(self.steering))]
+        paths += [f"input[{i}]" for i in range(len(request.input))]
+        stats.items_validated = len(items)
+        await self._examine(request, items, paths)
+        if base.previous_tokens is not None:
+            # Taken after the prefix is rebuilt: changed instructions or tools reuse only the
+            # tokens the old and new prompts still share.
+            stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
+            reused = common_prefix(base.previous_tokens, state.tokens)
+        history_rendered = self._append_items(history) if history else 0
+        if base.previous_prefix is not None:
+            reused = continuation.stored_reuse(
+                self.renderer, state, base.previous_prefix, history_rendered
+            )
+        before = state.tokens
+        rendered += history_rendered + self._append_items(new_input)
+        if self.renderer.whole_conversation:
+            # A chat template may render earlier turns anew once new ones join.
+            previous = base.previous_tokens
+            shared = common_prefix(previous if previous is not None else before, state.tokens)
+            reused = shared if previous is not None else min(reused, shared)
+            if previous is not None:
+                stats.tokens_reused = len(state.tokens) - rendered
+        stats.tokens_rendered += rendered
+        self.account.took_input(new_input, reused)
+
+    async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
+        assert self.record is not None and self.state is not None
+        for item, path in zip(items, paths, strict=True):
+            if item["type"] == "compaction":
+                self.core.compaction.check(item, path)
+        declared = request.toolset.function_names
+        batch = StageInput(
+            items, paths, request, declared, self.state.call_names, self.state.answered_calls
+        )
+        counters = self.account.counters
+        flags = await self.core.pipeline.run(batch, self.state.stage_state, counters)
+        self.record.safety_flags.extend(flag.to_dict() for flag in flags)
+        self.record.stats.stage_items = counters.items
+        self.record.stats.stage_ms = counters.ms
+
+    def _append_items(self, items: list[Item]) -> int:
+        """Render items onto the conversation's tokens and record them; returns tokens added."""
+        state = self.state
+        assert state is not None
+        if self.renderer.whole_conversation:
+            return continuation.render_whole(self.core, self.renderer, state, items)
+        added = self.renderer.render_items(items, state.call_names, state.tokens)
+        for item in items:
+            observe(state, item)
+            state.item_bytes += object_bytes(item)
+        return added
+
+    async def _respond(self, request: CreateRequest) -> None:
+        assert self.record is not None and self.state is not None
+        record = self.record
+        if request.background:
+            record.status = "queued"
+        if self.hooks is not None:
+            self.hooks.created(self)
+        self.created_sent = True
+        await self.emit(
+            ResponseCreatedEvent(
+                type="response.created",
+                response=record.snapshot(),
+                sequence_number=self.seq.take(),
+            )
+        )
+        record.status = "in_progress"
+        self.account.started = True
+        if self._cancel_reason is not None:  # cancelled while it was being prepared
+            record.status = "cancelled"
+            await finish(self, "incomplete", reason=self._cancel_reason)
+            return
+        if not request.generate:
+            self.account.skipped_engine(record.stats, len(self.state.tokens))
+            await finish(self, "completed")
+            return
+        await self.emit(
+            ResponseInProgressEvent(
+                type="response.in_progress",
+                response=record.snapshot(),
+                sequence_number=self.seq.take(),
+            )
+        )
+        budget = request.max_output_tokens
+        while True:
+            segment, calls = await self._sample(budget, request)
+            if budget is not None:
+                budget -= segment.output_tokens
+            if segment.reason == "max_output_tokens":
+                await finish(self, "incomplete", reason="max_output_tokens")
+                return
+            if not (request.append_mode and calls):
+                if calls:
+                    self.open_calls = calls
+                elif segment.reason == "steered":
+                    # Stopped between items for the steering input; its successor follows.
+                    await finish(self, "incomplete", reason="steered")
+                    return
+                break
+            appended = await self._wait_for_append(calls)
+            if appended is None:
+                await finish(self, "incomplete", reason="append_timeout")
+                return
+            if budget is not None and budget < 16:
+                await finish(self, "incomplete", reason="max_output_tokens")
+                return
+        await finish(self, "completed")
+
+    async def _wait_for_append(self, calls: list[FunctionCallItem]) -> list[Item] | None:
+        """Send response.done and wait for a matching append; None on timeout."""
+        assert self.record is not None and self.state is not None
+        self.appends.expect(calls)
+        timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
+        deadline = time.monotonic() + timeout
+        await self.emit(
+            ResponseDoneEvent(
+                type="response.done",
+                response=self.record.snapshot(),
+                pending_calls=list(calls),
+                sequence_number=self.seq.take(),
+            )
+        )
+        if self.hooks is not None:
+            await self.hooks.waiting(self, calls)
+        while True:
+            items = await self.appends.next(deadline)
+            if items is None:
+                return None
+            assign_ids(items)
+            paths = [f"input[{i}]" for i in range(len(items))]
+            try:
+                await self._examine(self.record.request, items, paths)
+            except ApiError as error:
+                answers = {"request_type": "response.append", "response_id": self.id}
+                await self.emit(error_event(error.status, error.to_error_object(), answers))
+                continue  # still waiting for an acceptable append
+            self.record.stats.items_validated += len(items)
+            previous = self.state.tokens
+            reused = len(previous)
+            self.record.stats.tokens_rendered += self._append_items(items)
+            if self.renderer.whole_conversation:  # a new array: was the old one kept?
+                reused = common_prefix(previous, self.state.tokens)
+            self.account.took_input(items, reused)
+            self.appends.expect([])
+            return items
+
+    async def _sample(
+        self, budget: int | None, request: CreateRequest
+    ) -> tuple[EngineFinish, list[FunctionCallItem]]:
+        """Run one engine segment, streaming its items; returns the finish and its calls."""
+        assert self.record is not None and self.state is not None
+        state = self.state
+        record = self.record
+        stats = record.stats
+        engine_request = engine_request_for(
+            request, state, budget, self.lane.affinity, self.output_format
+        )
+        self.account.segment_starts(stats, len(state.tokens))
+        streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)
+        assert self.route is not None
+        try:
+            segment = await stream_segment(
+                self.route.engine,
+                engine_request,
+                streamer,
+                self.core.config.streaming,
+                self.stop,
+            )
+        except BaseException:
+            # Cut short: what was streamed still counts.
+            self.account.usage.output_tokens += streamer.tokens
+            raise
+        self.account.segment_ends(stats, segment)
+        items = streamer.items
+        stats.tokens_rendered += self._append_items(items)
+        calls = [item for item in items if item["type"] == "function_call"]
+        return segment, calls

@@ -1,0 +1,103 @@
+"""The end of a response: cache its state, make its rows durable, send its terminal event.
+
+``finish`` ends a response the client still hears from (completed, incomplete, failed);
+``abandon`` ends one whose stream went away, so that its usage is never lost. What is written
+is the same either way (``run_account``, ``outcome``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from bidi_responses.server.core.api.schema import Outcome
+from bidi_responses.server.core.lanes import continuation
+from bidi_responses.server.core.runs.record import terminal_event
+from bidi_responses.server.core.storage.postinference import PostJob, StorageUnavailable
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.runs.runner import ResponseRun
+
+
+async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) -> None:
+    """Post-inference: cache the state, queue ledger/store writes, send the terminal event."""
+    assert run.record is not None
+    core = run.core
+    lane = run.lane
+    record = run.record
+    account = run.account
+    if record.status != "cancelled":
+        record.status = outcome
+    record.incomplete_reason = reason
+    record.completed_at = int(time.time()) if outcome == "completed" else None
+    account.settle(record)
+    snapshot = record.snapshot()
+    state = run.state
+    if (
+        state is not None
+        and lane.cache is not None
+        and record.status in ("completed", "incomplete")
+    ):
+        state.last_response = snapshot
+        if not record.request.store:
+            state.stored_chain = False
+        evicted = lane.cache.put(run.id, state, lane.id)
+        if evicted:
+            core.metrics.cache_evictions.inc(evicted)
+    stored = account.stored(record, snapshot, state, run.tenant)
+    ledger = account.ledger_row(record, run.tenant, run.transport)
+    if lane.inflight is run:
+        lane.inflight = None
+    core.limiter.charge_tokens(run.quota_key, account.total_tokens)
+    if stored is not None and state is not None and core.draining:
+        await continuation.hand_off(core, lane, run.id, state)
+    job = PostJob(stored, ledger)
+    if core.ack_after_write or (stored is not None and core.config.workers > 1):
+        # A shared store (or worker processes sharing the SQLite file, which read stored
+        # responses from disk only): the terminal event goes out only once any process can
+        # read the response (the write goes on if this task is cancelled).
+        account.posted = True
+        await core.post.write_through(job)
+    else:
+        try:
+            # Durable (journal) before the terminal event; the store write comes later.
+            await core.post.put(job)
+        except StorageUnavailable as exc:
+            # What cannot be made durable is never reported done: the response fails.
+            if lane.cache is not None:
+                lane.cache.take(run.id)
+            outcome = record.status = "failed"
+            record.completed_at = None
+            record.error = {
+                "code": "storage_unavailable",
+                "message": f"The response could not be stored ({exc}); it was not kept.",
+            }
+            snapshot = record.snapshot()
+            await core.post.put(
+                PostJob(None, account.ledger_row(record, run.tenant, run.transport))
+            )
+        account.posted = True  # from here on, a cut-short stream must not queue a second row
+    core.counters.record(record.stats)
+    run.metrics.finished(record.status, record.stats)
+    if run.hooks is not None:
+        run.hooks.ending(run)
+    await run.emit(terminal_event(outcome, snapshot, run.seq.take()))
+
+
+def abandon(run: ResponseRun) -> None:
+    """Queue the ledger row of a started response that the stream's end cut short."""
+    record = run.record
+    account = run.account
+    if record is None or not account.started or account.posted:
+        return
+    account.posted = True
+    record.status = "cancelled"
+    record.incomplete_reason = "stream_closed"
+    record.usage = account.usage
+    run.core.counters.record(record.stats)
+    run.metrics.finished("cancelled", record.stats)
+    # No client waits for it, and the stream's task is being cancelled: the queue makes it
+    # durable on its own (and its drain waits for it). A ``store: true`` response is stored
+    # with the output it had.
+    stored = account.stored(record, record.snapshot(), run.state, run.tenant)
+    run.core.post.submit(PostJob(stored, account.ledger_row(record, run.tenant, run.transport)))
