@@ -13,8 +13,8 @@ from typing import cast
 
 import orjson
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.errors import ApiError, invalid, missing
-from bidi_responses.server.core.fields import closed, opt_str, text, too_long
+from bidi_responses.server.core.errors import ApiError, invalid, missing, shown
+from bidi_responses.server.core.fields import closed, json_type, opt_str, text, too_long
 from bidi_responses.server.core.items import (
     CompactionItem,
     FunctionCallItem,
@@ -98,7 +98,7 @@ def normalize_item(entry: JSONValue, where: str, limits: Limits) -> tuple[Item, 
         return cast(PassthroughItem, item), size
     if kind is None:
         raise missing(f"{where}.type")
-    raise invalid(f"{where}.type", f"unknown item type '{kind}'.")
+    raise invalid(f"{where}.type", f"unknown item type '{shown(kind)}'.")
 
 
 def normalize_opaque_item(
@@ -280,6 +280,30 @@ def _arguments(value: JSONValue, where: str, max_chars: int) -> str:
     return arguments
 
 
+def _check_output_parts(output: JSONValue, where: str, max_chars: int) -> None:
+    """A tool output carried along: a string, or an array of content parts (objects with a
+    string ``type``; a ``text``, when present, a string)."""
+    if isinstance(output, str):
+        return
+    if not isinstance(output, list):
+        raise invalid(where, "expected a string or an array of content parts.", code="invalid_type")
+    for index, part in enumerate(output):
+        if not isinstance(part, dict):
+            raise invalid(
+                f"{where}[{index}]",
+                f"expected a content part (an object), got {json_type(part)}.",
+                code="invalid_type",
+            )
+        if not isinstance(part.get("type"), str):
+            raise invalid(
+                f"{where}[{index}].type",
+                f"expected a string, got {json_type(part.get('type'))}.",
+                code="invalid_type",
+            )
+        if "text" in part:
+            text(part["text"], f"{where}[{index}].text", max_chars)
+
+
 def _check_passthrough(kind: str, entry: JSONObject, where: str, max_chars: int) -> None:
     """The fields the core itself reads from items it otherwise carries along unchanged."""
     if kind in ("custom_tool_call", "custom_tool_call_output"):
@@ -291,13 +315,7 @@ def _check_passthrough(kind: str, entry: JSONObject, where: str, max_chars: int)
             raise missing(f"{where}.name")
         text(entry.get("input"), f"{where}.input", max_chars, required=False)
     elif kind == "custom_tool_call_output":
-        output = entry.get("output")
-        if not isinstance(output, str | list):
-            raise invalid(
-                f"{where}.output",
-                "expected a string or an array of content parts.",
-                code="invalid_type",
-            )
+        _check_output_parts(entry.get("output"), f"{where}.output", max_chars)
     elif kind == "additional_tools":
         tools = entry.get("tools")
         if tools is not None and not isinstance(tools, list):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, shown_path
 from bidi_responses.server.core.items import JSONValue
 
 #: Objects and arrays nested deeper than this, counted from the request body (or client event)
@@ -74,14 +74,9 @@ def _locate(value: JSONValue, max_depth: int) -> ApiError:
 
 
 def _error(path: str, reason: str, code: str) -> ApiError:
-    param = _clip(path) if path else None
-    where = f"Invalid '{param}': " if param else "Invalid request: "
-    return ApiError(where + reason, code=code, param=param)
-
-
-def _clip(path: str, limit: int = 256) -> str:
-    """A param path short enough to log and echo (deep paths can be very long)."""
-    return path if len(path) <= limit else path[: limit // 2] + "..." + path[-limit // 2 :]
+    if not path:
+        return ApiError("Invalid request: " + reason, code=code)
+    return ApiError(f"Invalid '{shown_path(path)}': {reason}", code=code, param=path)
 
 
 def canonical_json(value: JSONValue) -> JSONValue:

@@ -20,7 +20,7 @@ from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.background import BackgroundRuns
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters, ServerStats
-from bidi_responses.server.core.errors import ApiError, not_found
+from bidi_responses.server.core.errors import ApiError, not_found, shown
 from bidi_responses.server.core.event_types import (
     DeletedResponse,
     InputItemList,
@@ -313,7 +313,9 @@ class ResponsesCore(SurfaceOps):
         if after is not None:
             ids = [item.get("id") for item in items]
             if after not in ids:
-                raise ApiError(f"Invalid 'after': no item '{after}' in this list.", param="after")
+                raise ApiError(
+                    f"Invalid 'after': no item '{shown(after)}' in this list.", param="after"
+                )
             start = ids.index(after) + 1
         page = items[start : start + limit]
         listing: InputItemList = {

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.errors import invalid, missing
+from bidi_responses.server.core.errors import invalid, missing, shown
 from bidi_responses.server.core.event_types import ToolChoice, ToolChoiceMode
 from bidi_responses.server.core.items import JSONObject, JSONValue
 from bidi_responses.server.core.jsonshape import canonical_json
@@ -209,7 +209,7 @@ def check_schema(schema: JSONValue, where: str, *, top: bool = False, depth: int
         if k not in _SCHEMA_TYPES:
             raise invalid(
                 f"{where}.type",
-                f"'{k}' is not a JSON schema type.",
+                f"'{shown(k)}' is not a JSON schema type.",
                 code="invalid_function_parameters",
             )
     if top and kinds != ["object"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bidi_responses.server.core.errors import ApiError
+from bidi_responses.server.core.errors import ApiError, shown
 from bidi_responses.server.core.event_types import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import label_open_caller, shutting_down
@@ -104,7 +104,7 @@ def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
             # the background gets a clear error rather than JSON a client would not expect.
             if not core.background.is_background(response_id, tenant):
                 raise ApiError(
-                    f"Response '{response_id}' can be streamed again only if it was created "
+                    f"Response '{shown(response_id)}' can be streamed again only if it was created "
                     "with 'background': true (and its events are still kept).",
                     code="unsupported_parameter",
                     param="stream",
