@@ -328,19 +328,43 @@ class ResponsesCore(SurfaceOps):
         return listing
 
     async def cancel_response(self, response_id: str, tenant: str | None = None) -> ResponseObject:
-        """Cancel an in-flight response from any connection; returns it as it ended."""
+        """Cancel an in-flight response from any connection; returns it as it ended.
+
+        A finished response can be "cancelled" again only if it ran in the background (the
+        answer is then the response as it ended, as the hosted API gives it); any other
+        finished response is a 400, as in the hosted API, where only background responses
+        can be cancelled.
+        """
         run = self._inflight(response_id, tenant)
-        if run is None or run.task is None:
-            stored = await self.store.get(response_id, tenant)
-            if stored is None:
-                raise not_found("response", response_id)
-            return stored.response
+        record = run.record if run is not None else None
+        if (
+            run is None
+            or run.task is None
+            or record is None
+            or record.status not in ("queued", "in_progress")
+        ):
+            # Ended, or ending: a run that has begun its end keeps its outcome.
+            if record is not None:
+                response = record.snapshot()
+            else:
+                stored = await self.store.get(response_id, tenant)
+                if stored is None:
+                    raise not_found("response", response_id)
+                response = stored.response
+            if not response.get("background"):
+                raise ApiError(
+                    "Only background responses can be cancelled once they have ended; "
+                    f"response '{shown(response_id)}' has finished "
+                    f"(status '{response.get('status')}').",
+                    code="response_not_cancellable",
+                    param="response_id",
+                )
+            return response
         run.cancel()
         # Wait without re-raising: the run reports its own outcome, and a cancellation of
         # this caller must still propagate.
         await asyncio.wait([run.task])
-        assert run.record is not None
-        return run.record.snapshot()
+        return record.snapshot()
 
     def stats(self) -> ServerStats:
         """Cumulative counters of this process (GetStats / GET /v1/stats), and which it is."""

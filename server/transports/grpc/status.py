@@ -46,6 +46,8 @@ _BY_CODE = {
     "previous_response_not_found": grpc.StatusCode.NOT_FOUND,
     "response_not_found": grpc.StatusCode.NOT_FOUND,
     "not_found": grpc.StatusCode.NOT_FOUND,
+    # CancelResponse names an in-flight response: a finished one fails its precondition.
+    "response_not_cancellable": grpc.StatusCode.FAILED_PRECONDITION,
     "server_shutting_down": grpc.StatusCode.UNAVAILABLE,
     "connection_age_limit_reached": grpc.StatusCode.UNAVAILABLE,
     "websocket_connection_limit_reached": grpc.StatusCode.UNAVAILABLE,
