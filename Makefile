@@ -8,7 +8,7 @@ BUF := node_modules/.bin/buf
 MODULES := build/modules.txt
 TYPED := server client bench cluster tests
 
-.PHONY: all install proto lint-proto lint typecheck check test test-all serve compare bench bench-compaction fuzz soak faults clean \
+.PHONY: all install proto lint-proto lint typecheck check test test-all serve compare bench bench-compaction fuzz soak faults drain clean \
 	postgres replicas failover replicas-throughput handoff-bench node-deps interop burst
 
 all: check test
@@ -81,10 +81,15 @@ bench-compaction: proto
 	$(PY) -m bidi_responses.bench.compaction --repeats 5
 
 # Heavy fault runs with real processes and signals (not part of `make test`, which runs their
-# smoke versions): SIGKILL 20 times under 100 streams, a full disk under load, 2,000 streams of
+# smoke versions): SIGKILL 20 times under 100 streams, SIGTERM under 100 Connect streams (each
+# must end UNAVAILABLE, with no ERROR line logged), a full disk under load, 2,000 streams of
 # 100k tokens under a 256 MB cache budget, 40 clients that never read. Prints the figures.
 faults: proto
 	$(PY) -m pytest -q -s -m faults tests/faults
+
+# SIGTERM under 100 Connect streams alone (part of `make faults`): statuses and ERROR lines.
+drain: proto
+	$(PY) -m pytest -q -s -m faults tests/faults/test_sigterm_drain.py
 
 serve: proto
 	$(VENV)/bin/bidi-responses serve

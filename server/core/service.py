@@ -164,6 +164,16 @@ class ResponsesCore(SurfaceOps):
                 *(session.finish() for session in sessions), return_exceptions=True
             )
 
+    async def cut_streams(self) -> None:
+        """Graceful stop, once the grace period is over: stop the responses still running
+        (each keeps its ledger row) and end every stream, so that each transport ends its
+        streams with their own status (``server_shutting_down``) rather than the listener
+        cancelling them."""
+        sessions = list(self._sessions)
+        await asyncio.gather(
+            *(session.finish(wait_for_runs=False) for session in sessions), return_exceptions=True
+        )
+
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
         self.begin_drain()
