@@ -83,7 +83,7 @@ async def test_reflection_v1_lists_and_describes(keyed_server: RunningServer) ->
 def _list_and_describe_v1(port: int) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         database = ProtoReflectionDescriptorDatabase(channel)
-        database._stub.ServerReflectionInfo = channel.stream_stream(  # type: ignore[method-assign]
+        database._stub.ServerReflectionInfo = channel.stream_stream(
             V1_REFLECTION,
             request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
             response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
