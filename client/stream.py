@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import grpc
 from bidi_responses.client.channel import ConnectCall, status_error
@@ -41,7 +42,8 @@ class ConnectStream:
         # Raw messages per lane: they are decoded only when someone asks for events, so
         # ``create()`` pays for the terminal event alone.
         self._lanes: dict[str, asyncio.Queue[pb.ConnectResponse | None]] = {}
-        self._busy: set[str] = set()
+        # The turn in flight on each lane.
+        self._turns: dict[str, _Turn] = {}
         # grpc.aio allows one write at a time per call; lanes share the call.
         self._write_lock = asyncio.Lock()
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -123,21 +125,68 @@ class ConnectStream:
 
         In append mode the iteration also stops at ``response.done``; answer it with
         ``append_events``.
-        """
-        with self._occupy(stream_id):
-            async for message in self._create_messages(stream_id, params):
-                yield self._decoder.event(message)
 
-    @contextlib.contextmanager
-    def _occupy(self, stream_id: str) -> Iterator[None]:
-        """Hold a lane for one response; RuntimeError if it already has one in flight."""
-        if stream_id in self._busy:
-            raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
-        self._busy.add(stream_id)
+        The lane is free as soon as the event that ends the turn is yielded, so a loop that
+        breaks out at ``response.completed`` can create the next response at once. A consumer
+        that stops before that event (breaks, or closes the generator) leaves the response
+        running: its remaining events are read and dropped in the background, and the lane's
+        next ``create`` waits for the turn to end. To stop the work as well, ``cancel`` the
+        response before breaking.
+        """
+        turn = await self._claim(stream_id)
+        ended = False
+        try:
+            async for message in self._create_messages(stream_id, params):
+                if message.WhichOneof("event") in _TURN_END_CASES:
+                    ended = True
+                    self._release(stream_id, turn)  # free before the consumer sees the end
+                yield self._decoder.event(message)
+                turn.owner = asyncio.current_task()  # who reads on (see ``_claim``)
+        finally:
+            if not ended and self._turns.get(stream_id) is turn and turn.finishing is None:
+                self._finish_in_background(stream_id, turn)
+
+    async def _claim(self, stream_id: str) -> _Turn:
+        """Take a lane for one response, once a turn its consumer left is over; RuntimeError
+        if another task's response is in flight on it."""
+        current = asyncio.current_task()
+        while (turn := self._turns.get(stream_id)) is not None:
+            if turn.finishing is None and turn.owner is current:
+                # This task read that turn's events and now starts another turn: it left the
+                # generator (asyncio closes a dropped one only later, in a task of its own).
+                self._finish_in_background(stream_id, turn)
+            if turn.finishing is None:
+                raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
+            await asyncio.shield(turn.finishing)
+        turn = self._turns[stream_id] = _Turn(current)
+        return turn
+
+    def _release(self, stream_id: str, turn: _Turn) -> None:
+        if self._turns.get(stream_id) is turn:
+            del self._turns[stream_id]
+
+    def _finish_in_background(self, stream_id: str, turn: _Turn) -> None:
+        """Read the rest of a turn whose consumer stopped early, then free the lane."""
+
+        async def finish() -> None:
+            try:
+                async for _ in self._until_turn_ends(stream_id):
+                    pass
+            except ResponsesError:
+                pass  # the stream ended: nothing more will arrive on the lane
+            finally:
+                self._release(stream_id, turn)
+
+        turn.finishing = asyncio.get_running_loop().create_task(finish())
+
+    @contextlib.asynccontextmanager
+    async def _occupy(self, stream_id: str) -> AsyncIterator[None]:
+        """Hold a lane for one response (see ``_claim``), freed when the block ends."""
+        turn = await self._claim(stream_id)
         try:
             yield
         finally:
-            self._busy.discard(stream_id)
+            self._release(stream_id, turn)
 
     async def _create_messages(
         self, stream_id: str, params: JSONObject
@@ -161,7 +210,7 @@ class ConnectStream:
 
     async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
         """Create a response and wait for it; raises ResponsesError on an error event."""
-        with self._occupy(stream_id):
+        async with self._occupy(stream_id):
             return await self._collect(self._create_messages(stream_id, params))
 
     async def append_events(
@@ -217,6 +266,15 @@ class ConnectStream:
         """Drop the stream at once (the server cancels in-flight work)."""
         self._call.cancel()
         self._reader.cancel()
+
+
+@dataclass(slots=True)
+class _Turn:
+    """A response in flight on a lane: the task reading its events, and the task reading the
+    rest of them when that reader stopped early."""
+
+    owner: asyncio.Task[object] | None
+    finishing: asyncio.Task[None] | None = None
 
 
 _TURN_END_CASES = frozenset(

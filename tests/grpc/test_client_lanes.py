@@ -1,0 +1,60 @@
+"""The project's client: a consumer that stops reading a turn's events early leaves the lane
+usable, whether it stops at the terminal event (the README's loop) or before it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.app import RunningServer
+
+from tests.conftest import ServerFactory
+
+
+async def test_breaking_out_at_the_terminal_event_leaves_the_lane_free(
+    client: AsyncResponsesClient,
+) -> None:
+    """The loop the README shows for the openai SDK, here on a Connect stream: it raised
+    "lane '' already has a response in flight" on the second turn."""
+    async with asyncio.timeout(20), client.connect() as stream:
+        previous = None
+        for turn in range(3):
+            async for event in stream.create_events(
+                model="sim-model", input=f"turn {turn}", previous_response_id=previous
+            ):
+                if event["type"] == "response.completed":
+                    previous = event["response"]["id"]
+                    break
+            assert previous is not None
+        response = await stream.create(
+            model="sim-model", input="last", previous_response_id=previous
+        )
+        assert response.status == "completed"
+
+
+async def test_breaking_out_early_reads_the_rest_in_the_background(
+    server_factory: ServerFactory,
+) -> None:
+    # 200 tokens/s for a 200-token answer: the response is in flight when the loop breaks.
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        abandoned = None
+        async for event in stream.create_events(model="sim-model", input="long", store=False):
+            if event["type"] == "response.created":
+                abandoned = event["response"]["id"]
+                break
+        assert abandoned is not None
+        # The lane's next turn waits for the abandoned one to end, then gets its own events.
+        response = await stream.create(model="sim-model", input="next", store=False)
+        assert response.status == "completed" and response.id != abandoned
+        # Breaking early after a cancel: the response stops, and the lane is free again.
+        async for event in stream.create_events(model="sim-model", input="long", store=False):
+            if event["type"] == "response.created":
+                await stream.cancel(event["response"]["id"])
+                break
+        again = await stream.create(model="sim-model", input="again", store=False)
+        assert again.status == "completed"
