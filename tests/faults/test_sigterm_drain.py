@@ -115,6 +115,7 @@ async def test_sigterm_drain_smoke(tmp_path: Path) -> None:
     _check(run, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.faults
 async def test_sigterm_drain_under_100_streams(tmp_path: Path) -> None:
     async with asyncio.timeout(300):
