@@ -116,6 +116,9 @@ class ConnectStream:
             message = await queue.get()
             if message is None:
                 return
+            turn = self._turns.get(stream_id)
+            if turn is not None and turn.left and message.WhichOneof("event") in _TURN_END_CASES:
+                self._release(stream_id, turn)  # the end of a turn its consumer left
             yield self._decoder.event(message)
 
     async def create_events(
@@ -129,9 +132,9 @@ class ConnectStream:
         The lane is free as soon as the event that ends the turn is yielded, so a loop that
         breaks out at ``response.completed`` can create the next response at once. A consumer
         that stops before that event (breaks, or closes the generator) leaves the response
-        running: its remaining events are read and dropped in the background, and the lane's
-        next ``create`` waits for the turn to end. To stop the work as well, ``cancel`` the
-        response before breaking.
+        running; the lane's next ``create`` first reads the rest of that turn (its events are
+        dropped), so each turn gets only its own events. To stop the work as well, ``cancel``
+        the response before breaking; to see the rest, read ``events()``.
         """
         turn = await self._claim(stream_id)
         ended = False
@@ -143,18 +146,18 @@ class ConnectStream:
                 yield self._decoder.event(message)
                 turn.owner = asyncio.current_task()  # who reads on (see ``_claim``)
         finally:
-            if not ended and self._turns.get(stream_id) is turn and turn.finishing is None:
-                self._finish_in_background(stream_id, turn)
+            if not ended:
+                turn.left = True
 
     async def _claim(self, stream_id: str) -> _Turn:
-        """Take a lane for one response, once a turn its consumer left is over; RuntimeError
-        if another task's response is in flight on it."""
+        """Take a lane for one response, once the rest of a turn its consumer left has been
+        read; RuntimeError if another task's response is in flight on it."""
         current = asyncio.current_task()
         while (turn := self._turns.get(stream_id)) is not None:
-            if turn.finishing is None and turn.owner is current:
-                # This task read that turn's events and now starts another turn: it left the
-                # generator (asyncio closes a dropped one only later, in a task of its own).
-                self._finish_in_background(stream_id, turn)
+            # The same task starting another turn has left the previous one, even if asyncio
+            # has not closed the dropped generator yet (it does so later, in a task).
+            if turn.finishing is None and (turn.left or turn.owner is current):
+                self._finish(stream_id, turn)
             if turn.finishing is None:
                 raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
             await asyncio.shield(turn.finishing)
@@ -165,8 +168,9 @@ class ConnectStream:
         if self._turns.get(stream_id) is turn:
             del self._turns[stream_id]
 
-    def _finish_in_background(self, stream_id: str, turn: _Turn) -> None:
-        """Read the rest of a turn whose consumer stopped early, then free the lane."""
+    def _finish(self, stream_id: str, turn: _Turn) -> None:
+        """Read (and drop) the rest of a turn whose consumer stopped early, then free the
+        lane."""
 
         async def finish() -> None:
             try:
@@ -271,9 +275,11 @@ class ConnectStream:
 @dataclass(slots=True)
 class _Turn:
     """A response in flight on a lane: the task reading its events, and the task reading the
-    rest of them when that reader stopped early."""
+    rest of them once that reader has stopped early and the lane is wanted again."""
 
     owner: asyncio.Task[object] | None
+    #: The consumer stopped before the turn's end.
+    left: bool = False
     finishing: asyncio.Task[None] | None = None
 
 

@@ -32,7 +32,7 @@ async def test_breaking_out_at_the_terminal_event_leaves_the_lane_free(
         assert response.status == "completed"
 
 
-async def test_breaking_out_early_reads_the_rest_in_the_background(
+async def test_after_breaking_out_early_the_next_turn_reads_the_rest_first(
     server_factory: ServerFactory,
 ) -> None:
     # 200 tokens/s for a 200-token answer: the response is in flight when the loop breaks.
