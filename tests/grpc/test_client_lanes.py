@@ -58,3 +58,25 @@ async def test_after_breaking_out_early_the_next_turn_reads_the_rest_first(
                 break
         again = await stream.create(model="sim-model", input="again", store=False)
         assert again.status == "completed"
+
+
+async def test_a_consumer_that_closes_early_can_read_the_rest_itself(
+    server_factory: ServerFactory,
+) -> None:
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        events = stream.create_events(model="sim-model", input="long", store=False)
+        created = await anext(events)
+        assert created["type"] == "response.created"
+        await events.aclose()
+        await stream.cancel(created["response"]["id"])
+        async for event in stream.events():
+            if event["type"] == "response.incomplete":
+                assert event["response"]["id"] == created["response"]["id"]
+                break
+        response = await stream.create(model="sim-model", input="next", store=False)
+        assert response.status == "completed"
