@@ -7,7 +7,7 @@ field (its path in the request, such as ``input[2].call_id``) and says what was 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 from bidi_responses.server.core.errors import ApiError, invalid, missing, shown
 from bidi_responses.server.core.items import JSONObject, JSONValue
@@ -116,6 +116,14 @@ def one_of(allowed: Iterable[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+@overload
+def closed(
+    value: JSONValue, where: str, allowed: Collection[_Name], *, required: Literal[True]
+) -> _Name: ...
+@overload
+def closed(
+    value: JSONValue, where: str, allowed: Collection[_Name], *, required: bool = False
+) -> _Name | None: ...
 def closed(
     value: JSONValue, where: str, allowed: Collection[_Name], *, required: bool = False
 ) -> _Name | None:

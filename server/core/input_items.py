@@ -30,8 +30,8 @@ from bidi_responses.server.core.items import (
 # Each normalizer builds the item as plain JSON while it checks it, and returns it as its kind
 # (a ``cast``: this module is where raw JSON becomes a checked item).
 
-_ROLES = frozenset({"user", "assistant", "system", "developer"})
-_PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
+_ROLES = ("user", "assistant", "system", "developer")
+_PART_TYPES = ("input_text", "output_text", "refusal", "input_image")
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
 # Opaque items: their only content is a server-sealed token, which the core checks against the
@@ -129,9 +129,7 @@ def _message(role: str, content: list[JSONObject]) -> JSONObject:
 
 
 def _normalize_message(entry: JSONObject, where: str, max_chars: int) -> tuple[Item, int]:
-    role = entry.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise invalid(f"{where}.role", "expected 'user', 'assistant', 'system' or 'developer'.")
+    role = closed(entry.get("role"), f"{where}.role", _ROLES, required=True)
     content = entry.get("content")
     size = 0
     parts: list[JSONObject] = []
@@ -158,12 +156,13 @@ def _normalize_message(entry: JSONObject, where: str, max_chars: int) -> tuple[I
 
 def _content_part(part: JSONValue, where: str, max_chars: int) -> tuple[JSONObject, int]:
     """One content part of a message, and its text size."""
-    p_type = part.get("type") if isinstance(part, dict) else None
-    if not isinstance(p_type, str) or p_type not in _PART_TYPES:
+    if not isinstance(part, dict):
         raise invalid(
-            f"{where}.type", "expected 'input_text', 'output_text', 'refusal' or 'input_image'."
+            where,
+            f"expected a content part (an object), got {json_type(part)}.",
+            code="invalid_type",
         )
-    assert isinstance(part, dict)
+    p_type = closed(part.get("type"), f"{where}.type", _PART_TYPES, required=True)
     if p_type == "refusal":
         refusal = text(part.get("refusal"), f"{where}.refusal", max_chars)
         return {"type": "refusal", "refusal": refusal}, len(refusal)
