@@ -63,8 +63,9 @@ async def _stream(
     the stream ends and records its status."""
     call = stub.Connect()
     first = {"model": "sim-model", "input": "hi", "store": False, "max_output_tokens": 16}
-    await call.write(pb.ConnectRequest(response_create=params_to_pb(first)))
+    released = False
     try:
+        await call.write(pb.ConnectRequest(response_create=params_to_pb(first)))
         while (message := await call.read()) != grpc.aio.EOF:
             assert isinstance(message, pb.ConnectResponse)
             if message.WhichOneof("event") in TERMINAL:
@@ -73,25 +74,30 @@ async def _stream(
             body = {**first, "max_output_tokens": 16 if kind == 1 else None}
             await call.write(pb.ConnectRequest(response_create=params_to_pb(body)))
         ready.release()
+        released = True
         while (message := await call.read()) != grpc.aio.EOF:
             pass
         run.statuses["OK"] += 1
     except grpc.aio.AioRpcError as error:
         run.statuses[error.code().name] += 1
         run.details[error.details() or ""] += 1
+    finally:
+        if not released:
+            ready.release()  # it ended before the SIGTERM: counted, and not waited for
 
 
 async def drain_under_streams(streams: int, tmp_path: Path) -> DrainRun:
     """Open ``streams`` Connect streams, SIGTERM the server, and tally the ends."""
     run = DrainRun()
     async with serve_process(tmp_path / "data", args=(*ARGS, GRACE_S)) as (process, port, log):
+        # One connection: at most the server's 100 streams per connection.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ResponsesServiceStub(channel)
             ready = asyncio.Semaphore(0)
             tasks = [
                 asyncio.ensure_future(_stream(stub, n % 3, ready, run)) for n in range(streams)
             ]
-            for _ in range(streams):  # every stream has had its first turn
+            for _ in range(streams):  # every stream has had its first turn (or has ended)
                 await ready.acquire()
             process.send_signal(signal.SIGTERM)
             await asyncio.gather(*tasks)
