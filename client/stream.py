@@ -153,14 +153,21 @@ class ConnectStream:
         """Take a lane for one response, once the rest of a turn its consumer left has been
         read; RuntimeError if another task's response is in flight on it."""
         current = asyncio.current_task()
+        passes = 0
         while (turn := self._turns.get(stream_id)) is not None:
             # The same task starting another turn has left the previous one, even if asyncio
             # has not closed the dropped generator yet (it does so later, in a task).
             if turn.finishing is None and (turn.left or turn.owner is current):
                 self._finish(stream_id, turn)
-            if turn.finishing is None:
+            if turn.finishing is not None:
+                await asyncio.shield(turn.finishing)
+            elif passes < 2:
+                # Another task held the lane: if it dropped its generator, asyncio's finalizer
+                # closes it within two passes of the loop (a callback, then a task).
+                passes += 1
+                await asyncio.sleep(0)
+            else:
                 raise RuntimeError(f"lane '{stream_id}' already has a response in flight")
-            await asyncio.shield(turn.finishing)
         turn = self._turns[stream_id] = _Turn(current)
         return turn
 

@@ -80,3 +80,22 @@ async def test_a_consumer_that_closes_early_can_read_the_rest_itself(
                 break
         response = await stream.create(model="sim-model", input="next", store=False)
         assert response.status == "completed"
+
+
+async def test_a_turn_left_in_one_task_frees_the_lane_for_another(
+    client: AsyncResponsesClient,
+) -> None:
+    async with asyncio.timeout(20), client.connect() as stream:
+        left = asyncio.Event()
+
+        async def reader() -> None:
+            async for _ in stream.create_events(model="sim-model", input="one"):
+                break  # asyncio closes the dropped generator later, in a task of its own
+            left.set()
+
+        async def next_turn() -> str:
+            await left.wait()
+            return (await stream.create(model="sim-model", input="two")).status
+
+        _, status = await asyncio.gather(reader(), next_turn())
+        assert status == "completed"
