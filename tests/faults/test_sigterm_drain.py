@@ -128,3 +128,34 @@ async def test_sigterm_drain_under_100_streams(tmp_path: Path) -> None:
         run = await drain_under_streams(100, tmp_path)
     print(f"\nSIGTERM under 100 Connect streams: {run.table()}")
     _check(run, 100)
+
+
+async def test_sigterm_ends_stateless_calls_past_the_grace_period_unavailable(
+    tmp_path: Path,
+) -> None:
+    """A ``CreateResponse`` still running when the grace period ends: UNAVAILABLE with the
+    server's status, never OK without its terminal event."""
+    async with (
+        asyncio.timeout(60),
+        serve_process(tmp_path / "data", args=(*ARGS, GRACE_S)) as (process, port, log),
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        stub = pb_grpc.ResponsesServiceStub(channel)
+        body = {"model": "sim-model", "input": "a long answer", "store": False}
+        calls = [
+            stub.CreateResponse(pb.CreateResponseRequest(params=params_to_pb(body)))
+            for _ in range(3)
+        ]
+        for call in calls:  # each has started (response.created)
+            assert isinstance(await call.read(), pb.CreateResponseResponse)
+        process.send_signal(signal.SIGTERM)
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                while (message := await call.read()) != grpc.aio.EOF:
+                    assert isinstance(message, pb.CreateResponseResponse)
+                    event = message.event.WhichOneof("event")
+                    assert event not in TERMINAL, event
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "shutting down" in (caught.value.details() or "")
+        assert await process.wait() == 0
+    assert " ERROR " not in str(log)

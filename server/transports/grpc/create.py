@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.event_types import snapshot_of
-from bidi_responses.server.core.events import OutEvent
+from bidi_responses.server.core.events import TERMINAL_TYPES, OutEvent
 from bidi_responses.server.core.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller
@@ -67,9 +67,11 @@ async def _stateless(
     """One stateless create: one message per event, or batched if the delivery asks."""
     tenant, quota = caller
     failure: ApiError | None = None
+    ended = False
     if out.delivery.max_events <= 1:
         async for data in core.stateless(body, "grpc-unary", tenant, quota):
             yield out.event_field(data)
+            ended = ended or data["type"] in TERMINAL_TYPES
             if data["type"] == "error":
                 failure = error_from_event(data)
     else:
@@ -79,8 +81,12 @@ async def _stateless(
                 for message in out.messages(OutEvent("", d) for d in ready):
                     yield as_create_response(message)
                 for data in ready:
+                    ended = ended or data["type"] in TERMINAL_TYPES
                     if data["type"] == "error":
                         failure = error_from_event(data)
     if failure is not None:
         # A request error ends the call with its status, never OK.
         await abort(context, failure)
+    if not ended and core.draining:
+        # Stopped at the end of a drain's grace period: never OK without a terminal event.
+        raise SHUTTING_DOWN
