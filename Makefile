@@ -13,7 +13,7 @@ TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst
+	handoff-bench node-deps interop burst drain
 
 all: check test
 
@@ -109,10 +109,15 @@ bench-compaction: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.compaction --repeats 5
 
 # Heavy fault runs with real processes and signals (not part of `make test`, which runs their
-# smoke versions): SIGKILL 20 times under 100 streams, a full disk under load, 2,000 streams of
+# smoke versions): SIGKILL 20 times under 100 streams, SIGTERM under 100 Connect streams (each
+# must end UNAVAILABLE, with no ERROR line logged), a full disk under load, 2,000 streams of
 # 100k tokens under a 256 MB cache budget, 40 clients that never read. Prints the figures.
 faults: $(EXTRA)test
 	$(PY) -m pytest -q -s -m faults tests/faults
+
+# SIGTERM under 100 Connect streams alone (part of `make faults`): statuses and ERROR lines.
+drain: $(EXTRA)test
+	$(PY) -m pytest -q -s -m faults tests/faults/test_sigterm_drain.py
 
 # The ports `make serve` and `make replicas` listen on (unset: 50051 and 8000, or a --config
 # file's), and more `serve` flags (SERVE_ARGS="--engine script --script examples/x.jsonl").

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from bidi_responses.client.channel import ConnectCall, status_error
@@ -57,8 +58,8 @@ class ConnectStream:
         # Raw messages per lane: they are decoded only when someone asks for events, so
         # ``create()`` pays for the terminal event alone.
         self._lanes: dict[str, asyncio.Queue[pb.ConnectResponse | None]] = {}
-        # One turn at a time per lane, in the order the callers asked (asyncio.Lock is FIFO).
-        self._turns: dict[str, asyncio.Lock] = {}
+        # The turn in flight on each lane; later creates wait for it, in the order they came.
+        self._turns: dict[str, _Turn] = {}
         self._steering = Steering()
         # grpc.aio allows one write at a time per call; lanes share the call.
         self._write_lock = asyncio.Lock()
@@ -137,6 +138,9 @@ class ConnectStream:
             message = await queue.get()
             if message is None:
                 return
+            turn = self._turns.get(stream_id)
+            if turn is not None and turn.left and message.WhichOneof("event") in _TURN_END_CASES:
+                self._release(stream_id, turn)  # the end of a turn its consumer left
             yield self._decoder.event(message)
 
     async def create_events(
@@ -146,17 +150,79 @@ class ConnectStream:
 
         In append mode the iteration also stops at ``response.done``; answer it with
         ``append_events``.
-        """
-        async with self._turn(stream_id):
-            async for message in self._create_messages(stream_id, params):
-                yield self._decoder.event(message)
 
-    def _turn(self, stream_id: str) -> asyncio.Lock:
-        """The lane's turn: held from a create's send to its turn's end, taken in order."""
-        lock = self._turns.get(stream_id)
-        if lock is None:
-            lock = self._turns[stream_id] = asyncio.Lock()
-        return lock
+        The lane is free as soon as the event that ends the turn is yielded, so a loop that
+        breaks out at ``response.completed`` can create the next response at once. A consumer
+        that stops before that event (breaks, or closes the generator) leaves the response
+        running; the lane's next ``create`` first reads the rest of that turn (its events are
+        dropped), so each turn gets only its own events. To stop the work as well, ``cancel``
+        the response before breaking; to see the rest, read ``events()``.
+        """
+        turn = await self._claim(stream_id)
+        ended = False
+        try:
+            async for message in self._create_messages(stream_id, params):
+                if message.WhichOneof("event") in _TURN_END_CASES:
+                    ended = True
+                    self._release(stream_id, turn)  # free before the consumer sees the end
+                yield self._decoder.event(message)
+                turn.owner = asyncio.current_task()  # who reads on (see ``_claim``)
+        finally:
+            if not ended:
+                turn.left = True
+
+    async def _claim(self, stream_id: str) -> _Turn:
+        """Take a lane for one response: after the turn in flight ends (creates wait in the order
+        they came), and once the rest of a turn its consumer left has been read."""
+        current = asyncio.current_task()
+        passes = 0
+        while (turn := self._turns.get(stream_id)) is not None:
+            # The same task starting another turn has left the previous one, even if asyncio
+            # has not closed the dropped generator yet (it does so later, in a task).
+            if turn.finishing is None and (turn.left or turn.owner is current):
+                self._finish(stream_id, turn)
+            if turn.finishing is not None:
+                await asyncio.shield(turn.finishing)
+            elif passes < 2:
+                # Another task held the lane: if it dropped its generator, asyncio's finalizer
+                # closes it within two passes of the loop (a callback, then a task).
+                passes += 1
+                await asyncio.sleep(0)
+            else:
+                # Another task's response is in flight: wait for its turn to end, as the
+                # server queues a create on a busy lane.
+                await turn.ended.wait()
+        turn = self._turns[stream_id] = _Turn(current)
+        return turn
+
+    def _release(self, stream_id: str, turn: _Turn) -> None:
+        if self._turns.get(stream_id) is turn:
+            del self._turns[stream_id]
+        turn.ended.set()
+
+    def _finish(self, stream_id: str, turn: _Turn) -> None:
+        """Read (and drop) the rest of a turn whose consumer stopped early, then free the
+        lane."""
+
+        async def finish() -> None:
+            try:
+                async for _ in self._until_turn_ends(stream_id):
+                    pass
+            except ResponsesError:
+                pass  # the stream ended: nothing more will arrive on the lane
+            finally:
+                self._release(stream_id, turn)
+
+        turn.finishing = asyncio.get_running_loop().create_task(finish())
+
+    @contextlib.asynccontextmanager
+    async def _occupy(self, stream_id: str) -> AsyncIterator[None]:
+        """Hold a lane for one response (see ``_claim``), freed when the block ends."""
+        turn = await self._claim(stream_id)
+        try:
+            yield
+        finally:
+            self._release(stream_id, turn)
 
     async def _create_messages(
         self, stream_id: str, params: JSONObject
@@ -180,7 +246,7 @@ class ConnectStream:
 
     async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
         """Create a response and wait for it; raises ResponsesError on an error event."""
-        async with self._turn(stream_id):
+        async with self._occupy(stream_id):
             return await self._collect(self._create_messages(stream_id, params))
 
     async def append_events(
@@ -338,6 +404,19 @@ class StreamLane:
             except NoSuccessor:
                 self._last = current
                 return current
+
+
+@dataclass(slots=True)
+class _Turn:
+    """A response in flight on a lane: the task reading its events, and the task reading the
+    rest of them once that reader has stopped early and the lane is wanted again."""
+
+    owner: asyncio.Task[object] | None
+    #: The consumer stopped before the turn's end.
+    left: bool = False
+    finishing: asyncio.Task[None] | None = None
+    #: Set when the lane is free again (the waiting creates then take their turns in order).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 _TURN_END_CASES = frozenset(

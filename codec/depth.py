@@ -29,8 +29,10 @@ except ImportError:  # another protobuf implementation: deep messages are refuse
 
 #: protobuf's default nesting limit for parsing (upb, C++, Java): messages within messages.
 PROTOBUF_DEFAULT_DEPTH = 100
-#: The nesting this API accepts: a Struct spends three message levels per JSON object (the
-#: Struct, its map entry, the Value), so JSON nested 64 levels (the core's limit) needs ~200.
+#: The nesting decoded before the server's own checks: a Struct spends three message levels per
+#: JSON object (the Struct, its map entry, the Value), so JSON nested 64 levels needs ~200. The
+#: server refuses JSON deeper than 34 levels itself, naming the field; this bound only keeps
+#: a hostile message from costing more than that.
 API_MAX_DEPTH = 3 * 64 + 16
 
 _deep_active = False
@@ -146,8 +148,7 @@ def wire_problem(
                 if field.message_type is not None:
                     if depth + 1 > max_depth:
                         return (
-                            f"Invalid '{where}': messages may nest at most {max_depth} levels "
-                            "(JSON values at most 64).",
+                            f"Invalid '{where}': messages may nest at most {max_depth} levels.",
                             where,
                         )
                     stack.append((field.message_type, pos, depth + 1, where))

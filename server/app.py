@@ -71,6 +71,13 @@ class RunningServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
                     await asyncio.shield(drain)
+            if not drain.done():
+                # The grace period is over: the streams still open end with their own status
+                # (UNAVAILABLE, ``server_shutting_down``), not as the listener's cancellation.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_GRPC_TAIL_S):
+                        await core.cut_streams()
+                        await core.wait_until_idle()
             await self.grpc.server.stop(max(min(deadline - loop.time(), _GRPC_TAIL_S), 0))
 
         try:

@@ -14,6 +14,7 @@ from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.api.errors import (
     ApiError,
     previous_response_not_found,
+    shown,
 )
 from bidi_responses.server.core.api.fields import opt_str, optional_model, required_model
 from bidi_responses.server.core.api.ids import new_id
@@ -188,7 +189,7 @@ class SurfaceOps:
         """One configured model (404 ``model_not_found`` if the alias is not configured)."""
         if model_id not in self.router.aliases:
             raise ApiError(
-                f"The model '{model_id}' does not exist.",
+                f"The model '{shown(model_id)}' does not exist.",
                 code="model_not_found",
                 param="model",
                 status=404,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bidi_responses.server.config import RouteConfig
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.engines.base import Engine, close_engine
 
 
@@ -60,7 +60,8 @@ class Router:
         config = self._routes.get(model)
         if config is None:
             raise ApiError(
-                f"The model '{model}' does not exist. Known models: {', '.join(self.aliases)}.",
+                f"The model '{shown(model)}' does not exist. Known models: "
+                f"{', '.join(self.aliases)}.",
                 code="model_not_found",
                 param="model",
                 status=400,

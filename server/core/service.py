@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable
 
 import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.api.errors import ApiError, not_found
+from bidi_responses.server.core.api.errors import ApiError, not_found, shown
 from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.core.api.schema import (
     DeletedResponse,
@@ -167,6 +167,16 @@ class ResponsesCore(SurfaceOps):
                 *(session.finish() for session in sessions), return_exceptions=True
             )
 
+    async def cut_streams(self) -> None:
+        """Graceful stop, once the grace period is over: stop the responses still running
+        (each keeps its ledger row) and end every stream, so that each transport ends its
+        streams with their own status (``server_shutting_down``) rather than the listener
+        cancelling them."""
+        sessions = list(self._sessions)
+        await asyncio.gather(
+            *(session.finish(wait_for_runs=False) for session in sessions), return_exceptions=True
+        )
+
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
         self.begin_drain()
@@ -316,7 +326,9 @@ class ResponsesCore(SurfaceOps):
         if after is not None:
             ids = [item.get("id") for item in items]
             if after not in ids:
-                raise ApiError(f"Invalid 'after': no item '{after}' in this list.", param="after")
+                raise ApiError(
+                    f"Invalid 'after': no item '{shown(after)}' in this list.", param="after"
+                )
             start = ids.index(after) + 1
         page = items[start : start + limit]
         listing: InputItemList = {
@@ -329,19 +341,43 @@ class ResponsesCore(SurfaceOps):
         return listing
 
     async def cancel_response(self, response_id: str, tenant: str | None = None) -> ResponseObject:
-        """Cancel an in-flight response from any connection; returns it as it ended."""
+        """Cancel an in-flight response from any connection; returns it as it ended.
+
+        A finished response can be "cancelled" again only if it ran in the background (the
+        answer is then the response as it ended, as the hosted API gives it); any other
+        finished response is a 400, as in the hosted API, where only background responses
+        can be cancelled.
+        """
         run = self._inflight(response_id, tenant)
-        if run is None or run.task is None:
-            stored = await self.store.get(response_id, tenant)
-            if stored is None:
-                raise not_found("response", response_id)
-            return stored.response
+        record = run.record if run is not None else None
+        if (
+            run is None
+            or run.task is None
+            or record is None
+            or record.status not in ("queued", "in_progress")
+        ):
+            # Ended, or ending: a run that has begun its end keeps its outcome.
+            if record is not None:
+                response = record.snapshot()
+            else:
+                stored = await self.store.get(response_id, tenant)
+                if stored is None:
+                    raise not_found("response", response_id)
+                response = stored.response
+            if not response.get("background"):
+                raise ApiError(
+                    "Only background responses can be cancelled once they have ended; "
+                    f"response '{shown(response_id)}' has finished "
+                    f"(status '{response.get('status')}').",
+                    code="response_not_cancellable",
+                    param="response_id",
+                )
+            return response
         run.cancel()
         # Wait without re-raising: the run reports its own outcome, and a cancellation of
         # this caller must still propagate.
         await asyncio.wait([run.task])
-        assert run.record is not None
-        return run.record.snapshot()
+        return record.snapshot()
 
     def note_prompt_rerender(self, format_name: str) -> None:
         """A chat template rendered earlier turns differently: the cached prompt tokens were

@@ -217,7 +217,9 @@ def _output_texts(output: str | list[JSONObject], path: str) -> Iterator[tuple[s
             yield path, output
         return
     for index, part in enumerate(output):
-        text = part.get("text")
+        # The item parser admits only content parts (objects); history read back from a
+        # store written before that check may still hold anything.
+        text = part.get("text") if isinstance(part, dict) else None
         if isinstance(text, str) and text:
             yield f"{path}[{index}].text", text
 

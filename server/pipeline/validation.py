@@ -8,7 +8,7 @@ carries the known and answered call ids between turns, so the history is never w
 
 from __future__ import annotations
 
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import Flag, StageInput, register_stage
 
@@ -27,8 +27,8 @@ class ValidationStage:
             if item["type"] == "function_call" or item["type"] == "custom_tool_call":
                 if item["type"] == "function_call" and declared and item["name"] not in declared:
                     raise ApiError(
-                        f"Invalid '{path}.name': no function named '{item['name']}' is declared "
-                        f"in 'tools'.",
+                        f"Invalid '{path}.name': no function named '{shown(item['name'])}' is "
+                        "declared in 'tools'.",
                         code="invalid_value",
                         param=f"{path}.name",
                     )
@@ -40,14 +40,14 @@ class ValidationStage:
                 if call_id not in batch.known_calls and call_id not in new_calls:
                     raise ApiError(
                         f"Invalid '{path}.call_id': no tool call found for function call output "
-                        f"with call_id '{call_id}'.",
+                        f"with call_id '{shown(call_id)}'.",
                         code="invalid_value",
                         param=f"{path}.call_id",
                     )
                 if call_id in batch.answered_calls or call_id in new_answers:
                     raise ApiError(
-                        f"Invalid '{path}.call_id': duplicate output for call_id '{call_id}', "
-                        "which was already answered.",
+                        f"Invalid '{path}.call_id': duplicate output for call_id "
+                        f"'{shown(call_id)}', which was already answered.",
                         code="invalid_value",
                         param=f"{path}.call_id",
                     )

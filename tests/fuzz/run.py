@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.strategies import client_events, connect_messages, create_bodies
+from tests.fuzz.strategies import by_id_requests, client_events, connect_messages, create_bodies
 
 T = TypeVar("T")
 DEADLINE_S = 10.0
@@ -313,12 +314,72 @@ def _status_outcome(error: BaseException) -> str:
         code = error.code()
         if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
             return "unknown_internal"
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "metadata" in (error.details() or ""):
+            # The status itself was too large for the client to read (an echo unbounded).
+            return "unknown_internal"
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return "hang"
         if code == grpc.StatusCode.UNAVAILABLE:
             return "dropped"
         return "4xx"
     return "dropped"
+
+
+# -- by-id calls: GetResponse & co. over gRPC, and their HTTP routes --------------------------
+
+_BY_ID_REQUESTS: dict[str, tuple[type[Any], str]] = {
+    "GetResponse": (pb.GetResponseRequest, "response_id"),
+    "DeleteResponse": (pb.DeleteResponseRequest, "response_id"),
+    "ListInputItems": (pb.ListInputItemsRequest, "response_id"),
+    "CancelResponse": (pb.CancelResponseRequest, "response_id"),
+    "GetModel": (pb.GetModelRequest, "model"),
+    "StreamResponse": (pb.StreamResponseRequest, "response_id"),
+}
+_BY_ID_ROUTES = {
+    "GetResponse": ("GET", "/v1/responses/{}"),
+    "DeleteResponse": ("DELETE", "/v1/responses/{}"),
+    "ListInputItems": ("GET", "/v1/responses/{}/input_items"),
+    "CancelResponse": ("POST", "/v1/responses/{}/cancel"),
+    "GetModel": ("GET", "/v1/models/{}"),
+    "StreamResponse": ("GET", "/v1/responses/{}?stream=true"),
+}
+
+
+async def grpc_by_id(channel: grpc.aio.Channel, call: str, ident: str) -> str:
+    """One by-id call with a stock reply decoder; a 4xx-like status is the expected answer."""
+    request_class, field_name = _BY_ID_REQUESTS[call]
+    data = request_class(**{field_name: ident}).SerializeToString()
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            if call == "StreamResponse":
+                stream: grpc.aio.UnaryStreamMultiCallable[bytes, bytes]
+                stream = channel.unary_stream(f"{SERVICE}/{call}", request_serializer=None)
+                async for _ in stream(data):
+                    pass
+            else:
+                unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]
+                unary = channel.unary_unary(f"{SERVICE}/{call}", request_serializer=None)
+                await unary(data)
+    except TimeoutError:
+        return "hang"
+    except grpc.aio.AioRpcError as error:
+        return _status_outcome(error)
+    return "ok"
+
+
+async def http_by_id(client: httpx.AsyncClient, call: str, ident: str) -> str:
+    method, template = _BY_ID_ROUTES[call]
+    path = template.format(urllib.parse.quote(ident, safe=""))
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            reply = await client.request(method, path)
+    except TimeoutError:
+        return "hang"
+    except httpx.TransportError:
+        return "dropped"
+    if reply.status_code >= 500 or b'"server_error"' in reply.content:
+        return "5xx"
+    return "4xx" if reply.status_code >= 400 else "ok"
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -381,7 +442,9 @@ def _run_fuzz(
     loop = Loop()
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     try:
-        share = max(inputs // 4, 1)
+        # A tenth for the by-id calls, the rest in four equal shares.
+        by_id = max(inputs // 10, 1)
+        share = max((inputs - by_id) // 4, 1)
         http = loop.run(_make_http(server.http_port))
 
         def http_act(body: Any) -> None:
@@ -410,7 +473,20 @@ def _run_fuzz(
         def stateless_act(message: bytes) -> None:
             counts["grpc CreateResponse"][loop.run(grpc_fuzzer.stateless_one(message))] += 1
 
-        _fuzz(max(inputs - 3 * share, 1), connect_messages(stateless=True), stateless_act)
+        _fuzz(max(inputs - 3 * share - by_id, 1), connect_messages(stateless=True), stateless_act)
+
+        def by_id_act(request: tuple[str, str]) -> None:
+            call, ident = request
+            transport, outcome = (
+                ("grpc by id", loop.run(grpc_by_id(grpc_fuzzer.channel, call, ident)))
+                if len(ident) % 2
+                else ("http by id", loop.run(http_by_id(http, call, ident)))
+            )
+            counts[transport][outcome] += 1
+
+        http = loop.run(_make_http(server.http_port))
+        _fuzz(by_id, by_id_requests(), by_id_act)
+        loop.run(http.aclose())
         loop.run(grpc_fuzzer.close())
         state: dict[str, Any] = {"alive": server.alive}
         state["serves"] = loop.run(still_serves(server)) if server.alive else {}
@@ -420,6 +496,8 @@ def _run_fuzz(
     log = server.log_path.read_text(errors="replace")
     state["tracebacks"] = log.count("Traceback")
     state["warnings"] = log.count(" WARNING ")
+    # Every input is a client's fault: none may be logged as a server error.
+    state["errors"] = sum(" ERROR " in line or " CRITICAL " in line for line in log.splitlines())
     return counts, state
 
 
@@ -450,7 +528,8 @@ def report(counts: dict[str, collections.Counter[str]], state: dict[str, Any]) -
     lines.append(
         f"server alive afterwards: {state['alive']}; still serves: "
         + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in serves.items())
-        + f"; tracebacks in its log: {state['tracebacks']}; WARNING lines: {state['warnings']}"
+        + f"; tracebacks in its log: {state['tracebacks']}; ERROR lines: {state['errors']}; "
+        f"WARNING lines: {state['warnings']}"
     )
     clean = (
         all(total.get(c, 0) == 0 for c in BAD)
@@ -458,6 +537,7 @@ def report(counts: dict[str, collections.Counter[str]], state: dict[str, Any]) -
         and len(serves) == 3
         and all(serves.values())
         and state["tracebacks"] == 0
+        and state["errors"] == 0
     )
     return "\n".join(lines), clean
 

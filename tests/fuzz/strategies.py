@@ -44,6 +44,39 @@ def _deep(depth: int, leaf: Any = "x") -> Any:
 DEEP = st.integers(min_value=10, max_value=1500).map(_deep)
 HOSTILE = JSON | DEEP
 
+# Names and ids with what breaks headers, logs and terminals: control characters, a bidi
+# override, and lengths far past any real id (echoed into statuses and error messages).
+_CONTROL = st.sampled_from(["\n", "\r\n", "\x00", "\x7f", "\t", "\u202e", "\x1b[31m", "\ud7ff"])
+NAMES = st.builds(lambda a, c, b: a + c + b, _TEXT, _CONTROL, _TEXT) | st.sampled_from(
+    ["a\nb", "resp_\r\n", "x" * 5000, "resp_" + "9" * 10_000, "\u00e9" * 3000]
+)
+# What a closed-set field (an enum of strings) can be given instead: objects and arrays
+# (unhashable: they once reached a set lookup), numbers, control characters.
+NOT_ENUM = (
+    st.dictionaries(_TEXT, JSON, min_size=0, max_size=2)
+    | st.lists(JSON, max_size=3)
+    | st.sampled_from([{"value": "high"}, ["auto"], [], {}, 1, 0.5, True, "HIGH", "auto\n"])
+    | NAMES
+)
+# Arrays where content parts belong, holding scalars and odd shapes.
+SCALAR_PARTS = st.lists(
+    _SCALARS | st.lists(_SCALARS, max_size=2) | st.fixed_dictionaries({"type": JSON, "text": JSON}),
+    min_size=1,
+    max_size=4,
+)
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    """A JSON schema ``levels`` object/properties levels deep (real schemas nest like this)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+# Around the depth the server accepts (14 schema levels) and past it.
+DEEP_SCHEMAS = st.integers(min_value=8, max_value=40).map(nested_schema)
+
 ITEM_TYPES = [
     "message",
     "function_call",
@@ -64,7 +97,7 @@ def items(draw: st.DrawFn) -> Any:
     kind = draw(st.sampled_from(ITEM_TYPES))
     item: dict[str, Any] = {"type": kind}
     fields = {
-        "role": st.sampled_from(["user", "assistant", "developer", "system", "robot"]),
+        "role": st.sampled_from(["user", "assistant", "developer", "system", "robot"]) | NOT_ENUM,
         "content": st.sampled_from(["hi", ""])
         | st.lists(
             st.fixed_dictionaries(
@@ -73,11 +106,11 @@ def items(draw: st.DrawFn) -> Any:
             ),
             max_size=3,
         ),
-        "call_id": st.sampled_from(["call_1", ""]) | _TEXT,
-        "name": st.sampled_from(["exec_command", ""]) | _TEXT,
+        "call_id": st.sampled_from(["call_1", ""]) | _TEXT | NAMES,
+        "name": st.sampled_from(["exec_command", ""]) | _TEXT | NAMES,
         "arguments": st.sampled_from(["{}", '{"cmd":"ls"}', "{bad"]) | _TEXT,
-        "output": _TEXT,
-        "status": st.sampled_from(["completed", "in_progress", "incomplete", "bogus"]),
+        "output": _TEXT | SCALAR_PARTS,
+        "status": st.sampled_from(["completed", "in_progress", "incomplete", "bogus"]) | NOT_ENUM,
         "input": _TEXT,
         "summary": st.lists(
             st.fixed_dictionaries({"type": st.just("summary_text"), "text": _TEXT})
@@ -90,6 +123,14 @@ def items(draw: st.DrawFn) -> Any:
     return item
 
 
+# A property name with control characters and a bad type: the field path once went raw into
+# a gRPC trailer ("Invalid metadata").
+_ODD_PROPERTY = st.builds(
+    lambda name, kind: {"type": "object", "properties": {name: {"type": kind}}},
+    NAMES,
+    st.sampled_from(["string", "bogus"]) | NOT_ENUM,
+)
+
 TOOL = st.fixed_dictionaries(
     {"type": st.sampled_from(["function", "web_search", "custom"]), "name": _TEXT},
     optional={
@@ -100,10 +141,28 @@ TOOL = st.fixed_dictionaries(
                 {"type": ["object"], "required": ["y"]},
             ]
         )
-        | HOSTILE,
+        | HOSTILE
+        | DEEP_SCHEMAS
+        | _ODD_PROPERTY,
         "description": _TEXT,
         "strict": st.booleans(),
     },
+)
+
+
+# Strict output schemas whose keywords have the wrong shape (anyOf a number, $defs an array,
+# required an object, ...): the strict checks once read them unchecked.
+_STRICT_SCHEMAS = st.builds(
+    lambda key, value: {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {},
+        "required": [],
+        "$defs": {"d": {"type": "object", "additionalProperties": False, key: value}},
+        key: value,
+    },
+    st.sampled_from(["anyOf", "allOf", "$defs", "definitions", "properties", "required", "items"]),
+    _SCALARS | st.lists(_SCALARS, max_size=2) | NOT_ENUM,
 )
 
 
@@ -118,7 +177,7 @@ def create_bodies(draw: st.DrawFn) -> dict[str, Any]:
         | st.fixed_dictionaries({"type": st.just("function"), "name": _TEXT}),
         "instructions": _TEXT,
         "metadata": st.dictionaries(_TEXT, _TEXT | JSON, max_size=3),
-        "previous_response_id": st.sampled_from(["resp_missing", ""]) | _TEXT,
+        "previous_response_id": st.sampled_from(["resp_missing", ""]) | _TEXT | NAMES,
         "max_output_tokens": st.integers(-5, 100),
         "temperature": st.floats(allow_nan=False, allow_infinity=False),
         "top_p": st.floats(allow_nan=False, allow_infinity=False),
@@ -126,7 +185,32 @@ def create_bodies(draw: st.DrawFn) -> dict[str, Any]:
         "stream_id": _TEXT,
         "generate": st.booleans(),
         "parallel_tool_calls": st.booleans(),
-        "model": st.sampled_from(["sim-model", "", "gpt-nope"]),
+        "model": st.sampled_from(["sim-model", "", "gpt-nope"]) | NAMES,
+        "truncation": st.sampled_from(["auto", "disabled"]) | NOT_ENUM,
+        "text": st.fixed_dictionaries(
+            {},
+            optional={
+                "verbosity": st.sampled_from(["low", "high"]) | NOT_ENUM,
+                "format": st.fixed_dictionaries(
+                    {"type": st.sampled_from(["text", "json_schema"]) | NOT_ENUM},
+                    optional={
+                        "name": st.just("out") | NAMES,
+                        "strict": st.booleans(),
+                        "schema": DEEP_SCHEMAS | _STRICT_SCHEMAS,
+                    },
+                ),
+            },
+        ),
+        "reasoning": st.fixed_dictionaries(
+            {},
+            optional={
+                "effort": st.sampled_from(["low", "high"]) | NOT_ENUM,
+                "summary": st.sampled_from(["auto"]) | NOT_ENUM,
+            },
+        ),
+        "include": st.lists(
+            st.sampled_from(["reasoning.encrypted_content"]) | NOT_ENUM, max_size=2
+        ),
     }
     for name, strategy in optional.items():
         if draw(st.integers(0, 3)) == 0:
@@ -180,3 +264,22 @@ def connect_messages(draw: st.DrawFn, stateless: bool = False) -> bytes:
     if mode == 2 and message:
         return message[: draw(st.integers(0, len(message)))]
     return message
+
+
+# The calls that name a stored object by id, with hostile ids (gRPC unary and HTTP routes).
+BY_ID_CALLS = [
+    "GetResponse",
+    "DeleteResponse",
+    "ListInputItems",
+    "CancelResponse",
+    "GetModel",
+    "StreamResponse",
+]
+
+
+@st.composite
+def by_id_requests(draw: st.DrawFn) -> tuple[str, str]:
+    """One by-id call and a hostile id for it: control characters, very long, or ordinary."""
+    call = draw(st.sampled_from(BY_ID_CALLS))
+    ident = draw(NAMES | _TEXT | st.sampled_from(["resp_missing", "sim-model"]))
+    return call, ident

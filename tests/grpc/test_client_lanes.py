@@ -1,11 +1,13 @@
 """The project's client on lanes: creates on a busy lane wait their turn, lanes run side by
-side, and a create may continue (fork) a response of another lane."""
+side, a create may continue (fork) a response of another lane, and a consumer that stops
+reading a turn's events early leaves the lane usable, whether it stops at the terminal event
+(the README's loop) or before it."""
 
 from __future__ import annotations
 
 import asyncio
 
-from bidi_responses.client import Response
+from bidi_responses.client import AsyncResponsesClient, Response
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import ServerFactory
@@ -51,3 +53,93 @@ async def test_the_lane_helper_follows_a_steered_chain_to_its_end(
             model="sim-model", input="and?", previous_response_id=final.id, store=False
         )
         assert fork.status == "completed" and fork.previous_response_id == final.id
+
+
+async def test_breaking_out_at_the_terminal_event_leaves_the_lane_free(
+    client: AsyncResponsesClient,
+) -> None:
+    """The loop the README shows for the openai SDK, here on a Connect stream: it raised
+    "lane '' already has a response in flight" on the second turn."""
+    async with asyncio.timeout(20), client.connect() as stream:
+        previous = None
+        for turn in range(3):
+            async for event in stream.create_events(
+                model="sim-model", input=f"turn {turn}", previous_response_id=previous
+            ):
+                if event["type"] == "response.completed":
+                    previous = event["response"]["id"]
+                    break
+            assert previous is not None
+        response = await stream.create(
+            model="sim-model", input="last", previous_response_id=previous
+        )
+        assert response.status == "completed"
+
+
+async def test_after_breaking_out_early_the_next_turn_reads_the_rest_first(
+    server_factory: ServerFactory,
+) -> None:
+    # 200 tokens/s for a 200-token answer: the response is in flight when the loop breaks.
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        abandoned = None
+        async for event in stream.create_events(model="sim-model", input="long", store=False):
+            if event["type"] == "response.created":
+                abandoned = event["response"]["id"]
+                break
+        assert abandoned is not None
+        # The lane's next turn waits for the abandoned one to end, then gets its own events.
+        response = await stream.create(model="sim-model", input="next", store=False)
+        assert response.status == "completed" and response.id != abandoned
+        # Breaking early after a cancel: the response stops, and the lane is free again.
+        async for event in stream.create_events(model="sim-model", input="long", store=False):
+            if event["type"] == "response.created":
+                await stream.cancel(event["response"]["id"])
+                break
+        again = await stream.create(model="sim-model", input="again", store=False)
+        assert again.status == "completed"
+
+
+async def test_a_consumer_that_closes_early_can_read_the_rest_itself(
+    server_factory: ServerFactory,
+) -> None:
+    running: RunningServer = await server_factory(tokens_per_second=200, answer_tokens=200)
+    async with (
+        asyncio.timeout(30),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        client.connect() as stream,
+    ):
+        events = stream.create_events(model="sim-model", input="long", store=False)
+        created = await anext(events)
+        assert created["type"] == "response.created"
+        await events.aclose()
+        await stream.cancel(created["response"]["id"])
+        async for event in stream.events():
+            if event["type"] == "response.incomplete":
+                assert event["response"]["id"] == created["response"]["id"]
+                break
+        response = await stream.create(model="sim-model", input="next", store=False)
+        assert response.status == "completed"
+
+
+async def test_a_turn_left_in_one_task_frees_the_lane_for_another(
+    client: AsyncResponsesClient,
+) -> None:
+    async with asyncio.timeout(20), client.connect() as stream:
+        left = asyncio.Event()
+
+        async def reader() -> None:
+            async for _ in stream.create_events(model="sim-model", input="one"):
+                break  # asyncio closes the dropped generator later, in a task of its own
+            left.set()
+
+        async def next_turn() -> str:
+            await left.wait()
+            return (await stream.create(model="sim-model", input="two")).status
+
+        _, status = await asyncio.gather(reader(), next_turn())
+        assert status == "completed"

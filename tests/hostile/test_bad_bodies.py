@@ -11,6 +11,7 @@ import orjson
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.core.api.jsonshape import MAX_JSON_DEPTH
 
 from tests.conftest import SHELL_TOOL
 from tests.hostile.test_grpc_decode import nested_schema, nested_value
@@ -102,13 +103,13 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "type nested deep",
         {"model": "sim-model", "input": [{"type": nested_value(100)}]},
         "nesting_too_deep",
-        "input[0].type" + ".a" * 61,
+        "input[0].type" + ".a" * (MAX_JSON_DEPTH - 3),
     ),
     (
         "pass-through tool nested deep (was a RecursionError)",
         body("hi", tools=[{"type": "web_search", "x": nested_value(200)}]),
         "nesting_too_deep",
-        "tools[0].x" + ".a" * 61,
+        "tools[0].x" + ".a" * (MAX_JSON_DEPTH - 3),
     ),
     (
         "metadata key too long",
@@ -188,10 +189,11 @@ async def test_json_cannot_carry_infinity(http: httpx.AsyncClient) -> None:
         assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_json"
 
 
-async def test_twenty_five_schema_levels_are_accepted_everywhere(
+async def test_fourteen_schema_levels_are_accepted_everywhere(
     http: httpx.AsyncClient, client: AsyncResponsesClient
 ) -> None:
-    tool = {"type": "function", "name": "deep", "parameters": nested_schema(25)}
+    """The most that every gRPC client can read back (tests/hostile/test_deep_echo.py)."""
+    tool = {"type": "function", "name": "deep", "parameters": nested_schema(14)}
     async with asyncio.timeout(20):
         reply = await http.post("/v1/responses", json=body("hi", tools=[tool]))
         assert reply.status_code == 200, reply.text

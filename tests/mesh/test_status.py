@@ -4,6 +4,7 @@ that say which request they answer."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from tests.conftest import ServerFactory, make_config
+from tests.conftest import ServerFactory, make_config, until
 from tests.mesh.conftest import bearer, error_info, keyed_config
 
 A = bearer("key-a")
@@ -101,7 +102,7 @@ async def test_error_events_say_which_request_they_answer(stub: Any) -> None:
 
 
 async def test_connect_ends_unavailable_at_the_age_limit(
-    server_factory: ServerFactory, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = make_config(tmp_path)
     config.limits.connection_max_age_s = 0.6
@@ -127,6 +128,10 @@ async def test_connect_ends_unavailable_at_the_age_limit(
             "connection_age_limit_approaching",
             "connection_age_limit_reached",
         ]
+        # An expected end: the stream's reader, left waiting for the client, logs no ERROR
+        # (it logged "AbortError: Locally aborted" with a traceback).
+        await until(lambda: running.core.sessions_open == 0)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_keyed_config_helper(tmp_path: Path) -> None:

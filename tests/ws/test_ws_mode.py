@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import websockets
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
+from websockets.frames import Frame, Opcode
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config
 from tests.ws.conftest import TERMINAL, Connect, RawSocket, connector, error_of, final
@@ -394,3 +396,21 @@ async def test_the_socket_is_a_session_of_its_own(
             await sock2.create(model="sim-model", input="hi")
             # The first connection's session was closed when its socket closed.
             assert http_server.core.sessions_open == before + 1
+
+
+async def test_a_text_frame_of_invalid_utf8_closes_1007_without_an_error_log(
+    http_server: RunningServer, connect: Connect, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client fault with an expected end: uvicorn logged it as an ERROR with a traceback."""
+    caplog.set_level(logging.INFO)
+    async with asyncio.timeout(20), connect() as sock:
+        sock.ws.protocol.send_frame(Frame(Opcode.TEXT, b'{"type":"\xff\xfe"}'))
+        sock.ws.send_data()
+        with pytest.raises(websockets.ConnectionClosedError) as closed:
+            await sock.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+    assert any("invalid UTF-8" in r.getMessage() for r in caplog.records)
+    async with asyncio.timeout(20), connect() as sock:  # the server is fine
+        assert final(await sock.create(model="sim-model", input="hi"))["status"] == "completed"

@@ -6,8 +6,13 @@ field (its path in the request, such as ``input[2].call_id``) and says what was 
 
 from __future__ import annotations
 
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing
+from collections.abc import Collection, Iterable
+from typing import Literal, TypeVar, overload
+
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
 from bidi_responses.server.core.api.items import JSONObject, JSONValue
+
+_Name = TypeVar("_Name", bound=str)
 
 
 def field_path(where: str, key: str) -> str:
@@ -92,11 +97,49 @@ def text(value: JSONValue, where: str, max_chars: int, *, required: bool = True)
     return value
 
 
-def closed(value: JSONValue, where: str, allowed: frozenset[str]) -> str | None:
-    """An optional string that must be one of ``allowed``."""
+def json_type(value: JSONValue) -> str:
+    """The JSON name of a value's type, as error messages say it ("an object", "a string")."""
     if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def one_of(allowed: Iterable[str]) -> str:
+    """``'a', 'b' or 'c'``: the values of a closed set, as a message lists them."""
+    names = [f"'{name}'" for name in allowed]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+@overload
+def closed(
+    value: JSONValue, where: str, allowed: Collection[_Name], *, required: Literal[True]
+) -> _Name: ...
+@overload
+def closed(
+    value: JSONValue, where: str, allowed: Collection[_Name], *, required: bool = False
+) -> _Name | None: ...
+def closed(
+    value: JSONValue, where: str, allowed: Collection[_Name], *, required: bool = False
+) -> _Name | None:
+    """A string field that must be one of ``allowed`` (None when absent, unless ``required``).
+
+    Every closed-set field of a request is read here: any JSON value, an object or an array
+    included, gets a 400 naming the field, never a lookup of an unhashable value.
+    """
+    if value is None:
+        if required:
+            raise missing(where)
         return None
-    if not isinstance(value, str) or value not in allowed:
-        shown = f"'{value}'" if isinstance(value, str) else f"a {type(value).__name__}"
-        raise invalid(where, f"expected one of {', '.join(sorted(allowed))}; got {shown}.")
-    return value
+    if isinstance(value, str):
+        for name in allowed:
+            if value == name:
+                return name
+    got = f"'{shown(value)}'" if isinstance(value, str) else json_type(value)
+    listed = allowed if isinstance(allowed, tuple) else sorted(allowed)
+    raise invalid(where, f"expected {one_of(listed)}; got {got}.")

@@ -13,8 +13,8 @@ from typing import cast
 
 import orjson
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing
-from bidi_responses.server.core.api.fields import closed, opt_str, text, too_long
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
+from bidi_responses.server.core.api.fields import closed, json_type, opt_str, text, too_long
 from bidi_responses.server.core.api.items import (
     CompactionItem,
     FunctionCallItem,
@@ -30,8 +30,8 @@ from bidi_responses.server.core.api.items import (
 # Each normalizer builds the item as plain JSON while it checks it, and returns it as its kind
 # (a ``cast``: this module is where raw JSON becomes a checked item).
 
-_ROLES = frozenset({"user", "assistant", "system", "developer"})
-_PART_TYPES = frozenset({"input_text", "output_text", "refusal", "input_image"})
+_ROLES = ("user", "assistant", "system", "developer")
+_PART_TYPES = ("input_text", "output_text", "refusal", "input_image")
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
 # Opaque items: their only content is a server-sealed token, which the core checks against the
@@ -98,7 +98,7 @@ def normalize_item(entry: JSONValue, where: str, limits: Limits) -> tuple[Item, 
         return cast(PassthroughItem, item), size
     if kind is None:
         raise missing(f"{where}.type")
-    raise invalid(f"{where}.type", f"unknown item type '{kind}'.")
+    raise invalid(f"{where}.type", f"unknown item type '{shown(kind)}'.")
 
 
 def normalize_opaque_item(
@@ -129,9 +129,7 @@ def _message(role: str, content: list[JSONObject]) -> JSONObject:
 
 
 def _normalize_message(entry: JSONObject, where: str, max_chars: int) -> tuple[Item, int]:
-    role = entry.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise invalid(f"{where}.role", "expected 'user', 'assistant', 'system' or 'developer'.")
+    role = closed(entry.get("role"), f"{where}.role", _ROLES, required=True)
     content = entry.get("content")
     size = 0
     parts: list[JSONObject] = []
@@ -158,12 +156,13 @@ def _normalize_message(entry: JSONObject, where: str, max_chars: int) -> tuple[I
 
 def _content_part(part: JSONValue, where: str, max_chars: int) -> tuple[JSONObject, int]:
     """One content part of a message, and its text size."""
-    p_type = part.get("type") if isinstance(part, dict) else None
-    if not isinstance(p_type, str) or p_type not in _PART_TYPES:
+    if not isinstance(part, dict):
         raise invalid(
-            f"{where}.type", "expected 'input_text', 'output_text', 'refusal' or 'input_image'."
+            where,
+            f"expected a content part (an object), got {json_type(part)}.",
+            code="invalid_type",
         )
-    assert isinstance(part, dict)
+    p_type = closed(part.get("type"), f"{where}.type", _PART_TYPES, required=True)
     if p_type == "refusal":
         refusal = text(part.get("refusal"), f"{where}.refusal", max_chars)
         return {"type": "refusal", "refusal": refusal}, len(refusal)
@@ -280,6 +279,30 @@ def _arguments(value: JSONValue, where: str, max_chars: int) -> str:
     return arguments
 
 
+def _check_output_parts(output: JSONValue, where: str, max_chars: int) -> None:
+    """A tool output carried along: a string, or an array of content parts (objects with a
+    string ``type``; a ``text``, when present, a string)."""
+    if isinstance(output, str):
+        return
+    if not isinstance(output, list):
+        raise invalid(where, "expected a string or an array of content parts.", code="invalid_type")
+    for index, part in enumerate(output):
+        if not isinstance(part, dict):
+            raise invalid(
+                f"{where}[{index}]",
+                f"expected a content part (an object), got {json_type(part)}.",
+                code="invalid_type",
+            )
+        if not isinstance(part.get("type"), str):
+            raise invalid(
+                f"{where}[{index}].type",
+                f"expected a string, got {json_type(part.get('type'))}.",
+                code="invalid_type",
+            )
+        if "text" in part:
+            text(part["text"], f"{where}[{index}].text", max_chars)
+
+
 def _check_passthrough(kind: str, entry: JSONObject, where: str, max_chars: int) -> None:
     """The fields the core itself reads from items it otherwise carries along unchanged."""
     if kind in ("custom_tool_call", "custom_tool_call_output"):
@@ -291,13 +314,7 @@ def _check_passthrough(kind: str, entry: JSONObject, where: str, max_chars: int)
             raise missing(f"{where}.name")
         text(entry.get("input"), f"{where}.input", max_chars, required=False)
     elif kind == "custom_tool_call_output":
-        output = entry.get("output")
-        if not isinstance(output, str | list):
-            raise invalid(
-                f"{where}.output",
-                "expected a string or an array of content parts.",
-                code="invalid_type",
-            )
+        _check_output_parts(entry.get("output"), f"{where}.output", max_chars)
     elif kind == "additional_tools":
         tools = entry.get("tools")
         if tools is not None and not isinstance(tools, list):

@@ -3,10 +3,18 @@
 One limit for every transport. JSON bodies, WebSocket frames and gRPC messages (whose free-form
 parts arrive as protobuf ``Struct``) all become the same dict before the core sees them, and
 this check runs on that dict, so a value nested too deep is refused with the same 400 naming
-the same field whichever way it came. Real tool schemas nest to 20 schema levels and more
-(each level is a schema object plus its ``properties`` object); ``MAX_JSON_DEPTH`` leaves room
-for 28 such levels under ``tools[i].parameters``, while keeping every recursive walk in the core
-far from Python's recursion limit.
+the same field whichever way it came.
+
+The bound is what a stock gRPC client can read back. The Response echoes tools and the
+output schema in every snapshot, as ``Struct``s, which spend three protobuf message levels per
+JSON object; protobuf's parsers (Python, C++, Java) stop at 100 levels (grpc-js's protobufjs
+counts map entries differently and reads 8 JSON levels more), and the deepest echo
+(a batched event of ``CreateResponse``, whose hosted tools are Structs from ``tools[i]`` down)
+leaves room for 31 JSON levels under ``tools[i]``. A schema deeper than that was accepted
+once, and then every snapshot of its response failed to decode in a stock client ("Exception
+deserializing response"); it is refused here instead, naming the field. That is 14 schema
+levels (each a schema object plus its ``properties`` object) under ``tools[i].parameters`` or
+``text.format.schema``; the hosted API's structured outputs allow 10.
 
 NaN and the infinities are not JSON (the hosted API rejects them, and a ``Struct`` holding one
 cannot be serialized back to JSON), so a non-finite number is refused here too.
@@ -16,12 +24,14 @@ from __future__ import annotations
 
 import math
 
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown_path
 from bidi_responses.server.core.api.items import JSONValue
 
 #: Objects and arrays nested deeper than this, counted from the request body (or client event)
-#: itself as level 0, are refused.
-MAX_JSON_DEPTH = 64
+#: itself as level 0, are refused: ``tools[0]`` is level 2, so its deepest object is level 32,
+#: 31 levels down, the most a stock gRPC client decodes in every echo
+#: (``tests/hostile/test_deep_echo.py`` checks each echo with stock stubs).
+MAX_JSON_DEPTH = 33
 
 
 def check_json_shape(value: JSONValue, *, max_depth: int = MAX_JSON_DEPTH) -> None:
@@ -60,7 +70,9 @@ def _locate(value: JSONValue, max_depth: int) -> ApiError:
         if depth >= max_depth:
             return _error(
                 path,
-                f"objects and arrays may nest at most {max_depth} levels deep.",
+                f"objects and arrays may nest at most {max_depth} levels deep, counted from "
+                "the request (14 schema levels under a tool's 'parameters'): the response "
+                "echoes them, and a deeper echo cannot be decoded by gRPC clients.",
                 "nesting_too_deep",
             )
         pairs = (
@@ -74,14 +86,9 @@ def _locate(value: JSONValue, max_depth: int) -> ApiError:
 
 
 def _error(path: str, reason: str, code: str) -> ApiError:
-    param = _clip(path) if path else None
-    where = f"Invalid '{param}': " if param else "Invalid request: "
-    return ApiError(where + reason, code=code, param=param)
-
-
-def _clip(path: str, limit: int = 256) -> str:
-    """A param path short enough to log and echo (deep paths can be very long)."""
-    return path if len(path) <= limit else path[: limit // 2] + "..." + path[-limit // 2 :]
+    if not path:
+        return ApiError("Invalid request: " + reason, code=code)
+    return ApiError(f"Invalid '{shown_path(path)}': {reason}", code=code, param=path)
 
 
 def plain_numbers(value: JSONValue) -> JSONValue:

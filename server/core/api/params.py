@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal, get_args
 
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
+from bidi_responses.server.core.api.fields import closed, json_type
 from bidi_responses.server.core.api.items import JSONObject, JSONValue
 from bidi_responses.server.core.api.schema import (
     JSONSchemaFormat,
@@ -24,10 +26,16 @@ from bidi_responses.server.core.api.schema import (
 SchemaCheck = Callable[[JSONValue, str], None]
 
 _FORMAT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_VERBOSITY = frozenset({"low", "medium", "high"})
-_EFFORT = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
-_SUMMARY = frozenset({"auto", "concise", "detailed"})
-_TRUNCATION = frozenset({"auto", "disabled"})
+# The closed sets, in the order error messages list them (read by ``fields.closed``).
+Verbosity = Literal["low", "medium", "high"]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+Summary = Literal["auto", "concise", "detailed"]
+FormatType = Literal["text", "json_object", "json_schema"]
+_VERBOSITY: tuple[Verbosity, ...] = get_args(Verbosity)
+_EFFORT: tuple[Effort, ...] = get_args(Effort)
+_SUMMARY: tuple[Summary, ...] = get_args(Summary)
+_TRUNCATION = ("auto", "disabled")
+_FORMAT_TYPES: tuple[FormatType, ...] = get_args(FormatType)
 # What `include` may ask for. Each is optional output ("include it when there is some") about
 # items these engines never produce (hosted tools, encrypted reasoning) or that the store keeps
 # anyway (input image URLs), so accepting them promises nothing the response then lacks.
@@ -77,10 +85,8 @@ def parse_text(value: JSONValue, check_schema: SchemaCheck) -> TextConfig:
     if not isinstance(value, dict):
         raise invalid("text", "expected an object.", code="invalid_type")
     result: TextConfig = {"format": parse_format(value.get("format"), check_schema)}
-    verbosity = value.get("verbosity")
+    verbosity = closed(value.get("verbosity"), "text.verbosity", _VERBOSITY)
     if verbosity is not None:
-        if verbosity not in _VERBOSITY:
-            raise invalid("text.verbosity", "expected 'low', 'medium' or 'high'.")
         result["verbosity"] = verbosity
     return result
 
@@ -92,13 +98,9 @@ def parse_format(value: JSONValue, check_schema: SchemaCheck) -> TextFormat:
         return {"type": "text"}
     if not isinstance(value, dict):
         raise invalid(where, "expected an object.", code="invalid_type")
-    kind = value.get("type")
-    if kind in ("text", "json_object"):
+    kind = closed(value.get("type"), f"{where}.type", _FORMAT_TYPES, required=True)
+    if kind == "text" or kind == "json_object":
         return {"type": kind}
-    if kind != "json_schema":
-        if kind is None:
-            raise missing(f"{where}.type")
-        raise invalid(f"{where}.type", "expected 'text', 'json_object' or 'json_schema'.")
     name = value.get("name")
     if name is None:
         raise missing(f"{where}.name")
@@ -163,7 +165,7 @@ def _check_refs(value: JSONValue, where: str, root: JSONObject, depth: int = 0) 
         if not isinstance(ref, str) or not ref.startswith("#") or not isinstance(target, dict):
             raise invalid(
                 f"{where}.$ref",
-                f"'{ref}' does not name a part of this schema (only local references work).",
+                f"{_quoted(ref)} does not name a part of this schema (only local references work).",
                 code="invalid_json_schema",
             )
     for key, sub in value.items():
@@ -172,41 +174,76 @@ def _check_refs(value: JSONValue, where: str, root: JSONObject, depth: int = 0) 
 
 
 def _check_strict(schema: JSONValue, where: str, root: JSONObject, depth: int = 0) -> None:
-    """Strict mode's rules: every object closes its properties and requires all of them."""
+    """Strict mode's rules: every object closes its properties and requires all of them.
+
+    Walks the keywords the general checks do not (``anyOf``, ``$defs``, ...), so each is
+    checked for its shape here before it is read.
+    """
     if depth > 32 or not isinstance(schema, dict):
         return
     if "$ref" in schema and isinstance(schema["$ref"], str):
         return  # its target is checked where it is defined ($defs)
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
-    properties = schema.get("properties")
-    if "object" in kinds or isinstance(properties, dict):
+    properties = _schema_map(schema, "properties", where)
+    if "object" in kinds or properties:
         if schema.get("additionalProperties") is not False:
             raise invalid(
                 f"{where}.additionalProperties",
                 "strict mode requires 'additionalProperties': false on every object.",
                 code="invalid_json_schema",
             )
-        names = list(properties or {})
         required = schema.get("required") or []
-        absent = [n for n in names if n not in required]
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise invalid(
+                f"{where}.required",
+                "expected an array of property names.",
+                code="invalid_json_schema",
+            )
+        absent = [name for name in properties if name not in required]
         if absent:
             raise invalid(
                 f"{where}.required",
-                f"strict mode requires every property to be required; missing: "
-                f"{', '.join(absent)}.",
+                "strict mode requires every property to be required; missing: "
+                f"{shown(', '.join(absent))}.",
                 code="invalid_json_schema",
             )
-        for name, sub in (properties or {}).items():
+        for name, sub in properties.items():
             _check_strict(sub, f"{where}.properties.{name}", root, depth + 1)
     if isinstance(schema.get("items"), dict):
         _check_strict(schema["items"], f"{where}.items", root, depth + 1)
     for key in ("anyOf", "allOf"):
-        for index, sub in enumerate(schema.get(key) or ()):
+        subs = schema.get(key)
+        if subs is None:
+            continue
+        if not isinstance(subs, list):
+            raise invalid(
+                f"{where}.{key}", "expected an array of schemas.", code="invalid_json_schema"
+            )
+        for index, sub in enumerate(subs):
             _check_strict(sub, f"{where}.{key}[{index}]", root, depth + 1)
     for key in ("$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
+        for name, sub in _schema_map(schema, key, where).items():
             _check_strict(sub, f"{where}.{key}.{name}", root, depth + 1)
+
+
+def _schema_map(schema: JSONObject, key: str, where: str) -> JSONObject:
+    """A keyword whose value maps names to schemas (``properties``, ``$defs``); {} if absent."""
+    value = schema.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid(
+            f"{where}.{key}",
+            f"expected an object, got {json_type(value)}.",
+            code="invalid_json_schema",
+        )
+    return value
+
+
+def _quoted(value: JSONValue) -> str:
+    """A client value as a message quotes it: a string bounded, anything else by its type."""
+    return f"'{shown(value)}'" if isinstance(value, str) else json_type(value)
 
 
 def parse_reasoning(value: JSONValue) -> ReasoningConfig | None:
@@ -215,13 +252,10 @@ def parse_reasoning(value: JSONValue) -> ReasoningConfig | None:
         return None
     if not isinstance(value, dict):
         raise invalid("reasoning", "expected an object.", code="invalid_type")
-    effort = value.get("effort")
-    if effort is not None and effort not in _EFFORT:
-        raise invalid("reasoning.effort", f"expected one of {', '.join(sorted(_EFFORT))}.")
+    effort = closed(value.get("effort"), "reasoning.effort", _EFFORT)
     # "generate_summary" is the older spelling of "summary".
-    summary = value.get("summary", value.get("generate_summary"))
-    if summary is not None and summary not in _SUMMARY:
-        raise invalid("reasoning.summary", "expected 'auto', 'concise' or 'detailed'.")
+    key = "summary" if "summary" in value else "generate_summary"
+    summary = closed(value.get(key), f"reasoning.{key}", _SUMMARY)
     return {"effort": effort, "summary": summary}
 
 
@@ -231,11 +265,7 @@ def parse_truncation(value: JSONValue) -> str:
     The engines have no context window to overflow, so ``auto`` never needs to drop an item:
     echoing it is faithful.
     """
-    if value is None:
-        return "disabled"
-    if value not in _TRUNCATION:
-        raise invalid("truncation", "expected 'auto' or 'disabled'.")
-    return str(value)
+    return closed(value, "truncation", _TRUNCATION) or "disabled"
 
 
 def parse_include(value: JSONValue) -> list[str]:
@@ -252,11 +282,7 @@ def parse_include(value: JSONValue) -> list[str]:
                 code="unsupported_value",
                 param=f"include[{index}]",
             )
-        if entry not in _INCLUDE:
-            raise invalid(
-                f"include[{index}]",
-                f"'{entry}' is not supported (supported: {', '.join(sorted(_INCLUDE))}).",
-            )
+        closed(entry, f"include[{index}]", _INCLUDE)
     return list(value)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api import params
-from bidi_responses.server.core.api.errors import ApiError, invalid
+from bidi_responses.server.core.api.errors import ApiError, invalid, shown
 from bidi_responses.server.core.api.fields import opt_bool, opt_number, opt_str, required_model
 from bidi_responses.server.core.api.input_items import parse_input
 from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
@@ -126,7 +126,9 @@ def parse_create(
     if isinstance(request.tool_choice, dict):
         name = request.tool_choice["name"]
         if name not in request.toolset.function_names:
-            raise invalid("tool_choice.name", f"no function tool named '{name}' is declared.")
+            raise invalid(
+                "tool_choice.name", f"no function tool named '{shown(name)}' is declared."
+            )
     request.input, _ = parse_input(body.get("input"), limits)
     parse_output_settings(request, body)
     return request

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import invalid, missing
+from bidi_responses.server.core.api.errors import invalid, missing, shown
 from bidi_responses.server.core.api.items import JSONObject, JSONValue
 from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.api.schema import ToolChoice, ToolChoiceMode
@@ -209,7 +209,7 @@ def check_schema(schema: JSONValue, where: str, *, top: bool = False, depth: int
         if k not in _SCHEMA_TYPES:
             raise invalid(
                 f"{where}.type",
-                f"'{k}' is not a JSON schema type.",
+                f"'{shown(k)}' is not a JSON schema type.",
                 code="invalid_function_parameters",
             )
     if top and kinds != ["object"]:

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.items import FunctionCallItem, Item
 
 
@@ -43,8 +43,9 @@ class AppendWait:
         for index, item in outputs:
             if item["call_id"] not in self.pending_calls:
                 raise ApiError(
-                    f"Invalid 'input[{index}].call_id': '{item['call_id']}' is not a pending call "
-                    f"of response '{response_id}' (pending: {', '.join(self.pending_calls)}).",
+                    f"Invalid 'input[{index}].call_id': '{shown(item['call_id'])}' is not a "
+                    f"pending call of response '{response_id}' (pending: "
+                    f"{', '.join(self.pending_calls)}).",
                     code="call_id_mismatch",
                     param=f"input[{index}].call_id",
                 )

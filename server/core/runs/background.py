@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from bidi_responses.server.config import BackgroundConfig
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.schema import ServerEvent, snapshot_of
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES
@@ -173,7 +173,7 @@ class BackgroundRuns:
         log = self._logs.get(response_id)
         if log is None or log.tenant != tenant:  # another tenant's: not found, like no id
             raise ApiError(
-                f"No background response with id '{response_id}' has its events kept; only "
+                f"No background response with id '{shown(response_id)}' has its events kept; only "
                 "background responses can be streamed again.",
                 code="not_found",
                 param="response_id",

@@ -14,7 +14,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.storage.store import StoredResponse
 
@@ -65,8 +65,8 @@ async def find_replay(
     ):
         raise ApiError(
             f"'idempotency_key' was already used for response '{response_id}', which continues "
-            f"'{stored.response.get('previous_response_id')}', not "
-            f"'{request.previous_response_id}'.",
+            f"'{shown(str(stored.response.get('previous_response_id')))}', not "
+            f"'{shown(str(request.previous_response_id))}'.",
             code="idempotency_key_reused",
             param="idempotency_key",
             status=409,

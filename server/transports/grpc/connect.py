@@ -151,9 +151,17 @@ async def _read_requests(
                 label_open_caller(event, caller)
             await session.handle(event, received)
             del event
+    except grpc.aio.AbortError:
+        # This server ended the call (drain, age limit, write timeout) while it waited for
+        # the client's next message: an expected end.
+        log.debug("Connect: the call ended while waiting for the client")
     except Exception:
-        # Reading failed on the server's side: end the call rather than leave it open.
-        log.exception("Connect: reading the client's messages failed")
+        if context.done():
+            # The call is over (the client went away, or the listener stopped): expected.
+            log.debug("Connect: the call ended while waiting for the client", exc_info=True)
+        else:
+            # Reading failed on the server's side: end the call rather than leave it open.
+            log.exception("Connect: reading the client's messages failed")
     await session.finish()
 
 

@@ -13,7 +13,7 @@ from bidi_responses.codec import ProtoDecoder
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.schema import snapshot_of
-from bidi_responses.server.core.runs.record import OutEvent
+from bidi_responses.server.core.runs.record import TERMINAL_TYPES, OutEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
 from bidi_responses.server.transports.errors import error_from_event
@@ -66,9 +66,11 @@ async def _stateless(
     """One stateless create: one message per event, or batched if the delivery asks."""
     tenant, quota = caller
     failure: ApiError | None = None
+    ended = False
     if out.delivery.max_events <= 1:
         async for data in core.stateless(body, "grpc-unary", tenant, quota):
             yield out.event_field(data)
+            ended = ended or data["type"] in TERMINAL_TYPES
             if data["type"] == "error":
                 failure = error_from_event(data)
     else:
@@ -78,8 +80,12 @@ async def _stateless(
                 for message in out.messages(OutEvent("", d) for d in ready):
                     yield as_create_response(message)
                 for data in ready:
+                    ended = ended or data["type"] in TERMINAL_TYPES
                     if data["type"] == "error":
                         failure = error_from_event(data)
     if failure is not None:
         # A request error ends the call with its status, never OK.
         await abort(context, failure)
+    if not ended and core.draining:
+        # Stopped at the end of a drain's grace period: never OK without a terminal event.
+        raise shutting_down("streams")

@@ -13,10 +13,10 @@ from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.tracing import grpc_interceptors
 from bidi_responses.server.transports.grpc.connect import StreamsPerConnection
 from bidi_responses.server.transports.grpc.health import add_health_service, mark_draining
+from bidi_responses.server.transports.grpc.reflection import enable_reflection
 from bidi_responses.server.transports.grpc.registration import SERVICE, add_servicer
 from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
 from grpc_health.v1 import health
-from grpc_reflection.v1alpha import reflection
 
 SERVICE_NAME = SERVICE.full_name
 
@@ -84,9 +84,7 @@ async def start_grpc_server(
     health_servicer = await add_health_service(server)
     # NOT_SERVING as soon as a drain begins, while the listener is still open.
     core.drain_hooks.append(lambda: mark_draining(health_servicer))
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
     address = f"{host}:{port}"
     if config.tls.enabled:
         bound = server.add_secure_port(address, _credentials(config.tls))

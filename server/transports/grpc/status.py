@@ -19,6 +19,14 @@ from grpc_status import rpc_status
 
 DOMAIN = "bidi-responses"
 
+# What a status may carry. Its message and details travel in trailing metadata, which clients
+# cap (grpcio: 8 KiB, a soft limit past which calls fail at random), so both are bounded in
+# bytes; a plain trailer must be printable ASCII or the status cannot be sent at all.
+_MESSAGE_BYTES = 512
+_PARAM_BYTES = 256
+_DESCRIPTION_BYTES = 256
+_TRAILER_CHARS = 256
+
 _BY_HTTP_STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -38,6 +46,8 @@ _BY_CODE = {
     "previous_response_not_found": grpc.StatusCode.NOT_FOUND,
     "response_not_found": grpc.StatusCode.NOT_FOUND,
     "not_found": grpc.StatusCode.NOT_FOUND,
+    # CancelResponse names an in-flight response: a finished one fails its precondition.
+    "response_not_cancellable": grpc.StatusCode.FAILED_PRECONDITION,
     "server_shutting_down": grpc.StatusCode.UNAVAILABLE,
     "connection_age_limit_reached": grpc.StatusCode.UNAVAILABLE,
     "websocket_connection_limit_reached": grpc.StatusCode.UNAVAILABLE,
@@ -50,25 +60,30 @@ def grpc_code(error: ApiError) -> grpc.StatusCode:
 
 
 def to_status(error: ApiError) -> grpc.Status:
-    """A ``grpc.Status`` with rich details and the plain error trailers."""
+    """A ``grpc.Status`` with rich details and the plain error trailers, always sendable:
+    the message and details bounded in bytes, the plain trailers printable ASCII."""
     code = grpc_code(error)
+    message = fit_bytes(error.message, _MESSAGE_BYTES)
+    param = fit_bytes(error.param, _PARAM_BYTES) if error.param else ""
     info = error_details_pb2.ErrorInfo(
-        reason=error.code,
+        reason=ascii_trailer(error.code),
         domain=DOMAIN,
         metadata={
             "type": error.type,
             "http_status": str(error.status),
-            **({"param": error.param} if error.param else {}),
+            **({"param": param} if param else {}),
             **error.metadata,
         },
     )
-    detail = status_pb2.Status(code=code.value[0], message=error.message)
+    detail = status_pb2.Status(code=code.value[0], message=message)
     detail.details.add().Pack(info)
-    if error.param:
+    if param:
         bad = error_details_pb2.BadRequest(
             field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(
-                    field=error.param, description=error.message, reason=error.code
+                    field=param,
+                    description=fit_bytes(message, _DESCRIPTION_BYTES),
+                    reason=ascii_trailer(error.code),
                 )
             ]
         )
@@ -76,10 +91,31 @@ def to_status(error: ApiError) -> grpc.Status:
     status = rpc_status.to_status(detail)
     trailers = (
         *status.trailing_metadata,
-        ("error-code", error.code),
-        ("error-param", error.param or ""),
+        ("error-code", ascii_trailer(error.code)),
+        ("error-param", ascii_trailer(error.param or "")),
     )
     return _Status(status.code, status.details, trailers)
+
+
+def fit_bytes(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8 (on a character boundary)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode(errors="ignore") + "..."
+
+
+def ascii_trailer(value: str) -> str:
+    """``value`` as a plain (non ``-bin``) metadata value: printable ASCII, anything else
+    escaped as Python writes it (``\\n``, ``\\u202e``), at most ``_TRAILER_CHARS``."""
+    if value.isascii() and value.isprintable() and len(value) <= _TRAILER_CHARS:
+        return value
+    escaped = value.encode("unicode_escape").decode("ascii")
+    escaped = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in escaped)
+    if len(escaped) <= _TRAILER_CHARS:
+        return escaped
+    half = (_TRAILER_CHARS - 3) // 2
+    return f"{escaped[:half]}...{escaped[-half:]}"
 
 
 class _Status(grpc.Status):

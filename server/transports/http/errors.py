@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.api.errors import ApiError, server_error
+from bidi_responses.server.core.api.errors import ApiError, server_error, shown
 from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.core.observability.metrics import Metrics
 from starlette.exceptions import HTTPException
@@ -98,7 +98,9 @@ def exception_handlers(metrics: Metrics) -> dict[Any, ExceptionHandler]:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
         error = ApiError(
-            f"{exc.detail}: {request.method} {request.url.path}", code=code, status=exc.status_code
+            f"{exc.detail}: {request.method} {shown(request.url.path)}",
+            code=code,
+            status=exc.status_code,
         )
         return error_response(error, exc.headers)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.schema import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import label_open_caller, shutting_down
@@ -28,8 +28,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 
-def _ended_early(what: str) -> ApiError:
-    """The 500 for a core event stream that ended without its terminal event."""
+def _ended_early(core: ResponsesCore, what: str) -> ApiError:
+    """The error for a core event stream that ended without its terminal event: a 503 when a
+    drain stopped it at the end of its grace period, else a 500."""
+    if core.draining:
+        return shutting_down("requests")
     return ApiError(what, code="server_error", status=500, type="server_error")
 
 
@@ -62,14 +65,14 @@ async def create(core: ResponsesCore, request: Request) -> Response:
                 response = terminal_response(data)
                 if response is not None:
                     return json_response(response, headers=limit_headers())
-        raise _ended_early("The response ended without a terminal event.")
+        raise _ended_early(core, "The response ended without a terminal event.")
     # Validation happens before response.created, so a bad request is still a plain 4xx
     # (the SDK raises on it) rather than a stream holding one error event.
     first = await anext(events, None)
     if first is None or first["type"] == "error":
         await events.aclose()
         if first is None:
-            raise _ended_early("The response ended before it started.")
+            raise _ended_early(core, "The response ended before it started.")
         return event_error_response(first, limit_headers())
     return SseResponse(sse_stream(first, events), core, headers=limit_headers())
 
@@ -104,7 +107,7 @@ def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
             # the background gets a clear error rather than JSON a client would not expect.
             if not core.background.is_background(response_id, tenant):
                 raise ApiError(
-                    f"Response '{response_id}' can be streamed again only if it was created "
+                    f"Response '{shown(response_id)}' can be streamed again only if it was created "
                     "with 'background': true (and its events are still kept).",
                     code="unsupported_parameter",
                     param="stream",

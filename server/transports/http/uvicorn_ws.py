@@ -1,5 +1,5 @@
-"""Two adaptations of uvicorn's sans-io WebSocket protocol, passed through its public ``ws=``
-and logging settings.
+"""Adaptations of uvicorn's sans-io WebSocket protocol, passed through its public ``ws=`` and
+logging settings.
 
 The protocol subclass is the one override of uvicorn code this server keeps, because no
 option covers it: uvicorn's ``websocket.close`` waits for the socket to become writable, so
@@ -48,11 +48,29 @@ class _DenialLogFilter(logging.Filter):
         return "without completing handshake" not in record.getMessage()
 
 
+class _ClientFaultLogFilter(logging.Filter):
+    """uvicorn answers a text frame of invalid UTF-8 correctly (close 1007) but logs it as an
+    ERROR with a traceback. It is the client's fault, and an expected end of its connection:
+    logged at INFO, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage().startswith(
+            "Invalid UTF-8 sequence received from client"
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "WebSocket: a client sent a text frame of invalid UTF-8; closed (1007)"
+            record.args = ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
 _DENIAL_FILTER = _DenialLogFilter()
+_CLIENT_FAULT_FILTER = _ClientFaultLogFilter()
 
 
 def quiet_denial_logs() -> None:
-    """Install the filter on uvicorn's error log (once)."""
+    """Install the filters on uvicorn's error log (once)."""
     uvicorn_log = logging.getLogger("uvicorn.error")
-    if _DENIAL_FILTER not in uvicorn_log.filters:
-        uvicorn_log.addFilter(_DENIAL_FILTER)
+    for log_filter in (_DENIAL_FILTER, _CLIENT_FAULT_FILTER):
+        if log_filter not in uvicorn_log.filters:
+            uvicorn_log.addFilter(log_filter)
