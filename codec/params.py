@@ -20,7 +20,7 @@ from bidi_responses.codec.structs import JSONObject
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
-    tool_to_dict,
+    tools_to_dicts,
     tools_to_pb,
 )
 from bidi_responses.v1 import responses_pb2 as pb
@@ -45,31 +45,31 @@ OptionalParam = Literal[
     "idempotency_key",
 ]
 OPTIONAL_PARAMS: tuple[OptionalParam, ...] = get_args(OptionalParam)
+_OPTIONAL_NAMES = frozenset(OPTIONAL_PARAMS)
 
 
 def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
     """Create parameters as the POST /v1/responses body (absent fields left out)."""
-    body: JSONObject = {
-        "model": params.model,
-        "input": [item_to_dict(i) for i in params.input],
-    }
-    if params.tools:
-        body["tools"] = [tool_to_dict(t) for t in params.tools]
-    if params.HasField("tool_choice"):
-        choice = tool_choice_to_dict(params.tool_choice)
-        if choice is not None:
-            body["tool_choice"] = choice
-    for name in OPTIONAL_PARAMS:
-        if params.HasField(name):
-            body[name] = getattr(params, name)
-    if params.metadata:
-        body["metadata"] = dict(params.metadata)
-    if params.HasField("text"):
-        body["text"] = text_to_dict(params.text)
-    if params.HasField("reasoning"):
-        body["reasoning"] = reasoning_to_dict(params.reasoning)
-    if params.include:
-        body["include"] = list(params.include)
+    body: JSONObject = {"model": params.model, "input": [item_to_dict(i) for i in params.input]}
+    # One pass over the fields that are set (a presence check per field costs more).
+    for field, value in params.ListFields():
+        name = field.name
+        if name in _OPTIONAL_NAMES:
+            body[name] = value
+        elif name == "tools":
+            body["tools"] = tools_to_dicts(value)
+        elif name == "tool_choice":
+            choice = tool_choice_to_dict(value)
+            if choice is not None:
+                body["tool_choice"] = choice
+        elif name == "metadata":
+            body["metadata"] = dict(value)
+        elif name == "text":
+            body["text"] = text_to_dict(value)
+        elif name == "reasoning":
+            body["reasoning"] = reasoning_to_dict(value)
+        elif name == "include":
+            body["include"] = list(value)
     return body
 
 

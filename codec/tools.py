@@ -7,7 +7,7 @@ list), whose checked list hands the encoder its protobuf form, built once (``Pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from bidi_responses.codec.depth import deep
@@ -49,6 +49,42 @@ def tool_to_dict(tool: pb.Tool) -> JSONObject:
     if kind == "other":
         return struct_to_dict(tool.other)
     return {}
+
+
+# Tools read back, by their serialized message: a stream sends the same tools every turn,
+# and the streams of one agent fleet send the same ones. Bounded by count and bytes (the
+# oldest entry goes first).
+_MAX_READ_TOOLS = 256
+_MAX_READ_TOOL_BYTES = 4 << 20
+_read_tools: dict[bytes, JSONObject] = {}
+_read_tool_bytes = 0
+
+
+def tools_to_dicts(tools: Iterable[pb.Tool]) -> list[JSONObject]:
+    """Tool messages as JSON tools (``tool_to_dict``), each converted once while it stays
+    in a small process-wide cache keyed by its serialized bytes: a create that repeats its
+    tools costs their serialization (in C) instead of their conversion.
+
+    The returned tools are shared with later calls: callers must not modify them.
+    """
+    global _read_tool_bytes
+    result: list[JSONObject] = []
+    for tool in tools:
+        key = tool.SerializeToString()
+        cached = _read_tools.get(key)
+        if cached is None:
+            cached = tool_to_dict(tool)
+            while _read_tools and (
+                len(_read_tools) >= _MAX_READ_TOOLS
+                or _read_tool_bytes + 2 * len(key) > _MAX_READ_TOOL_BYTES
+            ):
+                oldest = next(iter(_read_tools))
+                del _read_tools[oldest]
+                _read_tool_bytes -= 2 * len(oldest)
+            _read_tools[key] = cached
+            _read_tool_bytes += 2 * len(key)  # the key, and about as much for the dict
+        result.append(cached)
+    return result
 
 
 def tool_echo_to_dict(tool: pb.Tool) -> JSONObject:
