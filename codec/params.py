@@ -6,6 +6,7 @@ POST /v1/responses, leaving out what the client did not set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 from bidi_responses.codec.depth import deep
@@ -48,8 +49,11 @@ OPTIONAL_PARAMS: tuple[OptionalParam, ...] = get_args(OptionalParam)
 _OPTIONAL_NAMES = frozenset(OPTIONAL_PARAMS)
 
 
-def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
-    """Create parameters as the POST /v1/responses body (absent fields left out)."""
+def params_to_dict(
+    params: pb.ResponseCreateParams, tool_keys: Sequence[bytes] | None = None
+) -> JSONObject:
+    """Create parameters as the POST /v1/responses body (absent fields left out);
+    ``tool_keys``: the tools' serialized messages, when the caller has them."""
     body: JSONObject = {"model": params.model, "input": [item_to_dict(i) for i in params.input]}
     # One pass over the fields that are set (a presence check per field costs more).
     for field, value in params.ListFields():
@@ -57,7 +61,7 @@ def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
         if name in _OPTIONAL_NAMES:
             body[name] = value
         elif name == "tools":
-            body["tools"] = tools_to_dicts(value)
+            body["tools"] = tools_to_dicts(value, tool_keys)
         elif name == "tool_choice":
             choice = tool_choice_to_dict(value)
             if choice is not None:

@@ -7,7 +7,7 @@ list), whose checked list hands the encoder its protobuf form, built once (``Pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from bidi_responses.codec.depth import deep
@@ -60,20 +60,25 @@ _read_tools: dict[bytes, JSONObject] = {}
 _read_tool_bytes = 0
 
 
-def tools_to_dicts(tools: Iterable[pb.Tool]) -> list[JSONObject]:
+def tools_to_dicts(
+    tools: Sequence[pb.Tool], keys: Sequence[bytes] | None = None
+) -> list[JSONObject]:
     """Tool messages as JSON tools (``tool_to_dict``), each converted once while it stays
     in a small process-wide cache keyed by its serialized bytes: a create that repeats its
     tools costs their serialization (in C) instead of their conversion.
 
-    The returned tools are shared with later calls: callers must not modify them.
+    ``keys``, when given, are the tools' serialized messages as they arrived (one per tool),
+    which saves serializing them again. The returned tools are shared with later calls:
+    callers must not modify them.
     """
     global _read_tool_bytes
+    if keys is None or len(keys) != len(tools):
+        keys = [tool.SerializeToString() for tool in tools]
     result: list[JSONObject] = []
-    for tool in tools:
-        key = tool.SerializeToString()
+    for index, key in enumerate(keys):
         cached = _read_tools.get(key)
         if cached is None:
-            cached = tool_to_dict(tool)
+            cached = tool_to_dict(tools[index])
             while _read_tools and (
                 len(_read_tools) >= _MAX_READ_TOOLS
                 or _read_tool_bytes + 2 * len(key) > _MAX_READ_TOOL_BYTES

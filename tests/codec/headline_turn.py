@@ -11,9 +11,7 @@ from bidi_responses.server.core.tools import ToolList
 
 WORKLOAD = build_workload(WorkloadSpec(tool_turns=1, tool_output_tokens=50, user_tokens=50))
 #: The rollout's tools as the core echoes them (optional fields present, null when unset).
-ECHOED_TOOLS = ToolList(
-    {"description": None, "strict": None, **tool} for tool in WORKLOAD.tools
-)
+ECHOED_TOOLS = ToolList({"description": None, "strict": None, **tool} for tool in WORKLOAD.tools)
 TEXT_DELTAS = ["I", " will", " read", " the", " file", " first", "."]
 ARGUMENTS = '{"path":"server/core/lane.py","start_line":14,"end_line":120}'
 ARGUMENT_DELTAS = [ARGUMENTS[i : i + 12] for i in range(0, len(ARGUMENTS), 12)]

@@ -105,7 +105,9 @@ def test_server_decodes_a_create(benchmark: BenchmarkFixture, side: str) -> None
 
     def decode() -> JSONObject:
         if side == "protobuf":
-            return decoder.client_event(decode_message(pb.ConnectRequest, CREATE_PROTO))
+            # As the gRPC transport reads a Connect message.
+            request = decode_message(pb.ConnectRequest, CREATE_PROTO)
+            return decoder.client_event(request, decoder.tool_keys(CREATE_PROTO))
         body: JSONObject = orjson.loads(CREATE_JSON)
         return body
 

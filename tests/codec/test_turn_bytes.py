@@ -6,14 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bidi_responses.codec import EventDecoder, JSONObject, ProtoEncoder, event_encoder, tools
+from bidi_responses.codec import (
+    EventDecoder,
+    JSONObject,
+    ProtoDecoder,
+    ProtoEncoder,
+    event_encoder,
+    params_to_pb,
+    tools,
+)
 from bidi_responses.codec.tools import tool_to_pb, tools_to_dicts
 from bidi_responses.server.core.tools import ToolList
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.codec.headline_turn import headline_turn, response
+from tests.codec.headline_turn import create_body, headline_turn, response
 from tests.codec.test_events import EVENTS
 
 TURN = headline_turn()
@@ -186,3 +194,22 @@ def test_tools_are_read_back_once_and_the_cache_is_bounded(
         tools_to_dicts([tool_to_pb({"type": "function", "name": f"f{n}"})])
     assert len(tools._read_tools) <= tools._MAX_READ_TOOLS
     assert tools._read_tool_bytes == 2 * sum(len(key) for key in tools._read_tools)
+
+
+def test_a_creates_tools_are_found_by_the_bytes_they_arrived_in() -> None:
+    body = create_body()
+    raw = pb.ConnectRequest(stream_id="a", response_create=params_to_pb(body)).SerializeToString()
+    keys = ProtoDecoder.tool_keys(raw)
+    assert keys is not None and len(keys) == len(body["tools"])
+    assert [pb.Tool.FromString(k) for k in keys] == list(
+        pb.ConnectRequest.FromString(raw).response_create.tools
+    )
+    request = pb.ConnectRequest.FromString(raw)
+    with_keys = ProtoDecoder.client_event(request, keys)
+    assert with_keys == ProtoDecoder.client_event(request)
+    assert [t["name"] for t in with_keys["tools"]] == [t["name"] for t in body["tools"]]
+    # No tools, another event, or keys that do not match the tools: read as before.
+    no_tools = pb.ConnectRequest(response_create=pb.ResponseCreateParams(model="m"))
+    assert ProtoDecoder.tool_keys(no_tools.SerializeToString()) is None
+    assert ProtoDecoder.tool_keys(b"\xff") is None
+    assert ProtoDecoder.client_event(request, keys[:1]) == with_keys
