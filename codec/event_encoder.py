@@ -31,7 +31,7 @@ from bidi_responses.codec.steering import (
     steer_pending_to_pb,
 )
 from bidi_responses.codec.structs import JSONMapping
-from bidi_responses.codec.turn_bytes import EVENT_WRITERS, TurnWriter, varint
+from bidi_responses.codec.turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
 from bidi_responses.codec.wire import (
     LENGTH_DELIMITED,
     VARINT,
@@ -148,7 +148,15 @@ class ProtoEncoder:
         except (TypeError, KeyError, AttributeError, ValueError):
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
-        return self._lane_bytes(lane) + _CASE_TAGS[kind] + varint(len(body)) + body
+        size = len(body)
+        if lane != self._lane:
+            self._lane_bytes(lane)
+        return (
+            self._lane_field
+            + _CASE_TAGS[kind]
+            + (ONE_BYTE[size] if size < 0x80 else varint(size))
+            + body
+        )
 
     def _lane_bytes(self, lane: str) -> bytes:
         """The ``stream_id`` field of ``lane`` (nothing for the default lane)."""

@@ -22,7 +22,7 @@ from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tools_to_dicts,
-    tools_to_pb,
+    write_tools,
 )
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -94,7 +94,7 @@ def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
         params.input.append(item_to_pb(canonical_item(item)))
     tools = body.get("tools")
     if tools:
-        params.tools.extend(tools_to_pb(tools))
+        write_tools(params, tools)
     if body.get("tool_choice") is not None:
         params.tool_choice.CopyFrom(tool_choice_to_pb(body["tool_choice"]))
     for name in OPTIONAL_PARAMS:

@@ -25,7 +25,7 @@ from bidi_responses.codec.structs import JSONMapping, JSONObject, JSONValue
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
-    tool_echo_to_dict,
+    tool_echoes_to_dicts,
     tools_to_pb,
 )
 from bidi_responses.v1 import responses_pb2 as pb
@@ -118,7 +118,7 @@ def response_to_dict(r: pb.Response) -> JSONObject:
         "error": (
             {"code": r.error.code, "message": r.error.message} if r.HasField("error") else None
         ),
-        "tools": [tool_echo_to_dict(t) for t in r.tools],
+        "tools": tool_echoes_to_dicts(r.tools),
         "tool_choice": tool_choice_to_dict(r.tool_choice) or "auto",
         "truncation": r.truncation,
         "parallel_tool_calls": r.parallel_tool_calls,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+import orjson
 from bidi_responses.codec.depth import deep
 from bidi_responses.codec.structs import (
     JSONMapping,
@@ -51,13 +52,40 @@ def tool_to_dict(tool: pb.Tool) -> JSONObject:
     return {}
 
 
-# Tools read back, by their serialized message: a stream sends the same tools every turn,
-# and the streams of one agent fleet send the same ones. Bounded by count and bytes (the
-# oldest entry goes first).
+class _BytesCache:
+    """A small process-wide cache from bytes to bytes, oldest out first, bounded by count
+    and by the bytes of its keys and values."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.entries: dict[bytes, bytes] = {}
+        self.size = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.entries.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        cost = len(key) + len(value)
+        entries = self.entries
+        while entries and (len(entries) >= self.max_entries or self.size + cost > self.max_bytes):
+            oldest = next(iter(entries))
+            self.size -= len(oldest) + len(entries.pop(oldest))
+        entries[key] = value
+        self.size += cost
+
+
+# Tools read back (the server's), by their serialized message: a stream sends the same tools
+# every turn, and the streams of one agent fleet send the same ones. The values are the
+# converted tools themselves, shared (see ``tools_to_dicts``).
 _MAX_READ_TOOLS = 256
 _MAX_READ_TOOL_BYTES = 4 << 20
 _read_tools: dict[bytes, JSONObject] = {}
 _read_tool_bytes = 0
+# Tools as the client writes them (JSON -> serialized Tool) and reads them back from the
+# Response echo (serialized Tool -> JSON, kept as JSON text: each read gets its own objects).
+_written_tools = _BytesCache(256, 4 << 20)
+_echoed_tools = _BytesCache(256, 4 << 20)
 
 
 def tools_to_dicts(
@@ -90,6 +118,48 @@ def tools_to_dicts(
             _read_tool_bytes += 2 * len(key)  # the key, and about as much for the dict
         result.append(cached)
     return result
+
+
+def tool_echoes_to_dicts(tools: Sequence[pb.Tool]) -> list[JSONObject]:
+    """Tool messages as a Response echoes them (``tool_echo_to_dict``), each converted once
+    while cached by its bytes; every call returns new objects (the client's caller owns
+    them), read from the cached JSON text."""
+    result: list[JSONObject] = []
+    for tool in tools:
+        key = tool.SerializeToString()
+        text = _echoed_tools.get(key)
+        if text is None:
+            converted = tool_echo_to_dict(tool)
+            try:
+                text = orjson.dumps(converted)
+            except (TypeError, orjson.JSONEncodeError):  # NaN and the like: not cached
+                result.append(converted)
+                continue
+            _echoed_tools.put(key, text)
+        result.append(orjson.loads(text))
+    return result
+
+
+def write_tools(params: pb.ResponseCreateParams, tools: Sequence[JSONMapping]) -> None:
+    """Add JSON tools to ``params`` (``tool_to_pb``), each converted once while cached by its
+    JSON text: a client sends the same tools every turn."""
+    if isinstance(tools, ProtoTools):
+        params.tools.extend(tools.protobuf())
+        return
+    for tool in tools:
+        try:
+            key = orjson.dumps(tool)
+        except (TypeError, orjson.JSONEncodeError):
+            key = b"null"
+        # JSON text names a tool exactly, except that NaN and infinities are written as null.
+        if b"null" in key:
+            params.tools.append(tool_to_pb(tool))
+            continue
+        data = _written_tools.get(key)
+        if data is None:
+            data = tool_to_pb(tool).SerializeToString()
+            _written_tools.put(key, data)
+        params.tools.add().MergeFromString(data)
 
 
 def tool_echo_to_dict(tool: pb.Tool) -> JSONObject:

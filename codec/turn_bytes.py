@@ -24,14 +24,15 @@ from bidi_responses.codec.wire import LENGTH_DELIMITED, VARINT, field_number, ta
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
-_ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
+#: Each one-byte varint, by value.
+ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
 _UINT64 = (1 << 64) - 1
 
 
 def varint(value: int) -> bytes:
     """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64."""
     if 0 <= value <= 0x7F:
-        return _ONE_BYTE[value]
+        return ONE_BYTE[value]
     if 0 < value <= 0x3FFF:  # two bytes: most sequence numbers and lengths
         return bytes(((value & 0x7F) | 0x80, value >> 7))
     value &= _UINT64
@@ -340,7 +341,8 @@ class TurnWriter:
         self._progress = b""
 
     def text_delta(self, e: JSONMapping) -> bytes:
-        """``text_delta``, the fields before the delta reused from the previous one."""
+        """``text_delta``, the fields before the delta reused from the previous one (the
+        hot path: written out in full)."""
         key = (e["item_id"], e["output_index"], e["content_index"])
         if key != self._text_key:
             out_i, content_i, _ = _TEXT_DELTA_INTS
@@ -348,10 +350,17 @@ class TurnWriter:
                 _string(_TEXT_DELTA[0], key[0]) + _int(out_i, key[1]) + _int(content_i, key[2])
             )
             self._text_key = key
+        data = e["delta"].encode()  # only a str has encode()
+        size = len(data)
+        seq = e.get("sequence_number", 0)
         return (
             self._text_head
-            + _string(_TEXT_DELTA[1], e["delta"])
-            + _int(_TEXT_DELTA_INTS[2], e.get("sequence_number", 0))
+            + (
+                _TEXT_DELTA[1] + (ONE_BYTE[size] if size < 0x80 else varint(size)) + data
+                if size
+                else b""
+            )
+            + (_TEXT_DELTA_INTS[2] + varint(seq) if seq else b"")
         )
 
     def arguments_delta(self, e: JSONMapping) -> bytes:
@@ -360,10 +369,17 @@ class TurnWriter:
         if key != self._args_key:
             self._args_head = _string(_ARGS_DELTA[0], key[0]) + _int(_ARGS_DELTA_INTS[0], key[1])
             self._args_key = key
+        data = e["delta"].encode()
+        size = len(data)
+        seq = e.get("sequence_number", 0)
         return (
             self._args_head
-            + _string(_ARGS_DELTA[1], e["delta"])
-            + _int(_ARGS_DELTA_INTS[1], e.get("sequence_number", 0))
+            + (
+                _ARGS_DELTA[1] + (ONE_BYTE[size] if size < 0x80 else varint(size)) + data
+                if size
+                else b""
+            )
+            + (_ARGS_DELTA_INTS[1] + varint(seq) if seq else b"")
         )
 
     def item(self, i: JSONMapping) -> bytes:
