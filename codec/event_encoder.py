@@ -7,6 +7,7 @@ that echo come from the request's ``ToolSet``, converted once per distinct tool 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -82,10 +83,17 @@ _ECHO_SETTINGS = (
 )
 
 
+_settings_of = operator.itemgetter(*_ECHO_SETTINGS)
+
+
 def _echo_settings(r: JSONMapping) -> tuple[object, ...]:
     """The echoed settings of ``r`` (absent ones as None)."""
-    get = r.get
-    return tuple([get(name) for name in _ECHO_SETTINGS])
+    try:
+        settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
+    except KeyError:
+        get = r.get
+        return tuple([get(name) for name in _ECHO_SETTINGS])
+    return settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -405,7 +405,10 @@ class TurnWriter:
         )
 
     def response_progress(self, r: JSONMapping, slim: bool) -> bytes:
-        """``response_progress``; the last one again when its fields are the same."""
+        """``response_progress``; before any output (``response.created`` and
+        ``response.in_progress``), the last one again when its fields are the same."""
+        if r["output"]:
+            return response_progress(r, slim, self.item)
         key = orjson.dumps([slim, *[r.get(name) for name in _PROGRESS_FIELDS]])
         if key != self._progress_key:
             self._progress = response_progress(r, slim, self.item)
