@@ -105,6 +105,8 @@ class _Echo:
     owner: object
     instructions: str | None
     settings: tuple[object, ...]
+    #: The encoder's ``slim`` and ``json_parameters`` when it was built.
+    form: tuple[bool, bool]
     data: bytes
 
 
@@ -122,11 +124,14 @@ class ProtoEncoder:
     """Encodes the server events of one stream.
 
     With ``slim``, snapshot events leave out the echoed instructions and tools
-    (``SNAPSHOT_DETAIL_SLIM``).
+    (``SNAPSHOT_DETAIL_SLIM``); with ``json_parameters``, the echoed function tools carry
+    their schemas as JSON text (``FunctionTool.parameters_json``) instead of Structs.
+    Both may change between events (``DeliveryOptions`` apply from the next event on).
     """
 
-    def __init__(self, *, slim: bool = False) -> None:
+    def __init__(self, *, slim: bool = False, json_parameters: bool = False) -> None:
         self.slim = slim
+        self.json_parameters = json_parameters
         # Serialized request echoes, most recent first (see ``_echo_bytes``).
         self._echoes: list[_Echo] = []
         # The last lane's ``stream_id`` field, written before each of its events.
@@ -183,7 +188,7 @@ class ProtoEncoder:
         with deep_messages():
             response = (
                 response_progress_to_pb(r, self.slim).SerializeToString()
-                + response_echo_to_pb(r, self.slim).SerializeToString()
+                + response_echo_to_pb(r, self.slim, self.json_parameters).SerializeToString()
             )
         snapshot = field_bytes(_SNAPSHOT_RESPONSE_FIELD, response)
         seq = e.get("sequence_number", 0)
@@ -232,16 +237,18 @@ class ProtoEncoder:
         owner: object = tools if hasattr(type(tools), "protobuf") else r["id"]
         instructions = r.get("instructions")
         settings = _echo_settings(r)
+        form = (self.slim, self.json_parameters)
         for entry in self._echoes:
             if (
                 (entry.owner is owner or (type(owner) is str and entry.owner == owner))
                 and (entry.instructions is instructions or entry.instructions == instructions)
                 and entry.settings == settings
+                and entry.form == form
             ):
                 return entry.data
         with deep_messages():
-            data = response_echo_to_pb(r, self.slim).SerializeToString()
-        self._echoes.insert(0, _Echo(owner, instructions, settings, data))
+            data = response_echo_to_pb(r, *form).SerializeToString()
+        self._echoes.insert(0, _Echo(owner, instructions, settings, form, data))
         size = 0
         for keep, entry in enumerate(self._echoes):
             size += len(entry.data)
@@ -280,7 +287,10 @@ class ProtoEncoder:
         message: Message
         if kind in SNAPSHOT_TYPES:
             message = pb.ResponseSnapshotEvent(
-                response=response_to_pb(e["response"], slim=self.slim), sequence_number=seq
+                response=response_to_pb(
+                    e["response"], slim=self.slim, json_parameters=self.json_parameters
+                ),
+                sequence_number=seq,
             )
         elif kind in ITEM_EVENT_TYPES:
             message = pb.OutputItemEvent(
@@ -296,7 +306,9 @@ class ProtoEncoder:
             )
         elif kind == "response.done":
             message = pb.ResponseDoneEvent(
-                response=response_to_pb(e["response"], slim=self.slim),
+                response=response_to_pb(
+                    e["response"], slim=self.slim, json_parameters=self.json_parameters
+                ),
                 pending_calls=[function_call_to_pb(c) for c in e["pending_calls"]],
                 sequence_number=seq,
             )

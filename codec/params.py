@@ -78,8 +78,9 @@ def params_to_dict(
 
 
 @deep
-def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
-    """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``)."""
+def params_to_pb(body: JSONObject, *, json_parameters: bool = False) -> pb.ResponseCreateParams:
+    """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``);
+    ``json_parameters`` sends function schemas as JSON text (``parameters_json``)."""
     params = pb.ResponseCreateParams(model=body.get("model", ""))
     raw_input = body.get("input")
     if isinstance(raw_input, str):
@@ -94,7 +95,7 @@ def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
         params.input.append(item_to_pb(canonical_item(item)))
     tools = body.get("tools")
     if tools:
-        write_tools(params, tools)
+        write_tools(params, tools, json_parameters=json_parameters)
     if body.get("tool_choice") is not None:
         params.tool_choice.CopyFrom(tool_choice_to_pb(body["tool_choice"]))
     for name in OPTIONAL_PARAMS:

@@ -42,7 +42,9 @@ def tool_to_dict(tool: pb.Tool) -> JSONObject:
         result: JSONObject = {"type": "function", "name": f.name}
         if f.HasField("description"):
             result["description"] = f.description
-        if f.HasField("parameters"):
+        if f.parameters_json:  # the JSON form wins when both are set
+            result["parameters"] = _json_value(f.parameters_json)
+        elif f.HasField("parameters"):
             result["parameters"] = struct_to_dict(f.parameters)
         if f.HasField("strict"):
             result["strict"] = f.strict
@@ -140,24 +142,30 @@ def tool_echoes_to_dicts(tools: Sequence[pb.Tool]) -> list[JSONObject]:
     return result
 
 
-def write_tools(params: pb.ResponseCreateParams, tools: Sequence[JSONMapping]) -> None:
+def write_tools(
+    params: pb.ResponseCreateParams,
+    tools: Sequence[JSONMapping],
+    *,
+    json_parameters: bool = False,
+) -> None:
     """Add JSON tools to ``params`` (``tool_to_pb``), each converted once while cached by its
     JSON text: a client sends the same tools every turn."""
-    if isinstance(tools, ProtoTools):
+    if isinstance(tools, ProtoTools) and not json_parameters:
         params.tools.extend(tools.protobuf())
         return
+    form = b"j" if json_parameters else b"s"
     for tool in tools:
         try:
-            key = orjson.dumps(tool)
+            key = form + orjson.dumps(tool)
         except (TypeError, orjson.JSONEncodeError):
             key = b"null"
         # JSON text names a tool exactly, except that NaN and infinities are written as null.
         if b"null" in key:
-            params.tools.append(tool_to_pb(tool))
+            params.tools.append(tool_to_pb(tool, json_parameters=json_parameters))
             continue
         data = _written_tools.get(key)
         if data is None:
-            data = tool_to_pb(tool).SerializeToString()
+            data = tool_to_pb(tool, json_parameters=json_parameters).SerializeToString()
             _written_tools.put(key, data)
         params.tools.add().MergeFromString(data)
 
@@ -172,8 +180,9 @@ def tool_echo_to_dict(tool: pb.Tool) -> JSONObject:
 
 
 @deep
-def tool_to_pb(tool: JSONMapping) -> pb.Tool:
-    """A JSON tool as a Tool."""
+def tool_to_pb(tool: JSONMapping, *, json_parameters: bool = False) -> pb.Tool:
+    """A JSON tool as a Tool (``json_parameters``: a function's schema as JSON text in
+    ``parameters_json``, not as a Struct in ``parameters``)."""
     if tool.get("type") != "function":
         other = pb.Tool()
         fill_struct(other.other, tool)
@@ -182,17 +191,32 @@ def tool_to_pb(tool: JSONMapping) -> pb.Tool:
     if tool.get("description") is not None:
         function.description = tool["description"]
     if tool.get("parameters") is not None:
-        fill_struct(function.parameters, tool["parameters"])
+        if json_parameters:
+            function.parameters_json = orjson.dumps(tool["parameters"])
+        else:
+            fill_struct(function.parameters, tool["parameters"])
     if tool.get("strict") is not None:
         function.strict = tool["strict"]
     return pb.Tool(function=function)
 
 
-def tools_to_pb(tools: Sequence[JSONMapping]) -> Sequence[pb.Tool]:
-    """A JSON tool list as Tool messages; a ``ProtoTools`` list gives its own."""
-    if isinstance(tools, ProtoTools):
+def tools_to_pb(
+    tools: Sequence[JSONMapping], *, json_parameters: bool = False
+) -> Sequence[pb.Tool]:
+    """A JSON tool list as Tool messages; a ``ProtoTools`` list gives its own (in the Struct
+    form: the JSON form is built here, once per echo, see ``ProtoEncoder``)."""
+    if isinstance(tools, ProtoTools) and not json_parameters:
         return tools.protobuf()
-    return [tool_to_pb(tool) for tool in tools]
+    return [tool_to_pb(tool, json_parameters=json_parameters) for tool in tools]
+
+
+def _json_value(text: bytes) -> JSONValue:
+    """JSON text sent in a ``..._json`` field, parsed; text that is not JSON is passed on as
+    it is, a string, which the core refuses where it expects an object, naming the field."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text.decode("utf-8", "replace")
 
 
 def tool_choice_to_dict(choice: pb.ToolChoice) -> JSONValue:
