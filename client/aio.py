@@ -123,10 +123,8 @@ class AsyncResponsesClient:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
         with deep_messages():
-            request = pb.CreateResponseRequest(
-                params=params_to_pb(params, json_parameters=self._json_parameters),
-                delivery=self._delivery,
-            )
+            request = pb.CreateResponseRequest(delivery=self._delivery)
+            params_to_pb(params, json_parameters=self._json_parameters, into=request.params)
         call = self._stub.CreateResponse(request, metadata=self._metadata)
         try:
             async for message in call:

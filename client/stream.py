@@ -165,9 +165,9 @@ class ConnectStream:
     ) -> AsyncIterator[pb.ConnectResponse]:
         self._queue(stream_id)  # before sending: the end of the stream must reach this lane
         with deep_messages():  # tool schemas may nest past protobuf's default depth
-            request = pb.ConnectRequest(
-                stream_id=stream_id,
-                response_create=params_to_pb(params, json_parameters=self._json_parameters),
+            request = pb.ConnectRequest(stream_id=stream_id)
+            params_to_pb(
+                params, json_parameters=self._json_parameters, into=request.response_create
             )
         await self.send(request)
         async for message in self._until_turn_ends(stream_id):

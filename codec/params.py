@@ -78,10 +78,22 @@ def params_to_dict(
 
 
 @deep
-def params_to_pb(body: JSONObject, *, json_parameters: bool = False) -> pb.ResponseCreateParams:
+def params_to_pb(
+    body: JSONObject,
+    *,
+    json_parameters: bool = False,
+    into: pb.ResponseCreateParams | None = None,
+) -> pb.ResponseCreateParams:
     """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``);
-    ``json_parameters`` sends function schemas as JSON text (``parameters_json``)."""
-    params = pb.ResponseCreateParams(model=body.get("model", ""))
+    ``json_parameters`` sends function schemas as JSON text (``parameters_json``). ``into``
+    fills a field of the request being built (``request.response_create``), which spares
+    copying the parameters into it (upb copies a message by serializing and parsing it)."""
+    if into is None:
+        params = pb.ResponseCreateParams(model=body.get("model", ""))
+    else:
+        params = into
+        params.SetInParent()
+        params.model = body.get("model", "")
     raw_input = body.get("input")
     if isinstance(raw_input, str):
         raw_input = [

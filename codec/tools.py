@@ -90,6 +90,16 @@ _written_tools = _BytesCache(256, 4 << 20)
 _echoed_tools = _BytesCache(256, 4 << 20)
 
 
+def forget_tools() -> None:
+    """Empty the process-wide tool caches (for measurements of the first sight of a tool)."""
+    global _read_tool_bytes
+    _read_tools.clear()
+    _read_tool_bytes = 0
+    for cache in (_written_tools, _echoed_tools):
+        cache.entries.clear()
+        cache.size = 0
+
+
 def tools_to_dicts(
     tools: Sequence[pb.Tool], keys: Sequence[bytes] | None = None
 ) -> list[JSONObject]:
@@ -150,8 +160,9 @@ def write_tools(
 ) -> None:
     """Add JSON tools to ``params`` (``tool_to_pb``), each converted once while cached by its
     JSON text: a client sends the same tools every turn."""
-    if isinstance(tools, ProtoTools) and not json_parameters:
-        params.tools.extend(tools.protobuf())
+    # (A class check: ``isinstance`` on a runtime Protocol costs microseconds.)
+    if hasattr(type(tools), "protobuf") and not json_parameters:
+        params.tools.extend(tools.protobuf())  # type: ignore[attr-defined]
         return
     form = b"j" if json_parameters else b"s"
     for tool in tools:
@@ -205,8 +216,8 @@ def tools_to_pb(
 ) -> Sequence[pb.Tool]:
     """A JSON tool list as Tool messages; a ``ProtoTools`` list gives its own (in the Struct
     form: the JSON form is built here, once per echo, see ``ProtoEncoder``)."""
-    if isinstance(tools, ProtoTools) and not json_parameters:
-        return tools.protobuf()
+    if hasattr(type(tools), "protobuf") and not json_parameters:
+        return tools.protobuf()  # type: ignore[attr-defined, no-any-return]
     return [tool_to_pb(tool, json_parameters=json_parameters) for tool in tools]
 
 
