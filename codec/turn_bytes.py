@@ -9,8 +9,9 @@ them with the message path event by event). Maps (``metadata``, the stats' stage
 rare shapes (annotations, other item kinds) still go through upb, framed here.
 
 Each function takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
-``AttributeError``) on a value it cannot write; the encoder then takes the message path, which
-names the problem as it always has.
+``AttributeError``, ``ValueError``) on a value it cannot write; the encoder then takes the
+message path, which names the problem as it always has. One leniency: an ``int32`` field
+takes any 64-bit integer here (the core's indices never come near 2**31).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def varint(value: int) -> bytes:
         return ONE_BYTE[value]
     if 0 < value <= 0x3FFF:  # two bytes: most sequence numbers and lengths
         return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit a 64-bit field")
     value &= _UINT64
     out = bytearray()
     while value > 0x7F:
@@ -121,10 +124,12 @@ def _present(field_tag: bytes, data: bytes) -> bytes:
 
 
 def _int(field_tag: bytes, value: int) -> bytes:
-    """A proto3 integer field: nothing when zero."""
+    """A proto3 integer field: nothing when zero (``varint`` refuses what is not an int)."""
+    if value:
+        return field_tag + varint(value)
     if not isinstance(value, int):
         raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return field_tag + varint(value) if value else b""
+    return b""
 
 
 def text_delta(e: JSONMapping) -> bytes:

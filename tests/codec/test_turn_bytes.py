@@ -256,3 +256,12 @@ def test_a_creates_tools_are_found_by_the_bytes_they_arrived_in() -> None:
     assert ProtoDecoder.tool_keys(no_tools.SerializeToString()) is None
     assert ProtoDecoder.tool_keys(b"\xff") is None
     assert ProtoDecoder.client_event(request, keys[:1]) == with_keys
+
+
+@pytest.mark.parametrize("bad", [1.5, 200.0, 0.0, "3", None, 2**70])
+def test_an_index_that_is_not_an_int32_fails_as_the_message_path_fails(bad: object) -> None:
+    event = {**TURN[5], "output_index": bad}
+    with pytest.raises((TypeError, ValueError)) as reference:
+        ProtoEncoder().message_bytes("", event)
+    with pytest.raises(type(reference.value)):
+        ProtoEncoder().event_bytes("", event)
