@@ -22,10 +22,11 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
 
-def _tool_bytes_class() -> type[Message]:
-    """A message read from ``ConnectRequest`` bytes that keeps only the create's tools, each
-    as the bytes of its ``Tool`` message (a message field and a bytes field share a wire
-    form). Built at run time in a private pool: nothing is added to the API."""
+def _tool_bytes_classes() -> tuple[type[Message], type[Message]]:
+    """Messages read from ``ConnectRequest`` and ``CreateResponseRequest`` bytes that keep
+    only the create's tools, each as the bytes of its ``Tool`` message (a message field and a
+    bytes field share a wire form); the parameters are ``create`` in both. Built at run time
+    in a private pool: nothing is added to the API."""
     file = descriptor_pb2.FileDescriptorProto(
         name="bidi_responses/codec/tool_bytes.proto",
         package="bidi_responses.codec.internal",
@@ -39,42 +40,54 @@ def _tool_bytes_class() -> type[Message]:
         type=field.TYPE_BYTES,
         label=field.LABEL_REPEATED,
     )
-    request = file.message_type.add(name="ConnectRequestToolBytes")
-    request.field.add(
-        name="response_create",
-        number=field_number(pb.ConnectRequest, "response_create"),
-        type=field.TYPE_MESSAGE,
-        type_name=".bidi_responses.codec.internal.CreateToolBytes",
-        label=field.LABEL_OPTIONAL,
+    containers = (
+        ("ConnectRequestToolBytes", field_number(pb.ConnectRequest, "response_create")),
+        ("CreateResponseRequestToolBytes", field_number(pb.CreateResponseRequest, "params")),
     )
+    for name, number in containers:
+        file.message_type.add(name=name).field.add(
+            name="create",
+            number=number,
+            type=field.TYPE_MESSAGE,
+            type_name=".bidi_responses.codec.internal.CreateToolBytes",
+            label=field.LABEL_OPTIONAL,
+        )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("bidi_responses.codec.internal.ConnectRequestToolBytes")
+    connect, unary = (
+        message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"bidi_responses.codec.internal.{name}")
+        )
+        for name, _ in containers
     )
+    return connect, unary
 
 
-_ToolBytes = _tool_bytes_class()
+_CONNECT_TOOL_BYTES, _UNARY_TOOL_BYTES = _tool_bytes_classes()
 
 
 class ProtoDecoder:
     """Decodes the client messages of a stream into the core's JSON-shaped events."""
 
     @staticmethod
-    def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
-        """Create parameters as the POST /v1/responses body (absent fields left out)."""
-        return params_to_dict(params)
+    def params_to_dict(
+        params: pb.ResponseCreateParams, tool_keys: Sequence[bytes] | None = None
+    ) -> JSONObject:
+        """Create parameters as the POST /v1/responses body (absent fields left out); see
+        ``client_event`` for ``tool_keys``."""
+        return params_to_dict(params, tool_keys)
 
     @staticmethod
-    def tool_keys(raw: bytes) -> tuple[bytes, ...] | None:
-        """The serialized tools of the create in ``raw`` (a ``ConnectRequest`` that decoded),
-        for ``client_event``; None when it carries none. Copies of the tools' bytes only: the
+    def tool_keys(raw: bytes, *, unary: bool = False) -> tuple[bytes, ...] | None:
+        """The serialized tools of the create in ``raw`` (a ``ConnectRequest`` that decoded,
+        or with ``unary`` a ``CreateResponseRequest``), for ``client_event`` and
+        ``params_to_dict``; None when it carries none. Copies of the tools' bytes only: the
         rest of the message is not kept."""
         try:
-            message: Any = _ToolBytes.FromString(raw)
+            message: Any = (_UNARY_TOOL_BYTES if unary else _CONNECT_TOOL_BYTES).FromString(raw)
         except DecodeError:
             return None
-        return tuple(message.response_create.tools) or None
+        return tuple(message.create.tools) or None
 
     @staticmethod
     def client_event(

@@ -265,3 +265,13 @@ def test_an_index_that_is_not_an_int32_fails_as_the_message_path_fails(bad: obje
         ProtoEncoder().message_bytes("", event)
     with pytest.raises(type(reference.value)):
         ProtoEncoder().event_bytes("", event)
+
+
+def test_a_unary_creates_tools_are_found_by_their_bytes_too() -> None:
+    body = create_body()
+    raw = pb.CreateResponseRequest(params=params_to_pb(body)).SerializeToString()
+    keys = ProtoDecoder.tool_keys(raw, unary=True)
+    params = pb.CreateResponseRequest.FromString(raw).params
+    assert keys is not None
+    assert [pb.Tool.FromString(k) for k in keys] == list(params.tools)
+    assert ProtoDecoder.params_to_dict(params, keys) == ProtoDecoder.params_to_dict(params)
