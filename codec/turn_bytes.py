@@ -84,27 +84,35 @@ _USAGE_INTS = _tags(pb.Usage, "input_tokens", "output_tokens", "total_tokens", k
 _USAGE_DETAILS = _tags(pb.Usage, "input_tokens_details", "output_tokens_details")
 _CACHED_TOKENS = tag(field_number(pb.InputTokensDetails, "cached_tokens"), VARINT)
 _REASONING_TOKENS = tag(field_number(pb.OutputTokensDetails, "reasoning_tokens"), VARINT)
-_R = {
-    name: tag(field_number(pb.Response, name), LENGTH_DELIMITED)
-    for name in (
-        "id",
-        "status",
-        "incomplete_details",
-        "previous_response_id",
-        "output",
-        "error",
-        "usage",
-        "safety_flags",
-        "stats",
-    )
-}
-_R_INTS = {
-    name: tag(field_number(pb.Response, name), VARINT)
-    for name in ("created_at", "completed_at", "slim")
-}
+(
+    _R_ID,
+    _R_STATUS,
+    _R_INCOMPLETE_DETAILS,
+    _R_PREVIOUS_RESPONSE_ID,
+    _R_OUTPUT,
+    _R_ERROR,
+    _R_USAGE,
+    _R_SAFETY_FLAGS,
+    _R_STATS,
+) = _tags(
+    pb.Response,
+    "id",
+    "status",
+    "incomplete_details",
+    "previous_response_id",
+    "output",
+    "error",
+    "usage",
+    "safety_flags",
+    "stats",
+)
+_R_CREATED_AT, _R_COMPLETED_AT, _R_SLIM = _tags(
+    pb.Response, "created_at", "completed_at", "slim", kind=VARINT
+)
 _REASON = tag(field_number(pb.IncompleteDetails, "reason"), LENGTH_DELIMITED)
 _ERROR_CODE, _ERROR_MESSAGE = _tags(pb.ResponseError, "code", "message")
 _TRUE = b"\x01"
+_R_SLIM_TRUE = _R_SLIM + _TRUE
 
 
 def _string(field_tag: bytes, value: str) -> bytes:
@@ -258,39 +266,41 @@ def response_progress(
 ) -> bytes:
     """The fields of a Response that change over its life (``response_progress_to_pb``'s
     bytes, in field-number order); ``write_item`` writes each output item."""
-    out = [_string(_R["id"], r["id"]), _int(_R_INTS["created_at"], r["created_at"])]
-    completed_at = r.get("completed_at")
+    get = r.get
+    out = [_string(_R_ID, r["id"]), _int(_R_CREATED_AT, r["created_at"])]
+    completed_at = get("completed_at")
     if completed_at is not None:
-        out.append(_R_INTS["completed_at"] + varint(completed_at))
-    out.append(_string(_R["status"], r["status"]))
-    details = r.get("incomplete_details")
+        out.append(_R_COMPLETED_AT + varint(completed_at))
+    out.append(_string(_R_STATUS, r["status"]))
+    details = get("incomplete_details")
     if details:
-        out.append(_present(_R["incomplete_details"], _string(_REASON, details["reason"])))
-    previous = r.get("previous_response_id")
+        out.append(_present(_R_INCOMPLETE_DETAILS, _string(_REASON, details["reason"])))
+    previous = get("previous_response_id")
     if previous is not None:
-        out.append(_present(_R["previous_response_id"], previous.encode()))
-    output_tag = _R["output"]
-    out.extend([_present(output_tag, write_item(i)) for i in r["output"]])
-    error = r.get("error")
+        out.append(_present(_R_PREVIOUS_RESPONSE_ID, previous.encode()))
+    for output_item in r["output"]:
+        out.append(_present(_R_OUTPUT, write_item(output_item)))
+    error = get("error")
     if error:
         out.append(
             _present(
-                _R["error"],
+                _R_ERROR,
                 _string(_ERROR_CODE, error.get("code") or "")
                 + _string(_ERROR_MESSAGE, error.get("message") or ""),
             )
         )
-    if r.get("usage"):
-        out.append(_present(_R["usage"], usage(r["usage"])))
-    flag_tag = _R["safety_flags"]
-    out.extend(
-        _present(flag_tag, pb.SafetyFlag(**f).SerializeToString())
-        for f in r.get("safety_flags") or ()
-    )
-    if r.get("stats"):
-        out.append(_present(_R["stats"], pb.ResponseStats(**r["stats"]).SerializeToString()))
+    usage_values = get("usage")
+    if usage_values:
+        out.append(_present(_R_USAGE, usage(usage_values)))
+    flags = get("safety_flags")
+    if flags:
+        for flag in flags:
+            out.append(_present(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
+    stats = get("stats")
+    if stats:
+        out.append(_present(_R_STATS, pb.ResponseStats(**stats).SerializeToString()))
     if slim:
-        out.append(_R_INTS["slim"] + _TRUE)
+        out.append(_R_SLIM_TRUE)
     return b"".join(out)
 
 
