@@ -1,8 +1,10 @@
 """The server's event encoder: the core's JSON-shaped events -> ``ConnectResponse``.
 
-``event_bytes`` is the streaming path: it builds a snapshot's bytes from the response's
-progress and a request echo serialized once per response (``codec.wire``), and the tools in
-that echo come from the request's ``ToolSet``, converted once per distinct tool list.
+``event_bytes`` is the streaming path: a turn's events are written by hand
+(``codec.turn_bytes``), a snapshot from the response's progress and a request echo serialized
+once while its values stay the same (across turns), whose tools come from the request's
+``ToolSet``, converted once per distinct tool list. ``message_bytes`` is the same output
+built as messages: the reference, and the path for values the hand-written one refuses.
 """
 
 from __future__ import annotations

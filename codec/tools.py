@@ -1,8 +1,12 @@
 """Tool definitions and ``tool_choice``: JSON <-> ``Tool`` / ``ToolChoice``.
 
-Tool lists are the one bulky part of a request that repeats every turn. Converting them is
-plain work here; reusing the result is the server's ``ToolSet``'s job (one per distinct tool
-list), whose checked list hands the encoder its protobuf form, built once (``ProtoTools``).
+Tool lists are the one bulky part of a request that repeats every turn, so each direction
+converts a tool once while it stays in a small process-wide cache, found by its bytes before
+any conversion: the server reading a create (``tools_to_dicts``), the client writing one
+(``write_tools``) and reading the echo (``tool_echoes_to_dicts``). The server's ``ToolSet``
+(one per distinct tool list) hands the encoder its protobuf form, built once
+(``ProtoTools``). A function's schema travels as a Struct or, when a client asks, as JSON
+text (``FunctionTool.parameters_json``), which wins when both are set.
 """
 
 from __future__ import annotations
