@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from _pytest.terminal import TerminalReporter
+import pytest
 
 from tests.codec import test_codec_bench
 
 
-def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     lines = test_codec_bench.ratio_lines()
     if lines:
         terminalreporter.section("codec against orjson (medians)")
