@@ -139,6 +139,9 @@ class ProtoEncoder:
         # The last lane's ``stream_id`` field, written before each of its events.
         self._lane = ""
         self._lane_field = b""  # the default lane's: no field
+        # The lane's field and a delta's key, written before each delta.
+        self._text_prefix = _CASE_TAGS["response.output_text.delta"]
+        self._args_prefix = _CASE_TAGS["response.function_call_arguments.delta"]
         self._writer = TurnWriter()
 
     def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
@@ -147,13 +150,17 @@ class ProtoEncoder:
         building snapshots from a request echo serialized once (see ``_echo_bytes``)."""
         kind = e["type"]
         try:
-            if kind == "response.output_text.delta":  # the hot path first
-                body = self._writer.text_delta(e)
-            elif kind == "response.function_call_arguments.delta":
-                body = self._writer.arguments_delta(e)
-            elif kind in SNAPSHOT_TYPES:
+            if kind == "response.output_text.delta":  # the hot path first, written whole
+                if lane != self._lane:
+                    self._lane_bytes(lane)
+                return self._writer.text_delta_message(self._text_prefix, e)
+            if kind == "response.function_call_arguments.delta":
+                if lane != self._lane:
+                    self._lane_bytes(lane)
+                return self._writer.arguments_delta_message(self._args_prefix, e)
+            if kind in SNAPSHOT_TYPES:
                 return self._snapshot_bytes(lane, kind, e)
-            elif kind in ITEM_EVENT_TYPES:
+            if kind in ITEM_EVENT_TYPES:
                 body = self._writer.item_event(e)
             else:
                 writer = EVENT_WRITERS.get(kind)
@@ -178,6 +185,10 @@ class ProtoEncoder:
         if lane != self._lane:
             self._lane = lane
             self._lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
+            self._text_prefix = self._lane_field + _CASE_TAGS["response.output_text.delta"]
+            self._args_prefix = (
+                self._lane_field + _CASE_TAGS["response.function_call_arguments.delta"]
+            )
         return self._lane_field
 
     def message_bytes(self, lane: str, e: JSONMapping) -> bytes:

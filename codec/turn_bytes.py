@@ -315,6 +315,30 @@ EVENT_WRITERS: dict[str, Callable[[JSONMapping], bytes]] = {
 }
 
 
+def _delta_message(
+    prefix: bytes, head: bytes, delta_tag: bytes, e: JSONMapping, seq_tag: bytes
+) -> bytes:
+    """A delta message from its parts, joined once: ``prefix``, the event's length, the
+    fields before the delta (``head``), the delta, the sequence number."""
+    data = e["delta"].encode()  # only a str has encode()
+    size = len(data)
+    length = ONE_BYTE[size] if size < 0x80 else varint(size)
+    delta_head = delta_tag + length if size else b""
+    seq = e.get("sequence_number", 0)
+    tail = seq_tag + varint(seq) if seq else b""
+    body_size = len(head) + len(delta_head) + size + len(tail)
+    return b"".join(
+        (
+            prefix,
+            ONE_BYTE[body_size] if body_size < 0x80 else varint(body_size),
+            head,
+            delta_head,
+            data,
+            tail,
+        )
+    )
+
+
 #: The fields of a Response that ``response_progress`` writes.
 _PROGRESS_FIELDS = (
     "id",
@@ -355,9 +379,10 @@ class TurnWriter:
         self._progress_key = b""
         self._progress = b""
 
-    def text_delta(self, e: JSONMapping) -> bytes:
-        """``text_delta``, the fields before the delta reused from the previous one (the
-        hot path: written out in full)."""
+    def text_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
+        """A whole text delta message: ``prefix`` (the ``stream_id`` field and the event's
+        key), the event's length, then ``text_delta``'s bytes, the fields before the delta
+        reused from the previous delta and everything joined once (the hot path)."""
         key = (e["item_id"], e["output_index"], e["content_index"])
         if key != self._text_key:
             out_i, content_i, _ = _TEXT_DELTA_INTS
@@ -365,37 +390,15 @@ class TurnWriter:
                 _string(_TEXT_DELTA[0], key[0]) + _int(out_i, key[1]) + _int(content_i, key[2])
             )
             self._text_key = key
-        data = e["delta"].encode()  # only a str has encode()
-        size = len(data)
-        seq = e.get("sequence_number", 0)
-        return (
-            self._text_head
-            + (
-                _TEXT_DELTA[1] + (ONE_BYTE[size] if size < 0x80 else varint(size)) + data
-                if size
-                else b""
-            )
-            + (_TEXT_DELTA_INTS[2] + varint(seq) if seq else b"")
-        )
+        return _delta_message(prefix, self._text_head, _TEXT_DELTA[1], e, _TEXT_DELTA_INTS[2])
 
-    def arguments_delta(self, e: JSONMapping) -> bytes:
-        """``arguments_delta``, the fields before the delta reused from the previous one."""
+    def arguments_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
+        """``text_delta_message`` for an arguments delta."""
         key = (e["item_id"], e["output_index"])
         if key != self._args_key:
             self._args_head = _string(_ARGS_DELTA[0], key[0]) + _int(_ARGS_DELTA_INTS[0], key[1])
             self._args_key = key
-        data = e["delta"].encode()
-        size = len(data)
-        seq = e.get("sequence_number", 0)
-        return (
-            self._args_head
-            + (
-                _ARGS_DELTA[1] + (ONE_BYTE[size] if size < 0x80 else varint(size)) + data
-                if size
-                else b""
-            )
-            + (_ARGS_DELTA_INTS[1] + varint(seq) if seq else b"")
-        )
+        return _delta_message(prefix, self._args_head, _ARGS_DELTA[1], e, _ARGS_DELTA_INTS[1])
 
     def item(self, i: JSONMapping) -> bytes:
         """``item``, remembered."""
