@@ -60,6 +60,7 @@ class AsyncResponsesClient:
         channel: grpc.aio.Channel | None = None,
         batch_events: bool = True,
         snapshots: str = "full",
+        json_tool_schemas: bool = False,
     ) -> None:
         """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
         a tenant derived from it (as over HTTP).
@@ -68,8 +69,15 @@ class AsyncResponsesClient:
         message (fewer messages, less CPU on both sides); iteration still yields one event at
         a time. ``snapshots="slim"`` asks for snapshot events without the echoed instructions
         and tools (``Response.raw`` then has ``instructions`` None and ``tools`` empty).
+        ``json_tool_schemas`` sends function schemas as JSON text and asks for them so in the
+        echoes (``FunctionTool.parameters_json``): cheaper than Structs on both sides, and
+        needed for schemas nested past protobuf's depth limit. It needs a server that knows
+        the field (older ones ignore it and see no schema).
         """
-        self._delivery = delivery_options(batch_events=batch_events, snapshots=snapshots)
+        self._json_parameters = json_tool_schemas
+        self._delivery = delivery_options(
+            batch_events=batch_events, snapshots=snapshots, json_tool_schemas=json_tool_schemas
+        )
         self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)
         accept_deep_replies(self._stub, self._channel)
@@ -115,7 +123,8 @@ class AsyncResponsesClient:
         """Stateless create: the events of one response."""
         decoder = EventDecoder()
         with deep_messages():
-            request = pb.CreateResponseRequest(params=params_to_pb(params), delivery=self._delivery)
+            request = pb.CreateResponseRequest(delivery=self._delivery)
+            params_to_pb(params, json_parameters=self._json_parameters, into=request.params)
         call = self._stub.CreateResponse(request, metadata=self._metadata)
         try:
             async for message in call:
@@ -221,7 +230,10 @@ class AsyncResponsesClient:
     async def count_input_tokens(self, **params: JSONValue) -> int:
         """The prompt tokens a create with ``params`` would use."""
         reply = await self._unary(
-            self._stub.CountInputTokens, pb.CountInputTokensRequest(params=params_to_pb(params))
+            self._stub.CountInputTokens,
+            pb.CountInputTokensRequest(
+                params=params_to_pb(params, json_parameters=self._json_parameters)
+            ),
         )
         return int(reply.input_tokens)
 

@@ -33,12 +33,16 @@ ConnectCall = grpc.aio.StreamStreamCall[pb.ConnectRequest, pb.ConnectResponse]
 _SNAPSHOT_DETAIL = {"full": pb.SNAPSHOT_DETAIL_FULL, "slim": pb.SNAPSHOT_DETAIL_SLIM}
 
 
-def delivery_options(*, batch_events: bool, snapshots: str) -> pb.DeliveryOptions:
+def delivery_options(
+    *, batch_events: bool, snapshots: str, json_tool_schemas: bool = False
+) -> pb.DeliveryOptions:
     """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim")."""
     if snapshots not in _SNAPSHOT_DETAIL:
         raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
     return pb.DeliveryOptions(
-        batch_events=batch_events, snapshot_detail=_SNAPSHOT_DETAIL[snapshots]
+        batch_events=batch_events,
+        snapshot_detail=_SNAPSHOT_DETAIL[snapshots],
+        tool_parameters_json=json_tool_schemas,
     )
 
 

@@ -54,6 +54,8 @@ class ConnectStream:
         self._call = call
         # Sent with the first message: how the server should deliver this stream's events.
         self._delivery = delivery
+        # Function schemas go out as JSON text when the stream asked for them so back.
+        self._json_parameters = delivery is not None and delivery.tool_parameters_json
         self._decoder = EventDecoder()
         # Raw messages per lane: they are decoded only when someone asks for events, so
         # ``create()`` pays for the terminal event alone.
@@ -229,7 +231,10 @@ class ConnectStream:
     ) -> AsyncIterator[pb.ConnectResponse]:
         self._queue(stream_id)  # before sending: the end of the stream must reach this lane
         with deep_messages():  # tool schemas may nest past protobuf's default depth
-            request = pb.ConnectRequest(stream_id=stream_id, response_create=params_to_pb(params))
+            request = pb.ConnectRequest(stream_id=stream_id)
+            params_to_pb(
+                params, json_parameters=self._json_parameters, into=request.response_create
+            )
         await self.send(request)
         async for message in self._until_turn_ends(stream_id):
             yield message

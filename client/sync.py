@@ -102,13 +102,19 @@ class ResponsesClient:
         api_key: str | None = None,
         batch_events: bool = True,
         snapshots: str = "full",
+        json_tool_schemas: bool = False,
     ) -> None:
-        """See ``AsyncResponsesClient`` for ``batch_events`` and ``snapshots``."""
+        """See ``AsyncResponsesClient`` for ``batch_events``, ``snapshots`` and
+        ``json_tool_schemas``."""
         self._loop = _LoopThread()
 
         async def make() -> AsyncResponsesClient:
             return AsyncResponsesClient(
-                target, api_key=api_key, batch_events=batch_events, snapshots=snapshots
+                target,
+                api_key=api_key,
+                batch_events=batch_events,
+                snapshots=snapshots,
+                json_tool_schemas=json_tool_schemas,
             )
 
         self._client = self._loop.run(make())

@@ -8,9 +8,9 @@ One module per concept, each converting both ways (``X_to_pb`` from JSON, ``X_to
 ``structs`` (free JSON), ``items``, ``tools``, ``settings`` (text, reasoning, usage, stats),
 ``params`` (create parameters), ``responses``, ``steering`` and ``injection`` (the requests
 and their acknowledgements); and per direction of the stream:
-``request_decoder`` (the server's), ``event_encoder`` (the server's), ``event_decoder`` (the
-client's), over ``events`` (the event table both share), ``wire`` (framing by hand) and
-``depth`` (nesting limits).
+``request_decoder`` (the server's), ``event_encoder`` (the server's, writing a turn's events
+by hand with ``turn_bytes``), ``event_decoder`` (the client's), over ``events`` (the event
+table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits).
 """
 
 from bidi_responses.codec.depth import (

@@ -1,22 +1,25 @@
 """The server's event encoder: the core's JSON-shaped events -> ``ConnectResponse``.
 
-``event_bytes`` is the streaming path: it builds a snapshot's bytes from the response's
-progress and a request echo serialized once per response (``codec.wire``), and the tools in
-that echo come from the request's ``ToolSet``, converted once per distinct tool list.
+``event_bytes`` is the streaming path: a turn's events are written by hand
+(``codec.turn_bytes``), a snapshot from the response's progress and a request echo serialized
+once while its values stay the same (across turns), whose tools come from the request's
+``ToolSet``, converted once per distinct tool list. ``message_bytes`` is the same output
+built as messages: the reference, and the path for values the hand-written one refuses.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from bidi_responses.codec.depth import deep
+from bidi_responses.codec.depth import deep, deep_messages
 from bidi_responses.codec.events import (
     CASE_OF_TYPE,
     ITEM_EVENT_TYPES,
     PART_EVENT_TYPES,
     SCALAR_EVENTS,
     SNAPSHOT_TYPES,
-    TERMINAL_SNAPSHOT_TYPES,
 )
 from bidi_responses.codec.injection import inject_created_to_pb, inject_failed_to_pb
 from bidi_responses.codec.items import function_call_to_pb, item_to_pb, part_to_pb
@@ -31,18 +34,84 @@ from bidi_responses.codec.steering import (
     steer_pending_to_pb,
 )
 from bidi_responses.codec.structs import JSONMapping
-from bidi_responses.codec.wire import VARINT, field_bytes, field_number, tag, varint
+from bidi_responses.codec.turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
+from bidi_responses.codec.wire import (
+    LENGTH_DELIMITED,
+    VARINT,
+    field_bytes,
+    field_number,
+    tag,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
 _STREAM_ID_FIELD = field_number(pb.ConnectResponse, "stream_id")
 _SNAPSHOT_RESPONSE_FIELD = field_number(pb.ResponseSnapshotEvent, "response")
+_SNAPSHOT_RESPONSE_TAG = tag(_SNAPSHOT_RESPONSE_FIELD, LENGTH_DELIMITED)
 _SNAPSHOT_SEQUENCE = tag(field_number(pb.ResponseSnapshotEvent, "sequence_number"), VARINT)
 _SNAPSHOT_FIELDS = {k: field_number(pb.ConnectResponse, CASE_OF_TYPE[k]) for k in SNAPSHOT_TYPES}
 # The oneof case is chosen at run time, so the event message is passed by that keyword.
 _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
-# Request echoes kept for responses in flight; more means responses that never ended.
-_MAX_ECHOES = 64
+# Request echoes kept per stream: a stream's lanes in flight mostly share one (bounded also
+# by bytes, though the echo in use is always kept).
+_MAX_ECHOES = 4
+_MAX_ECHO_BYTES = 1 << 20
+# The field of each event type's case in ``ConnectResponse``, as an encoded key.
+_CASE_TAGS = {
+    kind: tag(field_number(pb.ConnectResponse, case), LENGTH_DELIMITED)
+    for kind, case in CASE_OF_TYPE.items()
+}
+# The echoed fields besides the instructions and tools, compared to recognise an echo.
+_ECHO_SETTINGS = (
+    "model",
+    "tool_choice",
+    "truncation",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "text",
+    "reasoning",
+    "max_output_tokens",
+    "safety_identifier",
+    "prompt_cache_key",
+    "max_tool_calls",
+)
+
+
+_settings_of = operator.itemgetter(*_ECHO_SETTINGS)
+
+
+def _echo_settings(r: JSONMapping) -> tuple[object, ...]:
+    """The echoed settings of ``r`` (absent ones as None)."""
+    try:
+        settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
+    except KeyError:
+        get = r.get
+        return tuple([get(name) for name in _ECHO_SETTINGS])
+    return settings
+
+
+@dataclass(frozen=True, slots=True)
+class _Echo:
+    """One serialized request echo and the values it was built from. ``owner`` is the tool
+    list (kept alive here, so its identity is not reused) or, for a plain list, the response
+    id."""
+
+    owner: object
+    instructions: str | None
+    settings: tuple[object, ...]
+    #: The encoder's ``slim`` and ``json_parameters`` when it was built.
+    form: tuple[bool, bool]
+    data: bytes
+
+
 # The acknowledgements of steering and injection, each built by its concept's converter.
 _ACKNOWLEDGEMENTS: dict[str, Callable[[JSONMapping, int], Message]] = {
     "response.steer.accepted": steer_accepted_to_pb,
@@ -57,35 +126,83 @@ class ProtoEncoder:
     """Encodes the server events of one stream.
 
     With ``slim``, snapshot events leave out the echoed instructions and tools
-    (``SNAPSHOT_DETAIL_SLIM``).
+    (``SNAPSHOT_DETAIL_SLIM``); with ``json_parameters``, the echoed function tools carry
+    their schemas as JSON text (``FunctionTool.parameters_json``) instead of Structs.
+    Both may change between events (``DeliveryOptions`` apply from the next event on).
     """
 
-    def __init__(self, *, slim: bool = False) -> None:
+    def __init__(self, *, slim: bool = False, json_parameters: bool = False) -> None:
         self.slim = slim
-        # Serialized request echo per in-flight response id (see ``event_bytes``).
-        self._echo: dict[tuple[str, bool], bytes] = {}
+        self.json_parameters = json_parameters
+        # Serialized request echoes, most recent first (see ``_echo_bytes``).
+        self._echoes: list[_Echo] = []
+        # The last lane's ``stream_id`` field, written before each of its events.
+        self._lane = ""
+        self._lane_field = b""  # the default lane's: no field
+        # The lane's field and a delta's key, written before each delta.
+        self._text_prefix = _CASE_TAGS["response.output_text.delta"]
+        self._args_prefix = _CASE_TAGS["response.function_call_arguments.delta"]
+        self._writer = TurnWriter()
 
     def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
-        gives, serialized), building snapshots from a once-per-response request echo."""
+        gives, serialized), written by hand for a turn's events (``codec.turn_bytes``) and
+        building snapshots from a request echo serialized once (see ``_echo_bytes``)."""
+        kind = e["type"]
+        try:
+            if kind == "response.output_text.delta":  # the hot path first, written whole
+                if lane != self._lane:
+                    self._lane_bytes(lane)
+                return self._writer.text_delta_message(self._text_prefix, e)
+            if kind == "response.function_call_arguments.delta":
+                if lane != self._lane:
+                    self._lane_bytes(lane)
+                return self._writer.arguments_delta_message(self._args_prefix, e)
+            if kind in SNAPSHOT_TYPES:
+                return self._snapshot_bytes(lane, kind, e)
+            if kind in ITEM_EVENT_TYPES:
+                body = self._writer.item_event(e)
+            else:
+                writer = EVENT_WRITERS.get(kind)
+                if writer is None:
+                    return self.connect_response(lane, e).SerializeToString()
+                body = writer(e)
+        except (TypeError, KeyError, AttributeError, ValueError):
+            # A value the hand-written path cannot write: the message path names it.
+            return self.message_bytes(lane, e)
+        size = len(body)
+        if lane != self._lane:
+            self._lane_bytes(lane)
+        return (
+            self._lane_field
+            + _CASE_TAGS[kind]
+            + (ONE_BYTE[size] if size < 0x80 else varint(size))
+            + body
+        )
+
+    def _lane_bytes(self, lane: str) -> bytes:
+        """The ``stream_id`` field of ``lane`` (nothing for the default lane)."""
+        if lane != self._lane:
+            self._lane = lane
+            self._lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
+            self._text_prefix = self._lane_field + _CASE_TAGS["response.output_text.delta"]
+            self._args_prefix = (
+                self._lane_field + _CASE_TAGS["response.function_call_arguments.delta"]
+            )
+        return self._lane_field
+
+    def message_bytes(self, lane: str, e: JSONMapping) -> bytes:
+        """``event_bytes`` by the message path: each event built as messages, then
+        serialized (the reference the hand-written bytes are tested against)."""
         kind = e["type"]
         if kind not in SNAPSHOT_TYPES:
             return self.connect_response(lane, e).SerializeToString()
-        return self._snapshot_bytes(lane, kind, e)
-
-    @deep
-    def _snapshot_bytes(self, lane: str, kind: str, e: JSONMapping) -> bytes:
-        """A snapshot event's bytes: its progress serialized now, its request echo once."""
         r = e["response"]
-        key = (r["id"], self.slim)
-        echo = self._echo.get(key)
-        if echo is None:
-            if len(self._echo) >= _MAX_ECHOES:  # responses that never ended (cut-short streams)
-                self._echo.clear()
-            echo = self._echo[key] = response_echo_to_pb(r, self.slim).SerializeToString()
-        if kind in TERMINAL_SNAPSHOT_TYPES:
-            del self._echo[key]
-        response = response_progress_to_pb(r, self.slim).SerializeToString() + echo
+        with deep_messages():
+            response = (
+                response_progress_to_pb(r, self.slim).SerializeToString()
+                + response_echo_to_pb(r, self.slim, self.json_parameters).SerializeToString()
+            )
         snapshot = field_bytes(_SNAPSHOT_RESPONSE_FIELD, response)
         seq = e.get("sequence_number", 0)
         if seq:
@@ -94,6 +211,64 @@ class ProtoEncoder:
         if lane:
             out = field_bytes(_STREAM_ID_FIELD, lane.encode()) + out
         return out
+
+    def _snapshot_bytes(self, lane: str, kind: str, e: JSONMapping) -> bytes:
+        """A snapshot event: the response's progress written now, its echo reused, the whole
+        joined once (an echo is kilobytes: each concatenation would copy it)."""
+        r = e["response"]
+        progress = self._writer.response_progress(r, self.slim)
+        echo = self._echo_bytes(r)
+        seq = e.get("sequence_number", 0)
+        tail = _SNAPSHOT_SEQUENCE + varint(seq) if seq else b""
+        response_size = len(progress) + len(echo)
+        response_head = _SNAPSHOT_RESPONSE_TAG + varint(response_size)
+        snapshot_size = len(response_head) + response_size + len(tail)
+        return b"".join(
+            (
+                self._lane_bytes(lane),
+                _CASE_TAGS[kind],
+                varint(snapshot_size),
+                response_head,
+                progress,
+                echo,
+                tail,
+            )
+        )
+
+    def _echo_bytes(self, r: JSONMapping) -> bytes:
+        """The serialized request echo of ``r``, reused while its values stay the same.
+
+        An echo is the same for every snapshot of a response and, in an agent loop, for
+        every turn: the same instructions, settings and tools. The core hands the encoder
+        its checked tool list (``ProtoTools``), the same object while a lane's tools do not
+        change, so an echo is recognised by that object and the equal values of the other
+        fields, compared rather than hashed. A plain tool list is recognised by the
+        response id, as before. The last few echoes are kept, bounded by count and bytes.
+        """
+        tools = r["tools"]
+        # (A class check: ``isinstance`` on a runtime Protocol costs microseconds.)
+        owner: object = tools if hasattr(type(tools), "protobuf") else r["id"]
+        instructions = r.get("instructions")
+        settings = _echo_settings(r)
+        form = (self.slim, self.json_parameters)
+        for entry in self._echoes:
+            if (
+                (entry.owner is owner or (type(owner) is str and entry.owner == owner))
+                and (entry.instructions is instructions or entry.instructions == instructions)
+                and entry.settings == settings
+                and entry.form == form
+            ):
+                return entry.data
+        with deep_messages():
+            data = response_echo_to_pb(r, *form).SerializeToString()
+        self._echoes.insert(0, _Echo(owner, instructions, settings, form, data))
+        size = 0
+        for keep, entry in enumerate(self._echoes):
+            size += len(entry.data)
+            if keep and (keep >= _MAX_ECHOES or size > _MAX_ECHO_BYTES):
+                del self._echoes[keep:]
+                break
+        return data
 
     @staticmethod
     def response_to_pb(r: JSONMapping, *, slim: bool = False) -> pb.Response:
@@ -125,7 +300,10 @@ class ProtoEncoder:
         message: Message
         if kind in SNAPSHOT_TYPES:
             message = pb.ResponseSnapshotEvent(
-                response=response_to_pb(e["response"], slim=self.slim), sequence_number=seq
+                response=response_to_pb(
+                    e["response"], slim=self.slim, json_parameters=self.json_parameters
+                ),
+                sequence_number=seq,
             )
         elif kind in ITEM_EVENT_TYPES:
             message = pb.OutputItemEvent(
@@ -141,7 +319,9 @@ class ProtoEncoder:
             )
         elif kind == "response.done":
             message = pb.ResponseDoneEvent(
-                response=response_to_pb(e["response"], slim=self.slim),
+                response=response_to_pb(
+                    e["response"], slim=self.slim, json_parameters=self.json_parameters
+                ),
                 pending_calls=[function_call_to_pb(c) for c in e["pending_calls"]],
                 sequence_number=seq,
             )

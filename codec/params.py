@@ -6,6 +6,7 @@ POST /v1/responses, leaving out what the client did not set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 from bidi_responses.codec.depth import deep
@@ -20,8 +21,8 @@ from bidi_responses.codec.structs import JSONObject
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
-    tool_to_dict,
-    tools_to_pb,
+    tools_to_dicts,
+    write_tools,
 )
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -45,38 +46,54 @@ OptionalParam = Literal[
     "idempotency_key",
 ]
 OPTIONAL_PARAMS: tuple[OptionalParam, ...] = get_args(OptionalParam)
+_OPTIONAL_NAMES = frozenset(OPTIONAL_PARAMS)
 
 
-def params_to_dict(params: pb.ResponseCreateParams) -> JSONObject:
-    """Create parameters as the POST /v1/responses body (absent fields left out)."""
-    body: JSONObject = {
-        "model": params.model,
-        "input": [item_to_dict(i) for i in params.input],
-    }
-    if params.tools:
-        body["tools"] = [tool_to_dict(t) for t in params.tools]
-    if params.HasField("tool_choice"):
-        choice = tool_choice_to_dict(params.tool_choice)
-        if choice is not None:
-            body["tool_choice"] = choice
-    for name in OPTIONAL_PARAMS:
-        if params.HasField(name):
-            body[name] = getattr(params, name)
-    if params.metadata:
-        body["metadata"] = dict(params.metadata)
-    if params.HasField("text"):
-        body["text"] = text_to_dict(params.text)
-    if params.HasField("reasoning"):
-        body["reasoning"] = reasoning_to_dict(params.reasoning)
-    if params.include:
-        body["include"] = list(params.include)
+def params_to_dict(
+    params: pb.ResponseCreateParams, tool_keys: Sequence[bytes] | None = None
+) -> JSONObject:
+    """Create parameters as the POST /v1/responses body (absent fields left out);
+    ``tool_keys``: the tools' serialized messages, when the caller has them."""
+    body: JSONObject = {"model": params.model, "input": [item_to_dict(i) for i in params.input]}
+    # One pass over the fields that are set (a presence check per field costs more).
+    for field, value in params.ListFields():
+        name = field.name
+        if name in _OPTIONAL_NAMES:
+            body[name] = value
+        elif name == "tools":
+            body["tools"] = tools_to_dicts(value, tool_keys)
+        elif name == "tool_choice":
+            choice = tool_choice_to_dict(value)
+            if choice is not None:
+                body["tool_choice"] = choice
+        elif name == "metadata":
+            body["metadata"] = dict(value)
+        elif name == "text":
+            body["text"] = text_to_dict(value)
+        elif name == "reasoning":
+            body["reasoning"] = reasoning_to_dict(value)
+        elif name == "include":
+            body["include"] = list(value)
     return body
 
 
 @deep
-def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
-    """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``)."""
-    params = pb.ResponseCreateParams(model=body.get("model", ""))
+def params_to_pb(
+    body: JSONObject,
+    *,
+    json_parameters: bool = False,
+    into: pb.ResponseCreateParams | None = None,
+) -> pb.ResponseCreateParams:
+    """A JSON create body as ResponseCreateParams (the client side of ``params_to_dict``);
+    ``json_parameters`` sends function schemas as JSON text (``parameters_json``). ``into``
+    fills a field of the request being built (``request.response_create``), which spares
+    copying the parameters into it (upb copies a message by serializing and parsing it)."""
+    if into is None:
+        params = pb.ResponseCreateParams(model=body.get("model", ""))
+    else:
+        params = into
+        params.SetInParent()
+        params.model = body.get("model", "")
     raw_input = body.get("input")
     if isinstance(raw_input, str):
         raw_input = [
@@ -90,7 +107,7 @@ def params_to_pb(body: JSONObject) -> pb.ResponseCreateParams:
         params.input.append(item_to_pb(canonical_item(item)))
     tools = body.get("tools")
     if tools:
-        params.tools.extend(tools_to_pb(tools))
+        write_tools(params, tools, json_parameters=json_parameters)
     if body.get("tool_choice") is not None:
         params.tool_choice.CopyFrom(tool_choice_to_pb(body["tool_choice"]))
     for name in OPTIONAL_PARAMS:

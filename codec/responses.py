@@ -25,7 +25,7 @@ from bidi_responses.codec.structs import JSONMapping, JSONObject, JSONValue
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
-    tool_echo_to_dict,
+    tool_echoes_to_dicts,
     tools_to_pb,
 )
 from bidi_responses.v1 import responses_pb2 as pb
@@ -37,19 +37,22 @@ _ECHO_FIELDS_FULL = (*_ECHO_FIELDS, "instructions")
 
 
 @deep
-def response_to_pb(r: JSONMapping, *, slim: bool = False) -> pb.Response:
-    """A Response object (``slim``: without the echoed instructions and tools)."""
+def response_to_pb(
+    r: JSONMapping, *, slim: bool = False, json_parameters: bool = False
+) -> pb.Response:
+    """A Response object (``slim``: without the echoed instructions and tools;
+    ``json_parameters``: function tools' schemas as JSON text)."""
     response = response_progress_to_pb(r, slim)
-    response.MergeFrom(response_echo_to_pb(r, slim))
+    response.MergeFrom(response_echo_to_pb(r, slim, json_parameters))
     return response
 
 
-def response_echo_to_pb(r: JSONMapping, slim: bool) -> pb.Response:
+def response_echo_to_pb(r: JSONMapping, slim: bool, json_parameters: bool = False) -> pb.Response:
     """The fields that echo the request: the same in every snapshot of a response."""
     response = pb.Response(
         object="response",
         model=r["model"],
-        tools=None if slim else tools_to_pb(r["tools"]),
+        tools=None if slim else tools_to_pb(r["tools"], json_parameters=json_parameters),
         tool_choice=tool_choice_to_pb(r["tool_choice"]),
         truncation=r["truncation"],
         parallel_tool_calls=r["parallel_tool_calls"],
@@ -118,7 +121,7 @@ def response_to_dict(r: pb.Response) -> JSONObject:
         "error": (
             {"code": r.error.code, "message": r.error.message} if r.HasField("error") else None
         ),
-        "tools": [tool_echo_to_dict(t) for t in r.tools],
+        "tools": tool_echoes_to_dicts(r.tools),
         "tool_choice": tool_choice_to_dict(r.tool_choice) or "auto",
         "truncation": r.truncation,
         "parallel_tool_calls": r.parallel_tool_calls,

@@ -1,61 +1,185 @@
-"""Micro-benchmarks of the codec's per-turn work (pytest-benchmark).
+"""Micro-benchmarks of the codec's per-turn work against orjson on the same content.
 
 ``make test`` runs each once as a smoke test (benchmarking disabled); time them with
-``pytest tests/codec/test_codec_bench.py --benchmark-enable``. Timings are never asserted.
-The tools are the benchmark rollout's 8 definitions, sent again with every create: the client
-converts them each turn and so does the server, whose lane then finds its ToolSet again by
-fingerprint.
+``pytest tests/codec/test_codec_bench.py --benchmark-enable``, which prints each pair's
+medians and their ratio at the end. Timings are never asserted.
+
+The content is a headline turn (``headline_turn``): the server writes its 24 events (three
+snapshots echoing the rollout's instructions and 8 tools) and reads the next create (the same
+tools, a tool output); the client does the opposite. The JSON side is what WebSocket mode
+costs for the same content: ``orjson.dumps`` of each event, ``orjson.loads`` of the create.
+Each protobuf round is the next turn of one long stream: new ids every turn, one encoder.
 """
 
 from __future__ import annotations
 
-from bidi_responses.bench.workload import WorkloadSpec, build_workload
+import itertools
+from collections.abc import Callable
+
+import orjson
+import pytest
 from bidi_responses.codec import (
     EventDecoder,
     JSONObject,
+    ProtoDecoder,
     ProtoEncoder,
-    params_to_dict,
+    decode_message,
     params_to_pb,
+    unbatch,
 )
+from bidi_responses.codec.tools import forget_tools
+from bidi_responses.v1 import responses_pb2 as pb
 from pytest_benchmark.fixture import BenchmarkFixture
 
-# The headline rollout's instructions and tools; its long outputs are not needed here.
-WORKLOAD = build_workload(WorkloadSpec(tool_turns=1, tool_output_tokens=50, user_tokens=50))
-CREATE: JSONObject = {
-    "model": "sim-model",
-    "instructions": WORKLOAD.instructions,
-    "tools": WORKLOAD.tools,
-    "previous_response_id": "resp_1",
-    "input": [{"type": "function_call_output", "call_id": "call_1", "output": "ok " * 4000}],
-    "store": False,
-}
-DELTA: JSONObject = {
-    "type": "response.output_text.delta",
-    "item_id": "msg_1",
-    "output_index": 0,
-    "content_index": 0,
-    "delta": " token",
-    "sequence_number": 7,
-}
+from tests.codec.headline_turn import WORKLOAD, create_body, headline_turn
+
+# Medians (seconds) of the runs of this module, per benchmark group and side.
+MEDIANS: dict[str, dict[str, float]] = {}
+SIDES = ["protobuf", "orjson"]
 
 
-def test_client_encodes_a_create(benchmark: BenchmarkFixture) -> None:
-    params = benchmark(params_to_pb, CREATE)
-    assert len(params.tools) == len(WORKLOAD.tools)
+def ratio_lines() -> list[str]:
+    """One line per group measured in this run: each side's median and its ratio to
+    orjson's (printed at the end of the run by this directory's ``conftest``)."""
+    lines = []
+    for group, sides in MEDIANS.items():
+        reference = sides.get("orjson")
+        if reference is None or len(sides) < 2:
+            continue
+        measured = ", ".join(
+            f"{side} {median * 1e6:.1f} us ({median / reference:.2f}x)"
+            for side, median in sides.items()
+            if side != "orjson"
+        )
+        lines.append(f"{group}: orjson {reference * 1e6:.1f} us, {measured}")
+    return lines
 
 
-def test_server_decodes_a_create(benchmark: BenchmarkFixture) -> None:
-    params = params_to_pb(CREATE)
-    body = benchmark(params_to_dict, params)
-    assert [t["name"] for t in body["tools"]] == [t["name"] for t in WORKLOAD.tools]
+def run(benchmark: BenchmarkFixture, group: str, side: str, fn: Callable[[], object]) -> object:
+    """Benchmark ``fn`` in ``group`` and keep its median for the ratio line."""
+    benchmark.group = group
+    result = benchmark(fn)
+    if not benchmark.disabled and benchmark.stats is not None:
+        MEDIANS.setdefault(group, {})[side] = benchmark.stats.stats.median
+    return result
 
 
-def test_server_encodes_a_delta(benchmark: BenchmarkFixture) -> None:
+def _turns(count: int) -> list[list[JSONObject]]:
+    """``count`` headline turns of one stream, each with its own response and item ids."""
+    turns = []
+    for n in range(count):
+        events = orjson.loads(orjson.dumps(headline_turn()).replace(b"5d06a54d", b"%08x" % n))
+        for e in events:  # the core hands the encoder its checked tool list, not JSON
+            if "response" in e:
+                e["response"]["tools"] = headline_turn()[0]["response"]["tools"]
+        turns.append(events)
+    return turns
+
+
+TURNS = _turns(16)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_server_encodes_a_turn(benchmark: BenchmarkFixture, side: str) -> None:
     encoder = ProtoEncoder()
-    data = benchmark(encoder.event_bytes, "lane", DELTA)
-    assert data == encoder.connect_response("lane", DELTA).SerializeToString()
+    turns = itertools.cycle(TURNS)
+    encode: Callable[[JSONObject], bytes] = (
+        (lambda e: encoder.event_bytes("lane", e)) if side == "protobuf" else orjson.dumps
+    )
+
+    def turn() -> list[bytes]:
+        return [encode(e) for e in next(turns)]
+
+    written = run(benchmark, "server encodes a turn", side, turn)
+    assert isinstance(written, list) and len(written) == len(TURNS[0])
+    if side == "protobuf":  # each event reads back as the event it was written from
+        events = next(turns)
+        for e, data in zip(events, turn(), strict=True):
+            read = EventDecoder.event(pb.ConnectResponse.FromString(data))
+            assert read["type"] == e["type"] and read["sequence_number"] == e["sequence_number"]
 
 
-def test_client_decodes_a_delta(benchmark: BenchmarkFixture) -> None:
-    message = ProtoEncoder().connect_response("lane", DELTA)
-    assert benchmark(EventDecoder.event, message) == {**DELTA, "stream_id": "lane"}
+CREATE = create_body()
+CREATE_EVENT: JSONObject = {"type": "response.create", **CREATE}
+CREATE_JSON = orjson.dumps(CREATE_EVENT)
+CREATE_PROTO = pb.ConnectRequest(response_create=params_to_pb(CREATE)).SerializeToString()
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_server_decodes_a_create(benchmark: BenchmarkFixture, side: str) -> None:
+    decoder = ProtoDecoder()
+
+    def decode() -> JSONObject:
+        if side == "protobuf":
+            # As the gRPC transport reads a Connect message.
+            request = decode_message(pb.ConnectRequest, CREATE_PROTO)
+            return decoder.client_event(request, decoder.tool_keys(CREATE_PROTO))
+        body: JSONObject = orjson.loads(CREATE_JSON)
+        return body
+
+    event = run(benchmark, "server decodes a create", side, decode)
+    assert isinstance(event, dict)
+    assert [t["name"] for t in event["tools"]] == [t["name"] for t in WORKLOAD.tools]
+    assert event["input"] == CREATE["input"]
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_client_encodes_a_create(benchmark: BenchmarkFixture, side: str) -> None:
+    def encode() -> bytes:
+        if side == "protobuf":  # as the client's ConnectStream builds it
+            request = pb.ConnectRequest(stream_id="lane")
+            params_to_pb(CREATE, into=request.response_create)
+            return request.SerializeToString()
+        return orjson.dumps(CREATE_EVENT)
+
+    data = run(benchmark, "client encodes a create", side, encode)
+    assert isinstance(data, bytes)
+    if side == "protobuf":
+        assert ProtoDecoder.client_event(pb.ConnectRequest.FromString(data))["tools"] == [
+            {k: v for k, v in t.items() if v is not None} for t in WORKLOAD.tools
+        ]
+
+
+ENCODED_TURN = [ProtoEncoder().event_bytes("lane", e) for e in TURNS[0]]
+JSON_TURN = [orjson.dumps(e) for e in TURNS[0]]
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_client_decodes_a_turn(benchmark: BenchmarkFixture, side: str) -> None:
+    def decode() -> list[JSONObject]:
+        if side == "protobuf":
+            return [
+                EventDecoder.event(event)
+                for data in ENCODED_TURN
+                for event in unbatch(pb.ConnectResponse.FromString(data))
+            ]
+        return [orjson.loads(data) for data in JSON_TURN]
+
+    events = run(benchmark, "client decodes a turn", side, decode)
+    assert isinstance(events, list)
+    assert [e["type"] for e in events] == [e["type"] for e in TURNS[0]]
+
+
+CREATE_PROTO_JSON = pb.ConnectRequest(
+    response_create=params_to_pb(CREATE, json_parameters=True)
+).SerializeToString()
+
+
+@pytest.mark.parametrize("side", ["protobuf", "protobuf-json-schemas", "orjson"])
+def test_server_decodes_a_create_with_new_tools(benchmark: BenchmarkFixture, side: str) -> None:
+    """The first create of a tool list (or one after it changed): nothing cached, the tools
+    converted from Structs, or parsed from JSON text (``parameters_json``)."""
+    raw = CREATE_PROTO_JSON if side == "protobuf-json-schemas" else CREATE_PROTO
+
+    def decode() -> JSONObject:
+        if side == "orjson":
+            body: JSONObject = orjson.loads(CREATE_JSON)
+            return body
+        forget_tools()
+        return ProtoDecoder.client_event(
+            decode_message(pb.ConnectRequest, raw), ProtoDecoder.tool_keys(raw)
+        )
+
+    event = run(benchmark, "server decodes a create, new tools", side, decode)
+    assert isinstance(event, dict)
+    assert [t["name"] for t in event["tools"]] == [t["name"] for t in WORKLOAD.tools]

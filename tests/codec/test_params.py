@@ -5,6 +5,8 @@ from __future__ import annotations
 from bidi_responses.codec import JSONObject, ProtoDecoder, item_to_pb, params_to_dict, params_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 
+from tests.codec.headline_turn import create_body
+
 BODY: JSONObject = {
     "model": "sim-model",
     "input": [
@@ -74,3 +76,11 @@ def test_client_events_carry_their_lane_and_event_id() -> None:
     cancel = pb.ConnectRequest(response_cancel=pb.ResponseCancel(response_id="resp_1"))
     assert ProtoDecoder.client_event(cancel) == {"type": "response.cancel", "response_id": "resp_1"}
     assert ProtoDecoder.client_event(pb.ConnectRequest()) == {}
+
+
+def test_parameters_built_in_place_are_the_parameters_built_alone() -> None:
+    for body in (create_body(), {}):
+        request = pb.ConnectRequest(stream_id="a")
+        params_to_pb(body, into=request.response_create)
+        assert request.WhichOneof("event") == "response_create"
+        assert request.response_create == params_to_pb(body)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import grpc
+import orjson
 import pytest
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.codec import JSONObject, params_to_pb
 from bidi_responses.server.core.api.tools import ToolList
 from bidi_responses.v1 import responses_pb2 as pb
+from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
 from tests.conftest import SHELL_TOOL, ServerFactory
 
@@ -49,3 +53,80 @@ async def test_one_protobuf_conversion_for_a_conversations_tools(
             )
             assert [tool["name"] for tool in response.raw["tools"]] == [SHELL_TOOL["name"]], turn
     assert len(built) == 1
+
+
+def _deep_schema(levels: int) -> JSONObject:
+    schema: JSONObject = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+# 30 schema levels: within the server's limits, ~180 message levels as Structs.
+DEEP_TOOL: JSONObject = {"type": "function", "name": "deep", "parameters": _deep_schema(30)}
+
+
+async def test_the_clients_json_schemas_carry_a_deep_schema_both_ways(
+    server_factory: ServerFactory,
+) -> None:
+    running = await server_factory(tool_rounds=1)
+    async with (
+        asyncio.timeout(60),
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}", json_tool_schemas=True) as client,
+        client.connect() as stream,
+    ):
+        response = await stream.create(model="sim-model", input="Go.", tools=[DEEP_TOOL])
+        assert response.raw["tools"][0]["parameters"] == DEEP_TOOL["parameters"]
+        unary = await client.create(model="sim-model", input="Go.", tools=[DEEP_TOOL])
+        assert unary.raw["tools"][0]["parameters"] == DEEP_TOOL["parameters"]
+
+
+async def _stock_turn(port: int, request: pb.ConnectRequest) -> list[pb.ConnectResponse]:
+    """One create on a plain stub: protobuf's default parser and depth limit, no options
+    besides the request's own."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        call = pb_grpc.ResponsesServiceStub(channel).Connect()
+        await call.write(request)
+        messages = []
+        async for message in call:
+            messages.append(message)
+            if message.WhichOneof("event") in ("response_completed", "error"):
+                break
+        call.cancel()
+        return messages
+    finally:
+        await channel.close()
+
+
+async def test_a_stock_client_that_asks_reads_a_deep_echo_and_json_wins_over_the_struct(
+    server_factory: ServerFactory,
+) -> None:
+    running = await server_factory(tool_rounds=1)
+    params = params_to_pb(
+        {"model": "sim-model", "input": "Go.", "tools": [DEEP_TOOL]}, json_parameters=True
+    )
+    # Both forms set: the Struct says something else, and is ignored.
+    params.tools[0].function.parameters.update({"type": "object", "properties": {}})
+    request = pb.ConnectRequest(
+        response_create=params, delivery=pb.DeliveryOptions(tool_parameters_json=True)
+    )
+    async with asyncio.timeout(60):
+        messages = await _stock_turn(running.grpc_port, request)
+    completed = messages[-1].response_completed.response
+    function = completed.tools[0].function
+    assert not function.HasField("parameters")
+    assert orjson.loads(function.parameters_json) == DEEP_TOOL["parameters"]
+
+
+async def test_parameters_json_that_is_not_json_is_refused_naming_the_field(
+    server_factory: ServerFactory,
+) -> None:
+    running = await server_factory()
+    params = params_to_pb({"model": "sim-model", "input": "Go.", "tools": [SHELL_TOOL]})
+    params.tools[0].function.parameters_json = b'{"type": "object",'
+    async with asyncio.timeout(60):
+        messages = await _stock_turn(running.grpc_port, pb.ConnectRequest(response_create=params))
+    error = messages[-1].error
+    assert error.status == 400
+    assert error.error.param == "tools[0].parameters"

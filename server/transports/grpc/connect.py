@@ -128,6 +128,7 @@ async def _read_requests(
             received = time.perf_counter()
             try:
                 request = decode_request(pb.ConnectRequest, raw, "Connect")
+                tool_keys = decoder.tool_keys(raw)  # finds repeated tools by their bytes
             except ApiError as error:
                 await session.emit("", error_event(400, error.to_error_object()))
                 continue
@@ -144,8 +145,8 @@ async def _read_requests(
                     continue
                 if request.WhichOneof("event") is None:
                     continue  # options only
-            event = decoder.client_event(request)
-            del request
+            event = decoder.client_event(request, tool_keys)
+            del request, tool_keys
             if event.get("type") == "response.create":
                 # Open server: the token's label stands in for a tenant in the ledger.
                 label_open_caller(event, caller)

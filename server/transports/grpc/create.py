@@ -33,7 +33,7 @@ async def create_response(
     if core.draining:
         raise shutting_down("streams")
     outbound = Outbound(Delivery.from_pb(create.delivery, core.config.streaming))
-    body = ProtoDecoder().params_to_dict(create.params)
+    body = ProtoDecoder.params_to_dict(create.params, ProtoDecoder.tool_keys(raw, unary=True))
     label_open_caller(body, caller)  # open server: the token's label for the ledger
     if body.get("background") is True:
         events = _background(core, body, caller, context, outbound)

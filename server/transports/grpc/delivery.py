@@ -27,6 +27,7 @@ class Delivery:
     max_events: int = 1
     max_bytes: int = 0
     slim: bool = False
+    json_parameters: bool = False  # DeliveryOptions.tool_parameters_json
 
     @classmethod
     def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
@@ -47,7 +48,12 @@ class Delivery:
             max_events = streaming.max_batch_events
             if options.max_batch_events:
                 max_events = min(max_events, options.max_batch_events)
-        return cls(max(max_events, 1), streaming.max_batch_bytes, detail == pb.SNAPSHOT_DETAIL_SLIM)
+        return cls(
+            max(max_events, 1),
+            streaming.max_batch_bytes,
+            detail == pb.SNAPSHOT_DETAIL_SLIM,
+            options.tool_parameters_json,
+        )
 
     def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
         """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
@@ -75,12 +81,15 @@ class Outbound:
 
     def __init__(self, delivery: Delivery | None = None) -> None:
         self.delivery = delivery or Delivery()
-        self.encoder = ProtoEncoder(slim=self.delivery.slim)
+        self.encoder = ProtoEncoder(
+            slim=self.delivery.slim, json_parameters=self.delivery.json_parameters
+        )
 
     def use(self, delivery: Delivery) -> None:
         """Apply new delivery options."""
         self.delivery = delivery
         self.encoder.slim = delivery.slim
+        self.encoder.json_parameters = delivery.json_parameters
 
     def messages(self, ready: Iterable[OutEvent]) -> list[bytes]:
         """Serialized ``ConnectResponse`` messages for the events that are ready."""
