@@ -48,12 +48,18 @@ class Renderer:
     format_name = "generic"
 
     def __init__(
-        self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+        self,
+        encoding: tiktoken.Encoding,
+        open_compaction: Callable[[str], str] | None = None,
+        *,
+        max_piece_chars: int = tokenizer.MAX_PIECE_CHARS,
     ) -> None:
         self._encoding = encoding
         # Token -> summary text, for compaction items (None: they cannot be rendered).
         self._open_compaction = open_compaction
-        self._encode = encoding.encode_ordinary
+        # encode_ordinary in time linear in the text (tokenizer.encode_bounded): a long run
+        # without a piece boundary costs no more than ordinary text.
+        self._encode = tokenizer.bounded_encoder(encoding, max_piece_chars)
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
     @property
