@@ -60,6 +60,7 @@ class Renderer:
         # encode_ordinary in time linear in the text (tokenizer.encode_bounded): a long run
         # without a piece boundary costs no more than ordinary text.
         self._encode = tokenizer.bounded_encoder(encoding, max_piece_chars)
+        self._max_piece_chars = max_piece_chars
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
     @property
@@ -77,7 +78,11 @@ class Renderer:
     def _block(self, out: TokenArray, header: str, channel: str | None, body: str, end: int) -> int:
         start = len(out)
         out.extend(self._header(header, channel))
-        out.extend(self._encode(body))
+        if len(body) <= self._max_piece_chars:
+            out.extend(self._encode(body))
+        else:  # segment by segment: a huge body never becomes one list
+            for part in tokenizer.encode_parts(self._encoding, body, self._max_piece_chars):
+                out.extend(part)
         out.append(end)
         return len(out) - start
 

@@ -55,6 +55,7 @@ from bidi_responses.server.core.streaming import (
     stream_segment,
 )
 from bidi_responses.server.core.terminal import abandon, finish
+from bidi_responses.server.core.work import item_chars, offload, request_chars
 from bidi_responses.server.engines.base import (
     EngineError,
     EngineFinish,
@@ -244,13 +245,23 @@ class ResponseRun:
         state = self.state = base.state
         history = base.history
         reused = 0
+        limits = core.config.limits
+        size = request_chars(request, limits) + (item_chars(history) if history else 0)
 
         self.route, stats.route_resolved = self.lane.route(core.router, request.model)
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
         self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
         self.output_format = request.output_format()
-        rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
+        rendered = await offload(
+            size,
+            limits,
+            continuation.sync_prefix,
+            state,
+            self.renderer,
+            request,
+            self.output_format,
+        )
 
         assign_ids(request.input)
         items = history + request.input if history else request.input
@@ -263,12 +274,16 @@ class ResponseRun:
             # tokens the old and new prompts still share.
             stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
             reused = common_prefix(base.previous_tokens, state.tokens)
-        history_rendered = self._append_items(history) if history else 0
+        history_rendered = (
+            await offload(size, limits, self._append_items, history) if history else 0
+        )
         if base.previous_prefix is not None:
             reused = continuation.stored_reuse(
                 core.renderer, state, base.previous_prefix, history_rendered
             )
-        rendered += history_rendered + self._append_items(request.input)
+        rendered += history_rendered + await offload(
+            size, limits, self._append_items, request.input
+        )
         stats.tokens_rendered += rendered
         self.account.took_input(request.input, reused)
 
@@ -369,7 +384,9 @@ class ResponseRun:
                 continue  # still waiting for an acceptable append
             self.record.stats.items_validated += len(items)
             reused = len(self.state.tokens)
-            self.record.stats.tokens_rendered += self._append_items(items)
+            limits = self.core.config.limits
+            added = await offload(item_chars(items), limits, self._append_items, items)
+            self.record.stats.tokens_rendered += added
             self.account.took_input(items, reused)
             self.appends.expect([])
             return items

@@ -62,6 +62,7 @@ class ResponsesCore(SurfaceOps):
         self.renderer = Renderer(self.encoding, self.compaction.summary)
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
+        self.pipeline.offload_chars = config.limits.offload_chars
         self.store: ResponseStore = open_store(
             config.store.url,
             config.store_path,

@@ -55,6 +55,7 @@ __all__ = [
     "TokenizerUnavailable",
     "bounded_encoder",
     "encode_bounded",
+    "encode_parts",
     "encode_segments",
     "load_encoding",
 ]
@@ -413,11 +414,20 @@ def encode_bounded(
     Identical to it unless some stretch of ``max_piece_chars / 2`` characters has no certain
     piece boundary (see above); the tokens always decode to ``text``.
     """
-    encode = encoding.encode_ordinary
     tokens: list[int] = []
-    for start, end, _ in _segment_spans(text, max_piece_chars):
-        tokens += encode(text[start:end])
+    for part in encode_parts(encoding, text, max_piece_chars):
+        tokens += part
     return tokens
+
+
+def encode_parts(
+    encoding: tiktoken.Encoding, text: str, max_piece_chars: int = MAX_PIECE_CHARS
+) -> Iterator[list[int]]:
+    """``encode_bounded``'s tokens, one list per segment (so a caller appending them to an
+    array never holds the GIL to copy one huge list)."""
+    encode = encoding.encode_ordinary
+    for start, end, _ in _segment_spans(text, max_piece_chars):
+        yield encode(text[start:end])
 
 
 def bounded_encoder(
