@@ -18,6 +18,7 @@ import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.auth import ApiKeys
 from bidi_responses.server.core.background import BackgroundRuns
+from bidi_responses.server.core.budget import RequestBytes
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.counters import Counters, ServerStats
 from bidi_responses.server.core.errors import ApiError, not_found
@@ -63,6 +64,8 @@ class ResponsesCore(SurfaceOps):
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
         self.pipeline.offload_chars = config.limits.offload_chars
+        # Request bytes read or held at once, over every transport (server/core/budget.py).
+        self.request_bytes = RequestBytes(config.limits.max_inflight_request_bytes)
         self.store: ResponseStore = open_store(
             config.store.url,
             config.store_path,

@@ -21,7 +21,12 @@ from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.limits import limit_exceeded
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.session import Session
-from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
+from bidi_responses.server.transports.admission import (
+    Caller,
+    label_open_caller,
+    quota_key,
+    shutting_down,
+)
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
@@ -130,9 +135,18 @@ async def _read_requests(
             if raw is grpc.aio.EOF or not isinstance(raw, bytes):
                 break
             received = time.perf_counter()
+            size = len(raw)
+            try:
+                # Charged to the server-wide budget until the session has taken the event.
+                core.request_bytes.take(size)
+            except ApiError as error:
+                del raw
+                await session.emit("", error_event(error.status, error.to_error_object()))
+                continue
             try:
                 request = decode_request(pb.ConnectRequest, raw, "Connect")
             except ApiError as error:
+                core.request_bytes.release(size)
                 await session.emit("", error_event(400, error.to_error_object()))
                 continue
             finally:
@@ -142,18 +156,23 @@ async def _read_requests(
                 try:
                     outbound.use(Delivery.from_pb(request.delivery, streaming))
                 except ApiError as error:
+                    core.request_bytes.release(size)
                     await session.emit(
                         request.stream_id, error_event(error.status, error.to_error_object())
                     )
                     continue
                 if request.WhichOneof("event") is None:
+                    core.request_bytes.release(size)
                     continue  # options only
             event = decoder.client_event(request)
             del request
             if event.get("type") == "response.create":
                 # Open server: the token's label stands in for a tenant in the ledger.
                 label_open_caller(event, caller)
-            await session.handle(event, received)
+            try:
+                await session.handle(event, received)
+            finally:
+                core.request_bytes.release(size)
             del event
     except Exception:
         # Reading failed on the server's side: end the call rather than leave it open.
@@ -175,11 +194,11 @@ async def connect_stream(
     peer = context.peer()
     try:
         caller = caller_of(core.keys, context)
-        tenant, quota = caller
+        tenant, _ = caller
         if core.draining:
             raise SHUTTING_DOWN
         streams.check(peer)
-        session = core.open_session("grpc", tenant=tenant, quota_key=quota)
+        session = core.open_session("grpc", tenant=tenant, quota_key=quota_key(caller, peer))
     except ApiError as error:
         await _refuse_after_first_message(request_iterator, context, error)
         raise

@@ -20,22 +20,38 @@ def caller(core: ResponsesCore, headers: Mapping[str, str]) -> Caller:
 
 
 async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
-    """The request body as JSON, refusing bodies over the configured message limit."""
+    """The request body as JSON, refusing bodies over the configured message limit.
+
+    The bytes count against the server-wide budget (``core.request_bytes``) while they are
+    read and parsed: a declared ``Content-Length`` up front, otherwise as they arrive.
+    """
     limit = core.config.limits.max_message_bytes
+    budget = core.request_bytes
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    declared = int(length) if length is not None and length.isdigit() else 0
+    if declared > limit:
         raise too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
+    budget.take(declared)
+    held = declared
     try:
-        return orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise invalid_json(str(exc)) from None
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            if size > held:
+                budget.take(size - held)
+                held = size
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        del chunks
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_json(str(exc)) from None
+    finally:
+        budget.release(held)
 
 
 def query_int(request: Request, name: str, default: int) -> int:
