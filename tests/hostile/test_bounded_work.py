@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+import websockets
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.app import RunningServer
 
@@ -111,11 +112,22 @@ async def test_request_bytes_past_the_server_wide_budget_get_a_retryable_429(
                     await stream.create(**SMALL, instructions=big)
                 assert raised.value.code == "server_busy" and raised.value.status == 429
                 assert (await stream.create(**SMALL)).status == "completed"
-        # WebSocket mode: an error event; the connection serves the next turn.
+        # WebSocket mode: a frame is refused while it is read (close 1013, try again later,
+        # saying why) and a new connection is served; a compressed frame, small on the wire,
+        # is refused once inflated, with an error event, and its connection goes on.
         assert running.http_port is not None
-        async with connector(running.http_port)() as sock:
+        connect = connector(running.http_port)
+        async with connect() as sock:
             refused = error_of(await sock.create(**SMALL, instructions=big))
             assert refused["code"] == "server_busy"
+            assert final(await sock.create(**SMALL))["status"] == "completed"
+        async with connect(compression=None) as sock:
+            await sock.send({"type": "response.create", **SMALL, "instructions": big})
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await sock.recv()
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 1013 and "budget" in closed.value.rcvd.reason
+        async with connect() as sock:
             assert final(await sock.create(**SMALL))["status"] == "completed"
     assert running.core.request_bytes.held == 0  # every charge was given back
 
