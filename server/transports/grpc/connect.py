@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import grpc
 from bidi_responses.codec import ProtoDecoder
+from bidi_responses.server.core.budget import GRPC_COPIES
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.limits import limit_exceeded
@@ -135,7 +136,7 @@ async def _read_requests(
             if raw is grpc.aio.EOF or not isinstance(raw, bytes):
                 break
             received = time.perf_counter()
-            size = len(raw)
+            size = len(raw) * GRPC_COPIES
             try:
                 # Charged to the server-wide budget until the session has taken the event.
                 core.request_bytes.take(size)

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 from bidi_responses.codec import wire_bytes
-from bidi_responses.server.core.budget import RequestBytes
+from bidi_responses.server.core.budget import GRPC_COPIES, RequestBytes
 from bidi_responses.server.core.errors import ApiError, server_error
 from bidi_responses.server.core.metrics import Metrics
 from bidi_responses.server.transports.grpc.context import Context
@@ -70,7 +70,7 @@ def _unary(
         async with _statuses(metrics, context, name):
             # The request's bytes are alive while the call runs: charged to the server-wide
             # budget until it ends.
-            with budget.holding(len(raw)):
+            with budget.holding(len(raw) * GRPC_COPIES):
                 return await method(decode_request(request_class, raw, name), context)
         raise AssertionError("unreachable: the guard ends the call")
 
@@ -92,7 +92,7 @@ def _stream(
         async with _statuses(metrics, context, name):
             # A raw request (not a request stream) is alive while the call runs: charged to
             # the server-wide budget until it ends.
-            size = len(request) if isinstance(request, bytes) else 0
+            size = len(request) * GRPC_COPIES if isinstance(request, bytes) else 0
             with budget.holding(size):
                 if request_class is not None:
                     request = decode_request(request_class, request, name)

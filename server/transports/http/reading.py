@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import orjson
+from bidi_responses.server.core.budget import HTTP_COPIES
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
@@ -22,8 +23,9 @@ def caller(core: ResponsesCore, headers: Mapping[str, str]) -> Caller:
 async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     """The request body as JSON, refusing bodies over the configured message limit.
 
-    The bytes count against the server-wide budget (``core.request_bytes``) while they are
-    read and parsed: a declared ``Content-Length`` up front, otherwise as they arrive.
+    The body counts against the server-wide budget (``core.request_bytes``) while it is read
+    and parsed, as ``HTTP_COPIES`` times its bytes (the buffer, then its parsed form): a
+    declared ``Content-Length`` up front, otherwise as it arrives.
     """
     limit = core.config.limits.max_message_bytes
     budget = core.request_bytes
@@ -31,27 +33,23 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     declared = int(length) if length is not None and length.isdigit() else 0
     if declared > limit:
         raise too_large(limit)
-    budget.take(declared)
+    budget.take(declared * HTTP_COPIES)
     held = declared
     try:
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
+            body += chunk
+            if len(body) > limit:
                 raise too_large(limit)
-            if size > held:
-                budget.take(size - held)
-                held = size
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        del chunks
+            if len(body) > held:
+                budget.take((len(body) - held) * HTTP_COPIES)
+                held = len(body)
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise invalid_json(str(exc)) from None
     finally:
-        budget.release(held)
+        budget.release(held * HTTP_COPIES)
 
 
 def query_int(request: Request, name: str, default: int) -> int:

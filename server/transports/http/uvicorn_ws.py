@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from bidi_responses.server.core.budget import RequestBytes
+from bidi_responses.server.core.budget import WEBSOCKET_COPIES, RequestBytes
 from bidi_responses.server.core.errors import ApiError
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -37,6 +37,8 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
     budget: ClassVar[RequestBytes | None] = None
     #: Bytes of the message being read, charged to ``budget``.
     _reading = 0
+    #: A message was refused: what else arrives is dropped until the connection ends.
+    _refused = False
 
     @classmethod
     def bound_to(cls, budget: RequestBytes) -> type[WebSocketProtocol]:
@@ -45,14 +47,16 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
 
     def data_received(self, data: bytes) -> None:
         """Charge the bytes of a message being read; refuse it past the budget."""
+        if self._refused:
+            return  # the rest of a refused message: dropped while the client reads the close
         budget = self.budget
         if budget is not None and self.handshake_complete and not self.close_sent:
             try:
-                budget.take(len(data))
+                budget.take(len(data) * WEBSOCKET_COPIES)
             except ApiError:
                 self._refuse_over_budget()
                 return
-            self._reading += len(data)
+            self._reading += len(data) * WEBSOCKET_COPIES
         super().data_received(data)
 
     def send_receive_event_to_app(self) -> None:
@@ -73,13 +77,18 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
     def _refuse_over_budget(self) -> None:
         """Close with 1013 (try again later), dropping the message being read."""
         self._release_reading()
+        # Free what was read of the message now, not when the protocol is collected.
         self.frames = []
+        self.conn.reader.buffer.clear()
         self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
         code, reason = OVER_BUDGET_CLOSE, OVER_BUDGET_REASON
         self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
-        self.transport.close()
+        self._refused = True
+        # Reading goes on (and drops what comes) so a client still sending sees the close
+        # frame; one that does not close in turn is dropped.
+        self.loop.call_later(STALLED_CLOSE_S, self.transport.abort)
 
     # ``Any``: uvicorn types the message with its private ``_types`` module.
     async def send(self, message: Any) -> None:

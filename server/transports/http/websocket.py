@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from bidi_responses.server.core.budget import WEBSOCKET_COPIES
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.events import error_event
 from bidi_responses.server.core.service import ResponsesCore
@@ -134,7 +135,10 @@ class WebSocketMode:
             if message["type"] == "websocket.disconnect":
                 return
             text = message.get("text")
-            size = len(text) if isinstance(text, str) else len(message.get("bytes") or b"")
+            # The text, its parsed form and what the protocol still holds.
+            size = WEBSOCKET_COPIES * (
+                len(text) if isinstance(text, str) else len(message.get("bytes") or b"")
+            )
             del text
             try:
                 # Charged to the server-wide budget until the session has taken the event.
