@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import ParamSpec, TypeVar
 
+import orjson
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import Item
@@ -30,11 +31,12 @@ def item_chars(items: Iterable[Item]) -> int:
 
 
 def request_chars(request: CreateRequest, limits: Limits) -> int:
-    """The characters a create asks the server to check and render (instructions and input);
-    ApiError 400 naming ``instructions`` when they pass the configured work bound.
+    """The characters a create asks the server to check and render (instructions, tools and
+    input); ApiError 400 naming the field when they pass the configured work bound.
 
     Input items are bounded when they are parsed (``max_item_chars`` each,
-    ``max_request_chars`` in all); the instructions count against the same bounds.
+    ``max_request_chars`` in all); the instructions and the tools (as JSON) count against the
+    same bounds.
     """
     instructions = len(request.instructions or "")
     if instructions > limits.max_item_chars:
@@ -44,10 +46,18 @@ def request_chars(request: CreateRequest, limits: Limits) -> int:
             code="string_above_max_length",
             param="instructions",
         )
-    total = instructions + item_chars(request.input)
+    tools = len(orjson.dumps(request.tools).decode()) if request.tools else 0
+    if tools > limits.max_item_chars:
+        raise ApiError(
+            f"Invalid 'tools': the tool definitions are larger than {limits.max_item_chars} "
+            f"characters ({tools}).",
+            code="input_too_large",
+            param="tools",
+        )
+    total = instructions + tools + item_chars(request.input)
     if total > limits.max_request_chars:
         raise ApiError(
-            f"Invalid 'instructions': the instructions and input together are larger than "
+            f"Invalid 'instructions': the instructions, tools and input together are larger than "
             f"{limits.max_request_chars} characters.",
             code="input_too_large",
             param="instructions",
