@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import grpc
 import httpx
 import orjson
 import websockets
+from bidi_responses.bench.servers import serve_command
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import HealthCheck, Phase, given, settings
@@ -55,6 +58,42 @@ SHELL = {
     "name": "exec_command",
     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
 }
+
+
+class BigFuzzServer(FuzzServer):
+    """``make fuzz``'s server, with a prefill that costs nothing: the simulated engine would
+    otherwise model minutes of prefill for tens of millions of prompt tokens, and the run
+    would measure the model, not the API."""
+
+    def start(self) -> None:
+        config = self.data_dir / "server.toml"
+        config.write_text(
+            '[models."sim-model".sim]\n'
+            "tokens_per_second = 1000000.0\n"
+            "ttft_ms = 0.0\n"
+            "prefill_tokens_per_second = 1e15\n"
+            "tool_rounds = 1\n",
+            encoding="utf-8",
+        )
+        command = serve_command(
+            config,
+            grpc_port=self.grpc_port,
+            http_port=self.http_port,
+            data_dir=self.data_dir / "data",
+        )
+        log = open(self.log_path, "wb")  # noqa: SIM115 (the child writes it until the end)
+        self.process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while b"listening" not in self.log_path.read_bytes():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{self.log_path.read_text()}")
+            time.sleep(0.05)  # polling a file the child writes; no event to wait on
 
 
 @dataclass(frozen=True)
@@ -314,7 +353,7 @@ def run_big_fuzz(
 ) -> tuple[dict[str, collections.Counter[str]], dict[str, Any]]:
     """Huge inputs mixed with small streams on a fresh server; counts and the server's state."""
     bigs = draw_inputs(inputs, chars)
-    server = FuzzServer(workdir)
+    server = BigFuzzServer(workdir)
     server.start()
     try:
         counts, state = asyncio.run(_run(server, bigs, parallel))
