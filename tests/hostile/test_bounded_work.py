@@ -12,12 +12,13 @@ import httpx
 import pytest
 import websockets
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client.types import JSONValue
 from bidi_responses.server.app import RunningServer
 
 from tests.conftest import ServerFactory, make_config
 from tests.ws.conftest import connector, error_of, final
 
-SMALL = {"model": "sim-model", "input": "hi", "store": False}
+SMALL: dict[str, JSONValue] = {"model": "sim-model", "input": "hi", "store": False}
 
 
 async def test_small_streams_complete_turns_while_a_huge_create_is_prepared(
