@@ -43,7 +43,8 @@ DEFAULT_OFFLOAD_CHARS = 65_536
 #: A text longer than this is scanned in windows (``text_windows``), so no single regular
 #: expression call holds the GIL for long while the event loop waits for it.
 WINDOW_CHARS = 65_536
-#: How much consecutive windows overlap: a match shorter than this is never cut in two.
+#: How much consecutive windows overlap (at least half of it, the next window starting at a
+#: space): a match shorter than half of this is never cut in two.
 WINDOW_OVERLAP = 4096
 
 P = ParamSpec("P")
@@ -109,19 +110,26 @@ def text_windows(
     """``text`` in windows of about ``size`` characters, each starting ``overlap`` characters
     (at whitespace where there is some) before the previous one ends; a short text whole.
 
-    A scan over the windows finds every match shorter than the overlap, some twice.
+    A scan over the windows finds every match shorter than half the overlap, some twice.
     """
-    length = len(text)
+    for start, end in window_spans(len(text), text, size, overlap):
+        yield text if end - start == len(text) else text[start:end]
+
+
+def window_spans(
+    length: int, text: str, size: int = WINDOW_CHARS, overlap: int = WINDOW_OVERLAP
+) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each of ``text_windows``' windows."""
     if length <= size + overlap:
-        yield text
+        yield 0, length
         return
     start = 0
     while True:
         end = start + size + overlap
         if end >= length:
-            yield text[start:]
+            yield start, length
             return
-        yield text[start:end]
+        yield start, end
         resume = end - overlap
         space = _next_space(text, resume, end - overlap // 2)
         start = space if space is not None else resume
