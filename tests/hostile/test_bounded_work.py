@@ -117,6 +117,11 @@ async def test_request_bytes_past_the_server_wide_budget_get_a_retryable_429(
                     await stream.create(**SMALL, instructions=big)
                 assert raised.value.code == "server_busy" and raised.value.status == 429
                 assert (await stream.create(**SMALL)).status == "completed"
+                # On another lane too: the refusal reaches the lane that sent the message.
+                with pytest.raises(ResponsesError) as raised:
+                    await stream.create(stream_id="side", **SMALL, instructions=big)
+                assert raised.value.code == "server_busy"
+                assert (await stream.create(stream_id="side", **SMALL)).status == "completed"
         # WebSocket mode: a frame is refused while it is read (close 1013, try again later,
         # saying why) and a new connection is served; a compressed frame, small on the wire,
         # is refused once inflated, with an error event, and its connection goes on.

@@ -29,7 +29,7 @@ from bidi_responses.server.transports.admission import (
     shutting_down,
 )
 from bidi_responses.server.transports.grpc.context import Context, caller_of
-from bidi_responses.server.transports.grpc.decoding import decode_request
+from bidi_responses.server.transports.grpc.decoding import decode_request, peek_connect_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
 from bidi_responses.server.transports.grpc.status import abort
 from bidi_responses.v1 import responses_pb2 as pb
@@ -141,8 +141,10 @@ async def _read_requests(
                 # Charged to the server-wide budget until the session has taken the event.
                 core.request_bytes.take(size)
             except ApiError as error:
+                lane, answers = peek_connect_request(raw)
                 del raw
-                await session.emit("", error_event(error.status, error.to_error_object()))
+                refused = error_event(error.status, error.to_error_object(), answers)
+                await session.emit(lane, refused)
                 continue
             try:
                 request = decode_request(pb.ConnectRequest, raw, "Connect")
