@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import orjson
-from bidi_responses.server.core.budget import HTTP_COPIES
+from bidi_responses.server.core.budget import HTTP_COPIES, over_budget
 from bidi_responses.server.core.errors import ApiError
 from bidi_responses.server.core.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
@@ -24,8 +24,10 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     """The request body as JSON, refusing bodies over the configured message limit.
 
     The body counts against the server-wide budget (``core.request_bytes``) while it is read
-    and parsed, as ``HTTP_COPIES`` times its bytes (the buffer, then its parsed form): a
-    declared ``Content-Length`` up front, otherwise as it arrives.
+    and parsed, as ``HTTP_COPIES`` times its bytes (the buffer, then its parsed form), charged
+    as they arrive (a declared length reserves nothing, so a client that declares much and
+    sends little holds little); a declared length the budget cannot take now is refused
+    before anything is read.
     """
     limit = core.config.limits.max_message_bytes
     budget = core.request_bytes
@@ -33,23 +35,24 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     declared = int(length) if length is not None and length.isdigit() else 0
     if declared > limit:
         raise too_large(limit)
-    budget.take(declared * HTTP_COPIES)
-    held = declared
+    if budget.limit and budget.held + declared * HTTP_COPIES > budget.limit:
+        budget.refused += 1
+        raise over_budget(budget.limit, declared * HTTP_COPIES)
+    held = 0
     try:
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > limit:
                 raise too_large(limit)
-            if len(body) > held:
-                budget.take((len(body) - held) * HTTP_COPIES)
-                held = len(body)
+            budget.take(len(chunk) * HTTP_COPIES)
+            held += len(chunk) * HTTP_COPIES
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise invalid_json(str(exc)) from None
     finally:
-        budget.release(held * HTTP_COPIES)
+        budget.release(held)
 
 
 def query_int(request: Request, name: str, default: int) -> int:
