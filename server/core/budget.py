@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from bidi_responses.server.core.errors import ApiError
 
 #: Copies of a message the server holds at once while it reads and parses it, by transport:
-#: an HTTP body (the buffer, then its parsed form); a WebSocket frame (the parser's buffer,
-#: the payload cut from it, the payload unmasked, then its decoded text); a gRPC message (the
-#: bytes grpc hands over, the protobuf message, its dict). Charging that many times the wire
-#: bytes makes the budget bound memory, not just bytes on the wire. (gRPC's own buffer of a
-#: message being received is out of the application's reach: see docs/results.md.)
-HTTP_COPIES = 2
+#: an HTTP body (the buffer as it grows and is reallocated, then its parsed form); a WebSocket
+#: frame (the parser's buffer, the payload cut from it, the payload unmasked, then its decoded
+#: text); a gRPC message (the bytes grpc hands over, the protobuf message, its dict). Charging
+#: that many times the wire bytes makes the budget bound memory, not just bytes on the wire.
+#: (gRPC's own buffer of a message being received is out of the application's reach: see
+#: docs/results.md.)
+HTTP_COPIES = 3
 WEBSOCKET_COPIES = 4
 GRPC_COPIES = 3
 

@@ -24,10 +24,10 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     """The request body as JSON, refusing bodies over the configured message limit.
 
     The body counts against the server-wide budget (``core.request_bytes``) while it is read
-    and parsed, as ``HTTP_COPIES`` times its bytes (the buffer, then its parsed form), charged
-    as they arrive (a declared length reserves nothing, so a client that declares much and
-    sends little holds little); a declared length the budget cannot take now is refused
-    before anything is read.
+    and parsed, as ``HTTP_COPIES`` times its bytes (the growing buffer, then its parsed
+    form), charged as they arrive (a declared length reserves nothing, so a client that
+    declares much and sends little holds little); a declared length the budget cannot take
+    now is refused before anything is read.
     """
     limit = core.config.limits.max_message_bytes
     budget = core.request_bytes
