@@ -12,8 +12,8 @@ MODULES := build/modules.txt
 TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
-	bench bench-compaction fuzz soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain
+	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
+	handoff-bench node-deps interop burst drain bench-fairness bench-memory
 
 all: check test
 
@@ -135,6 +135,19 @@ compare: $(EXTRA)bench
 FUZZ_INPUTS ?= 10000
 fuzz: $(EXTRA)test
 	$(PY) -m tests.fuzz.run --inputs $(FUZZ_INPUTS)
+
+# Huge (10 MB) inputs over every transport mixed with small streams that keep taking turns:
+# 0 hangs, 0 5xx/INTERNAL/UNKNOWN, and the small streams progress meanwhile.
+FUZZ_BIG_INPUTS ?= 40
+fuzz-big: $(EXTRA)test
+	$(PY) -m tests.fuzz.big --inputs $(FUZZ_BIG_INPUTS)
+
+# Bounded work per request (docs/results.md, "Bounded work per request"): a small stream's
+# turn time while another client sends 10 MB creates; RSS under 16 parallel 64 MiB messages.
+bench-fairness: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.fairness latency
+bench-memory: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.fairness memory
 
 # N agents x T turns per transport on one server; SOAK_ARGS=--full runs 200 x 25.
 SOAK_ARGS ?=

@@ -28,6 +28,13 @@ class Limits:
     max_metadata_pairs: int = 16
     # Largest single client message a transport accepts (gRPC message, WebSocket frame, body).
     max_message_bytes: int = 64 * 1024 * 1024
+    # Server-wide budget on request bytes being read or held before a request is parsed, over
+    # every transport and stream at once (gRPC messages, HTTP bodies, WebSocket frames); past
+    # it a message is refused with a retryable 429 / RESOURCE_EXHAUSTED (0 = no budget).
+    max_inflight_request_bytes: int = 256 * 1024 * 1024
+    # Pre-inference work (checking, classifying, rendering) of a create with at least this
+    # many characters of instructions and input runs in a worker thread; smaller ones inline.
+    offload_chars: int = 65_536
     # How long an append-mode response waits in response.done for its tool outputs.
     append_timeout_s: float = 300.0
     # A Connect stream or WebSocket connection is closed after this age, as the hosted API does.

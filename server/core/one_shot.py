@@ -32,6 +32,7 @@ from bidi_responses.server.core.api.schema import (
 from bidi_responses.server.core.compaction import CompactionCodec, is_kept
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.routing import Router
+from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
 from bidi_responses.server.core.runs.record import Usage
 from bidi_responses.server.core.storage.backend import ResponseStore
 from bidi_responses.server.core.storage.postinference import PostJob, PostQueue
@@ -105,7 +106,10 @@ class SurfaceOps:
         new_input, _ = parse_input(body.get("input"), self.config.limits)
         items, _ = await self._conversation(previous, new_input, tenant)
 
-        prompt = self.renderer.render_conversation(instructions, [], items)
+        size = len(instructions or "") + item_chars(items)
+        prompt = await offload(
+            size, self.config.limits, self.renderer.render_conversation, instructions, [], items
+        )
         summary = self.compaction.summarize(item for item in items if not is_kept(item))
         created_at = int(time.time())
         token = self.compaction.seal(
@@ -166,8 +170,16 @@ class SurfaceOps:
         # A placeholder model satisfies the create parser.
         request = parse_create({**body, "model": model or "-"}, self.config.limits)
         items, _ = await self._conversation(request.previous_response_id, request.input, tenant)
-        tokens = renderer.render_conversation(
-            request.instructions, request.tools, items, request.output_format()
+        # Bounded like a create, and rendered off the event loop when large (core/work.py).
+        size = request_chars(request, self.config.limits) + item_chars(items)
+        tokens = await offload(
+            size,
+            self.config.limits,
+            renderer.render_conversation,
+            request.instructions,
+            request.tools,
+            items,
+            request.output_format(),
         )
         return {"object": "response.input_tokens", "input_tokens": len(tokens)}
 

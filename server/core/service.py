@@ -43,6 +43,7 @@ from bidi_responses.server.core.storage.journal import Journal
 from bidi_responses.server.core.storage.postinference import PostQueue
 from bidi_responses.server.core.tenancy.auth import ApiKeys
 from bidi_responses.server.core.tenancy.limits import TenantLimiter
+from bidi_responses.server.core.tenancy.request_budget import RequestBytes
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.base import Engine
 from bidi_responses.server.pipeline import build_pipeline
@@ -62,6 +63,10 @@ class ResponsesCore(SurfaceOps):
         self.renderer = Renderer(self.encoding, self.compaction.summary)
         self.router = Router(config.models, self._build_engine)
         self.pipeline = build_pipeline(config.stages, config.stage_settings)
+        self.pipeline.offload_chars = config.limits.offload_chars
+        # Request bytes read or held at once, over every transport
+        # (server/core/tenancy/request_budget.py).
+        self.request_bytes = RequestBytes(config.limits.max_inflight_request_bytes)
         self.store: ResponseStore = open_store(
             config.store.url,
             config.store_path,

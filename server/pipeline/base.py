@@ -12,6 +12,8 @@ Register a stage class with ``register_stage`` or name it as ``module:attribute`
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import ParamSpec, Protocol, TypeAlias, TypeVar
 
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
@@ -34,6 +36,19 @@ from bidi_responses.server.core.observability.logsafe import printable
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]
+
+#: Batches with at least this many characters of text are examined off the event loop
+#: (``limits.offload_chars`` sets the pipeline's figure).
+DEFAULT_OFFLOAD_CHARS = 65_536
+#: A text longer than this is scanned in windows (``text_windows``), so no single regular
+#: expression call holds the GIL for long while the event loop waits for it.
+WINDOW_CHARS = 65_536
+#: How much consecutive windows overlap (at least half of it, the next window starting at a
+#: space): a match shorter than half of this is never cut in two.
+WINDOW_OVERLAP = 4096
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +84,61 @@ class StageInput:
     declared_functions: frozenset[str]
     known_calls: Mapping[str, str]
     answered_calls: AbstractSet[str]
+    # Set by the pipeline from its configuration; see ``examine_off_loop``.
+    offload_chars: int = DEFAULT_OFFLOAD_CHARS
+
+    @property
+    def chars(self) -> int:
+        """Characters of text in the batch's items (what the classifiers read)."""
+        return sum(len(text) for item in self.items for _, text in iter_texts(item, ""))
+
+
+async def examine_off_loop(
+    batch: StageInput, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """``work(*args, **kwargs)``, in a worker thread when the batch is large (at least
+    ``batch.offload_chars`` characters), inline otherwise (a thread hop costs more than
+    examining a small batch). The stage's coroutine waits; the event loop does not."""
+    if batch.chars < batch.offload_chars:
+        return work(*args, **kwargs)
+    return await asyncio.to_thread(work, *args, **kwargs)
+
+
+def text_windows(
+    text: str, size: int = WINDOW_CHARS, overlap: int = WINDOW_OVERLAP
+) -> Iterator[str]:
+    """``text`` in windows of about ``size`` characters, each starting ``overlap`` characters
+    (at whitespace where there is some) before the previous one ends; a short text whole.
+
+    A scan over the windows finds every match shorter than half the overlap, some twice.
+    """
+    for start, end in window_spans(len(text), text, size, overlap):
+        yield text if end - start == len(text) else text[start:end]
+
+
+def window_spans(
+    length: int, text: str, size: int = WINDOW_CHARS, overlap: int = WINDOW_OVERLAP
+) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each of ``text_windows``' windows."""
+    if length <= size + overlap:
+        yield 0, length
+        return
+    start = 0
+    while True:
+        end = start + size + overlap
+        if end >= length:
+            yield start, length
+            return
+        yield start, end
+        resume = end - overlap
+        space = _next_space(text, resume, end - overlap // 2)
+        start = space if space is not None else resume
+
+
+def _next_space(text: str, start: int, stop: int) -> int | None:
+    """The first space or newline in ``text[start:stop]``, or None."""
+    found = [i for i in (text.find(" ", start, stop), text.find("\n", start, stop)) if i >= 0]
+    return min(found) if found else None
 
 
 class Stage(Protocol):
@@ -235,8 +305,9 @@ class StageCounters:
 class Pipeline:
     """Runs the configured stages in order over each turn's new items."""
 
-    def __init__(self, stages: Sequence[Stage]) -> None:
+    def __init__(self, stages: Sequence[Stage], offload_chars: int = DEFAULT_OFFLOAD_CHARS) -> None:
         self.stages = list(stages)
+        self.offload_chars = offload_chars
         names = [stage.name for stage in self.stages]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -272,6 +343,8 @@ class Pipeline:
         counters: StageCounters,
     ) -> list[Flag]:
         """Run every stage over ``batch``; the first blocking stage's ApiError propagates."""
+        if batch.offload_chars != self.offload_chars:
+            batch = dataclasses.replace(batch, offload_chars=self.offload_chars)
         flags: list[Flag] = []
         for stage in self.stages:
             carried = stage_state.get(stage.name)

@@ -25,8 +25,10 @@ from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import (
     Flag,
     StageInput,
+    examine_off_loop,
     iter_texts,
     register_stage,
+    text_windows,
 )
 
 CODE = "prompt_injection_suspected"
@@ -226,12 +228,32 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}|[A-Za-z0-9_-]{40,}={0,2}")
 
 
 def score_text(text: str) -> tuple[int, list[str]]:
-    """The text's score and the names of the patterns found, in pattern order."""
-    lowered = text.translate(_LOWER)
-    words: set[str] | None = None
+    """The text's score and the names of the patterns found, in pattern order.
+
+    A long text is scanned in windows (``text_windows``): a pattern counts once however many
+    windows it is found in, as it does in one scan.
+    """
+    found: set[int] = set()
+    for window in text_windows(text):
+        found |= _patterns_found(window, found)
     score = 0
     names: list[str] = []
-    for pattern in PATTERNS:
+    for index in sorted(found):
+        pattern = PATTERNS[index]
+        score += pattern.score
+        if pattern.name not in names:
+            names.append(pattern.name)
+    return score, names
+
+
+def _patterns_found(text: str, known: set[int]) -> set[int]:
+    """Indexes of the patterns found in ``text`` (those in ``known`` are not looked for)."""
+    lowered = text.translate(_LOWER)
+    words: set[str] | None = None
+    found: set[int] = set()
+    for index, pattern in enumerate(PATTERNS):
+        if index in known:
+            continue
         if pattern.words:
             if words is None:
                 words = set(lowered.translate(_PUNCTUATION).split())
@@ -241,16 +263,15 @@ def score_text(text: str) -> tuple[int, list[str]]:
         if pattern.literals and not any(lit in haystack for lit in pattern.literals):
             continue
         if pattern.found(haystack):
-            score += pattern.score
-            if pattern.name not in names:
-                names.append(pattern.name)
-    return score, names
+            found.add(index)
+    return found
 
 
 def _decoded_blobs(text: str, limit: int, max_chars: int) -> list[str]:
     """Text hidden in base64 blobs of ``text`` (at most ``limit`` of them)."""
     found: list[str] = []
-    for word in [w for w in text.split() if len(w) >= 40]:
+    words = (w for window in text_windows(text) for w in window.split() if len(w) >= 40)
+    for word in dict.fromkeys(words):  # a word in two windows' overlap is decoded once
         for match in _BASE64.finditer(word):
             blob = match.group().rstrip("=")
             if len(blob) > max_chars or len(blob) % 4 == 1:
@@ -323,6 +344,9 @@ class InjectionClassifier:
 
     async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Score the new tool outputs; flag them, or block after ``block_after`` flags."""
+        return await examine_off_loop(batch, self._examine, batch, carried)
+
+    def _examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         flags: list[Flag] = []
         for item, path in zip(batch.items, batch.paths, strict=True):
             if item.get("type") not in self.item_types:

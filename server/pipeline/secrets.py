@@ -30,8 +30,10 @@ from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline.base import (
     Flag,
     StageInput,
+    examine_off_loop,
     iter_texts,
     register_stage,
+    text_windows,
 )
 
 CODE = "secret_detected"
@@ -182,9 +184,19 @@ class SecretsClassifier:
     # -- detection ---------------------------------------------------------------------------
 
     def scan(self, text: str) -> list[Finding]:
-        """Every credential-looking value in ``text``, deduplicated, in the order found."""
+        """Every credential-looking value in ``text``, deduplicated, in the order found.
+
+        A long text is scanned in windows (``text_windows``); a value in two windows' overlap
+        is one finding, as it is in one scan.
+        """
         findings: dict[bytes, Finding] = {}
         values: list[str] = []
+        for window in text_windows(text):
+            self._scan_window(window, findings, values)
+        return list(findings.values())
+
+    def _scan_window(self, text: str, findings: dict[bytes, Finding], values: list[str]) -> None:
+        """Add one window's findings (keyed by fingerprint) and values."""
 
         def add(kind: str, value: str) -> None:
             values.append(value)
@@ -219,7 +231,6 @@ class SecretsClassifier:
                         continue
                     if _random_looking(token, self.min_entropy):
                         add("high-entropy string", token)
-        return list(findings.values())
 
     @staticmethod
     def _assignments(text: str, lowered: str) -> Iterator[str]:
@@ -265,6 +276,9 @@ class SecretsClassifier:
 
     async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         """Scan the new items' text; flag or block; remember what was reported."""
+        return await examine_off_loop(batch, self._examine, batch, carried)
+
+    def _examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
         seen: dict[bytes, None] = carried.setdefault("seen", {})
         flags: list[Flag] = []
         for item, path in zip(batch.items, batch.paths, strict=True):

@@ -24,6 +24,15 @@ def identify(keys: ApiKeys, authorization: str | None) -> Caller:
     return tenant, tenant or keys.label(authorization)
 
 
+def quota_key(caller: Caller, peer: str) -> str:
+    """Whom a stream's limits count against: the tenant, or on an open server the bearer
+    token's label; a caller with neither (an open server, no token) counts as its connection
+    (the transport's peer address), so one client's idle streams cannot fill a bucket that
+    every anonymous client shares."""
+    tenant, quota = caller
+    return quota or tenant or f"peer {peer}"
+
+
 def label_open_caller(body: JSONObject, caller: Caller) -> None:
     """On an open server, the token's label stands in for a tenant in the ledger (``user``)."""
     tenant, quota = caller

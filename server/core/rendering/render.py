@@ -60,12 +60,19 @@ class Renderer:
     whole_conversation = False
 
     def __init__(
-        self, encoding: tiktoken.Encoding, open_compaction: Callable[[str], str] | None = None
+        self,
+        encoding: tiktoken.Encoding,
+        open_compaction: Callable[[str], str] | None = None,
+        *,
+        max_piece_chars: int = tokenizer.MAX_PIECE_CHARS,
     ) -> None:
         self._encoding = encoding
         # Token -> summary text, for compaction items (None: they cannot be rendered).
         self._open_compaction = open_compaction
-        self._encode = encoding.encode_ordinary
+        # encode_ordinary in time linear in the text (tokenizer.encode_bounded): a long run
+        # without a piece boundary costs no more than ordinary text.
+        self._encode = tokenizer.bounded_encoder(encoding, max_piece_chars)
+        self._max_piece_chars = max_piece_chars
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
     @property
@@ -83,7 +90,11 @@ class Renderer:
     def _block(self, out: TokenArray, header: str, channel: str | None, body: str, end: int) -> int:
         start = len(out)
         out.extend(self._header(header, channel))
-        out.extend(self._encode(body))
+        if len(body) <= self._max_piece_chars:
+            out.extend(self._encode(body))
+        else:  # segment by segment: a huge body never becomes one list
+            for part in tokenizer.encode_parts(self._encoding, body, self._max_piece_chars):
+                out.extend(part)
         out.append(end)
         return len(out) - start
 

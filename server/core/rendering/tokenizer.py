@@ -25,8 +25,11 @@ import gzip
 import hashlib
 import importlib.util
 import os
+import re
 import tempfile
+import unicodedata
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -40,6 +43,7 @@ __all__ = [
     "END",
     "ENDOFPROMPT",
     "ENDOFTEXT",
+    "MAX_PIECE_CHARS",
     "MESSAGE",
     "O200K_BASE_SHA256",
     "O200K_PAT_STR",
@@ -49,6 +53,10 @@ __all__ = [
     "VOCAB_ENV",
     "VOCAB_SHA256_ENV",
     "TokenizerUnavailable",
+    "bounded_encoder",
+    "encode_bounded",
+    "encode_parts",
+    "encode_segments",
     "load_encoding",
 ]
 
@@ -308,3 +316,129 @@ def _build_encoding(data: bytes, *, source: str) -> tiktoken.Encoding:
         raise TokenizerUnavailable(
             f"Vocabulary file {source!r} could not be loaded by tiktoken: {exc}. " + _FIX_HINT
         ) from exc
+
+
+# -- encoding in time linear in the text -------------------------------------------------------
+#
+# tiktoken splits text into pieces with O200K_PAT_STR and byte-pair encodes each piece; the
+# merge loop costs more than linear time in a piece's length, and one very long piece (a run of
+# one letter, of punctuation, of spaces) is its worst case: a 10 MB run of one character costs
+# tens of seconds of CPU, and a run of 1 M spaces overflows the regex engine's stack (a panic,
+# not an exception). The bounded encoder therefore hands tiktoken segments of at most
+# ``max_piece_chars`` characters, cut where a piece boundary is certain, so the tokens are
+# exactly tiktoken's. Only a stretch of ``max_piece_chars / 2`` characters without any such
+# place (a run of one character, a long run of punctuation or whitespace, unpunctuated CJK) is
+# cut where it must be, and only its tokens around that cut may differ.
+#
+# A piece boundary is certain at ``i`` when
+# - ``text[i - 1]`` is a letter and ``text[i]`` is neither a letter, a mark nor an apostrophe:
+#   only the letter alternatives hold letters, and they continue only with letters, marks or a
+#   contraction (``'s``); the leading character they allow belongs to the piece after ``i``;
+# - or exactly one of ``text[i - 1]``, ``text[i]`` is a number, and ``text[i - 1]`` is not
+#   whitespace: only ``\p{N}{1,3}`` holds numbers, and a run of them starts and ends a piece.
+# Then the pieces before ``i`` end where they did (the last one is a letter, number or
+# punctuation piece, never the whitespace that the only lookahead, ``\s+(?!\S)``, splits
+# differently at the end of a text), and those from ``i`` on start where they did.
+# ``tests/core/test_tokenizer_bounds.py`` checks this against tiktoken.
+# Segments also keep each call short, so a worker thread encoding 10 MB lets others run:
+# tiktoken releases the GIL while it encodes and holds it only to build each segment's list.
+
+#: Longest segment one tiktoken call is given, in characters.
+MAX_PIECE_CHARS: Final = 8192
+
+# Where a piece boundary may be (checked again by ``_certain_boundary``): after a letter (or
+# another non-decimal alphanumeric) before anything but an alphanumeric or an apostrophe; or
+# at either end of a run of decimal digits.
+_CANDIDATE: Final = re.compile(r"(?<=[^\W\d_])(?=[^\w'])|(?<=\d)(?=\D)|(?<=\D)(?=\d)")
+
+
+def _certain_boundary(text: str, index: int) -> bool:
+    """True when every tokenization by O200K_PAT_STR has a piece boundary before ``index``.
+
+    A character this Python's Unicode tables do not know (``Cn``) may be a letter or number
+    to tiktoken's newer tables, so it never makes a boundary certain.
+    """
+    before = unicodedata.category(text[index - 1])
+    after = text[index]
+    after_category = unicodedata.category(after)
+    if before == "Cn" or after_category == "Cn":
+        return False
+    if before[0] == "N":
+        return after_category[0] != "N"
+    if after_category[0] == "N":
+        # Not after whitespace: before a non-space the pattern's ``\s+(?!\S)`` leaves a
+        # run's last character apart, at the end of a text it does not.
+        return not text[index - 1].isspace()
+    return before[0] == "L" and after_category[0] not in "LMN" and after != "'"
+
+
+def _segment_spans(text: str, max_piece_chars: int) -> Iterator[tuple[int, int, bool]]:
+    """``(start, end, forced)`` of each segment, in order; ``forced``: ``end`` is not a certain
+    piece boundary (the stretch before it had none)."""
+    size = len(text)
+    start = 0
+    half = max(max_piece_chars // 2, 1)
+    while size - start > max_piece_chars:
+        limit = start + max_piece_chars
+        cut = 0
+        search_from = start + half
+        while cut == 0:
+            # endpos: the candidate must leave the segment within the limit.
+            match = _CANDIDATE.search(text, search_from, limit)
+            if match is None:
+                break
+            index = match.start()
+            if _certain_boundary(text, index):
+                cut = index
+            search_from = index + 1
+        if cut:
+            yield start, cut, False
+            start = cut
+        else:
+            yield start, limit, True
+            start = limit
+    yield start, size, False
+
+
+def encode_segments(text: str, max_piece_chars: int = MAX_PIECE_CHARS) -> list[str]:
+    """The segments the bounded encoder gives tiktoken one by one: at most ``max_piece_chars``
+    characters each, joining to ``text``."""
+    return [text[start:end] for start, end, _ in _segment_spans(text, max_piece_chars)]
+
+
+def encode_bounded(
+    encoding: tiktoken.Encoding, text: str, max_piece_chars: int = MAX_PIECE_CHARS
+) -> list[int]:
+    """``encoding.encode_ordinary(text)`` in time linear in the text, one segment at a time.
+
+    Identical to it unless some stretch of ``max_piece_chars / 2`` characters has no certain
+    piece boundary (see above); the tokens always decode to ``text``.
+    """
+    tokens: list[int] = []
+    for part in encode_parts(encoding, text, max_piece_chars):
+        tokens += part
+    return tokens
+
+
+def encode_parts(
+    encoding: tiktoken.Encoding, text: str, max_piece_chars: int = MAX_PIECE_CHARS
+) -> Iterator[list[int]]:
+    """``encode_bounded``'s tokens, one list per segment (so a caller appending them to an
+    array never holds the GIL to copy one huge list)."""
+    encode = encoding.encode_ordinary
+    for start, end, _ in _segment_spans(text, max_piece_chars):
+        yield encode(text[start:end])
+
+
+def bounded_encoder(
+    encoding: tiktoken.Encoding, max_piece_chars: int = MAX_PIECE_CHARS
+) -> Callable[[str], list[int]]:
+    """``encode_bounded`` bound to one encoding: a drop-in for ``encoding.encode_ordinary``."""
+    encode = encoding.encode_ordinary
+
+    def encode_text(text: str) -> list[int]:
+        if len(text) <= max_piece_chars:
+            return encode(text)  # the common case: one call, as before
+        return encode_bounded(encoding, text, max_piece_chars)
+
+    return encode_text

@@ -42,6 +42,7 @@ from bidi_responses.server.core.observability.metrics import ResponseMetrics
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.runs.account import RunAccount
+from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
 from bidi_responses.server.core.runs.record import (
     EventSequence,
     ResponseRecord,
@@ -305,13 +306,23 @@ class ResponseRun:
         state = self.state = base.state
         history = base.history
         reused = 0
+        limits = core.config.limits
+        size = request_chars(request, limits) + (item_chars(history) if history else 0)
 
         self.route, stats.route_resolved = self.lane.route(core.router, request.model)
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
         self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
         self.output_format = request.output_format()
-        rendered = continuation.sync_prefix(state, self.renderer, request, self.output_format)
+        rendered = await offload(
+            size,
+            limits,
+            continuation.sync_prefix,
+            state,
+            self.renderer,
+            request,
+            self.output_format,
+        )
 
         new_input = self.steering + request.input if self.steering else request.input
         assign_ids(new_input)
@@ -326,13 +337,15 @@ class ResponseRun:
             # tokens the old and new prompts still share.
             stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
             reused = common_prefix(base.previous_tokens, state.tokens)
-        history_rendered = self._append_items(history) if history else 0
+        history_rendered = (
+            await offload(size, limits, self._append_items, history) if history else 0
+        )
         if base.previous_prefix is not None:
             reused = continuation.stored_reuse(
                 self.renderer, state, base.previous_prefix, history_rendered
             )
         before = state.tokens
-        rendered += history_rendered + self._append_items(new_input)
+        rendered += history_rendered + await offload(size, limits, self._append_items, new_input)
         if self.renderer.whole_conversation:
             # A chat template may render earlier turns anew once new ones join.
             previous = base.previous_tokens
@@ -458,7 +471,9 @@ class ResponseRun:
             self.record.stats.items_validated += len(items)
             previous = self.state.tokens
             reused = len(previous)
-            self.record.stats.tokens_rendered += self._append_items(items)
+            limits = self.core.config.limits
+            added = await offload(item_chars(items), limits, self._append_items, items)
+            self.record.stats.tokens_rendered += added
             if self.renderer.whole_conversation:  # a new array: was the old one kept?
                 reused = common_prefix(previous, self.state.tokens)
             self.account.took_input(items, reused)

@@ -21,9 +21,15 @@ from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenancy.limits import limit_exceeded
-from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
+from bidi_responses.server.core.tenancy.request_budget import GRPC_COPIES
+from bidi_responses.server.transports.admission import (
+    Caller,
+    label_open_caller,
+    quota_key,
+    shutting_down,
+)
 from bidi_responses.server.transports.grpc.context import Context, caller_of
-from bidi_responses.server.transports.grpc.decoding import decode_request
+from bidi_responses.server.transports.grpc.decoding import decode_request, peek_connect_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
 from bidi_responses.server.transports.grpc.status import abort
 from bidi_responses.v1 import responses_pb2 as pb
@@ -126,10 +132,21 @@ async def _read_requests(
             if raw is grpc.aio.EOF or not isinstance(raw, bytes):
                 break
             received = time.perf_counter()
+            size = len(raw) * GRPC_COPIES
+            try:
+                # Charged to the server-wide budget until the session has taken the event.
+                core.request_bytes.take(size)
+            except ApiError as error:
+                lane, answers = peek_connect_request(raw)
+                del raw
+                refused = error_event(error.status, error.to_error_object(), answers)
+                await session.emit(lane, refused)
+                continue
             try:
                 request = decode_request(pb.ConnectRequest, raw, "Connect")
                 tool_keys = decoder.tool_keys(raw)  # finds repeated tools by their bytes
             except ApiError as error:
+                core.request_bytes.release(size)
                 await session.emit("", error_event(400, error.to_error_object()))
                 continue
             finally:
@@ -139,18 +156,23 @@ async def _read_requests(
                 try:
                     outbound.use(Delivery.from_pb(request.delivery, streaming))
                 except ApiError as error:
+                    core.request_bytes.release(size)
                     await session.emit(
                         request.stream_id, error_event(error.status, error.to_error_object())
                     )
                     continue
                 if request.WhichOneof("event") is None:
+                    core.request_bytes.release(size)
                     continue  # options only
             event = decoder.client_event(request, tool_keys)
             del request, tool_keys
             if event.get("type") == "response.create":
                 # Open server: the token's label stands in for a tenant in the ledger.
                 label_open_caller(event, caller)
-            await session.handle(event, received)
+            try:
+                await session.handle(event, received)
+            finally:
+                core.request_bytes.release(size)
             del event
     except grpc.aio.AbortError:
         # This server ended the call (drain, age limit, write timeout) while it waited for
@@ -180,11 +202,11 @@ async def connect_stream(
     peer = context.peer()
     try:
         caller = caller_of(core.keys, context)
-        tenant, quota = caller
+        tenant, _ = caller
         if core.draining:
             raise shutting_down("streams")
         streams.check(peer)
-        session = core.open_session("grpc", tenant=tenant, quota_key=quota)
+        session = core.open_session("grpc", tenant=tenant, quota_key=quota_key(caller, peer))
     except ApiError:
         await _refuse_after_first_message(request_iterator)
         raise

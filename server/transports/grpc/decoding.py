@@ -7,6 +7,7 @@ import logging
 from typing import TypeVar
 
 from bidi_responses.codec import MessageDecodeError, decode_message
+from bidi_responses.codec.wire import read_varint
 from bidi_responses.server.core.api.errors import ApiError
 from google.protobuf.message import Message
 
@@ -27,3 +28,40 @@ def decode_request(request_class: type[_M], raw: bytes, method: str) -> _M:
         return decode_message(request_class, raw)
     except MessageDecodeError as problem:
         raise undecodable(problem, method) from None
+
+
+# ConnectRequest's top-level fields an error about a message names (responses.proto).
+_STREAM_ID, _EVENT_ID = 1, 80
+_EVENT_FIELDS = {2: "response.create", 3: "response.append", 4: "response.cancel"}
+
+
+def peek_connect_request(raw: bytes) -> tuple[str, dict[str, object]]:
+    """The lane (``stream_id``) of a ``ConnectRequest`` and what an error about it answers
+    (``request_type``, ``event_id``), read from its top-level fields without decoding it: for
+    a message refused before it is decoded, so the error reaches the lane that waits for it."""
+    lane = ""
+    answers: dict[str, object] = {}
+    pos = 0
+    try:
+        while pos < len(raw):
+            key, pos = read_varint(raw, pos)
+            number, wire_type = key >> 3, key & 7
+            if wire_type == 2:
+                length, pos = read_varint(raw, pos)
+                end = pos + length
+                if number == _STREAM_ID:
+                    lane = raw[pos:end].decode()
+                elif number == _EVENT_ID:
+                    answers["event_id"] = raw[pos:end].decode()
+                elif number in _EVENT_FIELDS:
+                    answers["request_type"] = _EVENT_FIELDS[number]
+                pos = end
+            elif wire_type == 0:
+                _, pos = read_varint(raw, pos)
+            elif wire_type in (1, 5):
+                pos += 8 if wire_type == 1 else 4
+            else:
+                break
+    except (IndexError, UnicodeDecodeError):
+        pass  # what was read so far is the best guess; the message is refused either way
+    return lane, answers

@@ -21,6 +21,7 @@ import grpc
 from bidi_responses.codec import wire_bytes
 from bidi_responses.server.core.api.errors import ApiError, server_error
 from bidi_responses.server.core.observability.metrics import Metrics
+from bidi_responses.server.core.tenancy.request_budget import GRPC_COPIES, RequestBytes
 from bidi_responses.server.transports.grpc.context import Context
 from bidi_responses.server.transports.grpc.decoding import decode_request
 from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
@@ -55,20 +56,33 @@ async def _statuses(metrics: Metrics, context: Context, name: str) -> AsyncItera
         await abort(context, server_error())
 
 
-def _unary(metrics: Metrics, method: UnaryMethod, request_class: type[Message], name: str) -> Any:
+def _unary(
+    metrics: Metrics,
+    budget: RequestBytes,
+    method: UnaryMethod,
+    request_class: type[Message],
+    name: str,
+) -> Any:
     """A unary handler that decodes its own request."""
 
     @functools.wraps(method)
     async def handler(raw: bytes, context: Context) -> Message:
         async with _statuses(metrics, context, name):
-            return await method(decode_request(request_class, raw, name), context)
+            # The request's bytes are alive while the call runs: charged to the server-wide
+            # budget until it ends.
+            with budget.holding(len(raw) * GRPC_COPIES):
+                return await method(decode_request(request_class, raw, name), context)
         raise AssertionError("unreachable: the guard ends the call")
 
     return handler
 
 
 def _stream(
-    metrics: Metrics, method: StreamMethod, request_class: type[Message] | None, name: str
+    metrics: Metrics,
+    budget: RequestBytes,
+    method: StreamMethod,
+    request_class: type[Message] | None,
+    name: str,
 ) -> Any:
     """A streaming handler; it decodes its request first unless ``request_class`` is None (the
     method takes the raw request)."""
@@ -76,12 +90,16 @@ def _stream(
     @functools.wraps(method)
     async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
         async with _statuses(metrics, context, name):
-            if request_class is not None:
-                request = decode_request(request_class, request, name)
-            # Closed with the call, so its cleanup runs now (not when collected).
-            async with contextlib.aclosing(method(request, context)) as events:
-                async for out in events:
-                    yield out
+            # A raw request (not a request stream) is alive while the call runs: charged to
+            # the server-wide budget until it ends.
+            size = len(request) * GRPC_COPIES if isinstance(request, bytes) else 0
+            with budget.holding(size):
+                if request_class is not None:
+                    request = decode_request(request_class, request, name)
+                # Closed with the call, so its cleanup runs now (not when collected).
+                async with contextlib.aclosing(method(request, context)) as events:
+                    async for out in events:
+                        yield out
 
     return handler
 
@@ -89,6 +107,7 @@ def _stream(
 def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     """Register every method of ``ResponsesService`` with a raw-bytes request deserializer."""
     metrics = servicer.core.metrics
+    budget = servicer.core.request_bytes
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         name = method.name
@@ -99,20 +118,20 @@ def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
         decoded = None if name in PRE_SERIALIZED else request_class
         if method.client_streaming and method.server_streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                _stream(metrics, impl, None, name),
+                _stream(metrics, budget, impl, None, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         elif method.server_streaming:
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _stream(metrics, impl, decoded, name),
+                _stream(metrics, budget, impl, decoded, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         else:
             assert inspect.iscoroutinefunction(impl)
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(metrics, impl, request_class, name),
+                _unary(metrics, budget, impl, request_class, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )

@@ -8,6 +8,7 @@ import orjson
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.core.tenancy.request_budget import HTTP_COPIES, over_budget
 from bidi_responses.server.transports.admission import Caller, identify
 from bidi_responses.server.transports.http.errors import invalid_json, too_large
 from starlette.requests import Request
@@ -20,22 +21,38 @@ def caller(core: ResponsesCore, headers: Mapping[str, str]) -> Caller:
 
 
 async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
-    """The request body as JSON, refusing bodies over the configured message limit."""
+    """The request body as JSON, refusing bodies over the configured message limit.
+
+    The body counts against the server-wide budget (``core.request_bytes``) while it is read
+    and parsed, as ``HTTP_COPIES`` times its bytes (the growing buffer, then its parsed
+    form), charged as they arrive (a declared length reserves nothing, so a client that
+    declares much and sends little holds little); a declared length the budget cannot take
+    now is refused before anything is read.
+    """
     limit = core.config.limits.max_message_bytes
+    budget = core.request_bytes
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    declared = int(length) if length is not None and length.isdigit() else 0
+    if declared > limit:
         raise too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
+    if budget.limit and budget.held + declared * HTTP_COPIES > budget.limit:
+        budget.refused += 1
+        raise over_budget(budget.limit, declared * HTTP_COPIES)
+    held = 0
     try:
-        return orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise invalid_json(str(exc)) from None
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large(limit)
+            budget.take(len(chunk) * HTTP_COPIES)
+            held += len(chunk) * HTTP_COPIES
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_json(str(exc)) from None
+    finally:
+        budget.release(held)
 
 
 def query_int(request: Request, name: str, default: int) -> int:

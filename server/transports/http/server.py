@@ -71,7 +71,7 @@ def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
         access_log=False,
         http="auto",
         interface="asgi3",
-        ws=WebSocketProtocol,
+        ws=WebSocketProtocol.bound_to(core.request_bytes),
         # Refused from the frame header (close 1009), before the payload is buffered.
         ws_max_size=core.config.limits.max_message_bytes,
         server_header=False,

@@ -1,28 +1,94 @@
-"""Adaptations of uvicorn's sans-io WebSocket protocol, passed through its public ``ws=`` and
-logging settings.
+"""Adaptations of uvicorn's sans-io WebSocket protocol, passed through its public ``ws=``
+and logging settings.
 
 The protocol subclass is the one override of uvicorn code this server keeps, because no
-option covers it: uvicorn's ``websocket.close`` waits for the socket to become writable, so
-closing a client that stopped reading (the write timeout) would hang that handler for as long
-as the client stays silent.
+option covers what it does: uvicorn's ``websocket.close`` waits for the socket to become
+writable, so closing a client that stopped reading (the write timeout) would hang that handler
+for as long as the client stays silent; and the bytes of a frame being read count against the
+server-wide request budget (``server/core/tenancy/request_budget.py``) from the moment they
+arrive, which only the protocol sees.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 # After closing a stalled client, how long the close frame may wait for it before the socket
 # is dropped.
 STALLED_CLOSE_S = 10.0
+# The close that refuses a frame the server-wide budget cannot take: 1013, "try again later".
+OVER_BUDGET_CLOSE = 1013
+OVER_BUDGET_REASON = "server busy: server-wide request byte budget full; retry"
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol, except that closing never waits for a client that
     stopped reading: the close frame joins the buffered data, and the socket is dropped if
-    the client still reads nothing for a while."""
+    the client still reads nothing for a while; and bytes of a message being read are charged
+    to ``budget`` until the message is handed to the application (which then charges it until
+    the session takes it). A frame the budget cannot take closes the connection with 1013."""
+
+    #: The server-wide budget (``bound_to`` sets it; None: no budget).
+    budget: ClassVar[RequestBytes | None] = None
+    #: Bytes of the message being read, charged to ``budget``.
+    _reading = 0
+    #: A message was refused: what else arrives is dropped until the connection ends.
+    _refused = False
+
+    @classmethod
+    def bound_to(cls, budget: RequestBytes) -> type[WebSocketProtocol]:
+        """This protocol, charging ``budget`` (a subclass, since uvicorn takes a class)."""
+        return type("BudgetedWebSocketProtocol", (cls,), {"budget": budget})
+
+    def data_received(self, data: bytes) -> None:
+        """Charge the bytes of a message being read; refuse it past the budget."""
+        if self._refused:
+            return  # the rest of a refused message: dropped while the client reads the close
+        budget = self.budget
+        if budget is not None and self.handshake_complete and not self.close_sent:
+            try:
+                budget.take(len(data) * WEBSOCKET_COPIES)
+            except ApiError:
+                self._refuse_over_budget()
+                return
+            self._reading += len(data) * WEBSOCKET_COPIES
+        super().data_received(data)
+
+    def send_receive_event_to_app(self) -> None:
+        """A whole message goes to the application, which charges it from here on."""
+        self._release_reading()
+        super().send_receive_event_to_app()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Give back what a message cut off by the connection's end was charged."""
+        self._release_reading()
+        super().connection_lost(exc)
+
+    def _release_reading(self) -> None:
+        if self._reading and self.budget is not None:
+            self.budget.release(self._reading)
+        self._reading = 0
+
+    def _refuse_over_budget(self) -> None:
+        """Close with 1013 (try again later), dropping the message being read."""
+        self._release_reading()
+        # Free what was read of the message now, not when the protocol is collected.
+        self.frames = []
+        self.conn.reader.buffer.clear()
+        self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
+        code, reason = OVER_BUDGET_CLOSE, OVER_BUDGET_REASON
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self._refused = True
+        # Reading goes on (and drops what comes) so a client still sending sees the close
+        # frame; one that does not close in turn is dropped.
+        self.loop.call_later(STALLED_CLOSE_S, self.transport.abort)
 
     # ``Any``: uvicorn types the message with its private ``_types`` module.
     async def send(self, message: Any) -> None:

@@ -17,7 +17,13 @@ from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
+from bidi_responses.server.core.tenancy.request_budget import WEBSOCKET_COPIES
+from bidi_responses.server.transports.admission import (
+    Caller,
+    label_open_caller,
+    quota_key,
+    shutting_down,
+)
 from bidi_responses.server.transports.http.errors import (
     auth_headers,
     error_response,
@@ -73,7 +79,9 @@ class WebSocketMode:
             who = caller(core, websocket.headers)
             if core.draining:
                 raise shutting_down("requests")
-            session = core.open_session("websocket", tenant=who[0], quota_key=who[1])
+            client = websocket.client
+            peer = f"{client.host}:{client.port}" if client is not None else "unknown"
+            session = core.open_session("websocket", tenant=who[0], quota_key=quota_key(who, peer))
         except ApiError as error:
             core.metrics.error("websocket", error.status, error.code)
             await websocket.send_denial_response(error_response(error, auth_headers(error)))
@@ -126,9 +134,23 @@ class WebSocketMode:
             received = time.perf_counter()
             if message["type"] == "websocket.disconnect":
                 return
+            text = message.get("text")
+            # The text, its parsed form and what the protocol still holds.
+            size = WEBSOCKET_COPIES * (
+                len(text) if isinstance(text, str) else len(message.get("bytes") or b"")
+            )
+            del text
+            try:
+                # Charged to the server-wide budget until the session has taken the event.
+                self._core.request_bytes.take(size)
+            except ApiError as problem:
+                del message
+                await session.emit("", error_event(problem.status, problem.to_error_object()))
+                continue
             try:
                 event = self._parse(message.get("text"))
             except ApiError as problem:
+                self._core.request_bytes.release(size)
                 # Through the session's queue, so it is ordered with everything else sent.
                 await session.emit("", error_event(problem.status, problem.to_error_object()))
                 del message
@@ -137,7 +159,10 @@ class WebSocketMode:
                 # The socket always streams; clients (Codex, the SDK examples) still send it.
                 event.pop("stream", None)
                 label_open_caller(event, conn.caller)
-            await session.handle(event, received)
+            try:
+                await session.handle(event, received)
+            finally:
+                self._core.request_bytes.release(size)
             # An idle connection must not keep its last frame (it may be megabytes of input
             # that the cache budget does not see) alive in this frame.
             del message, event
