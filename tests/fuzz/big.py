@@ -364,6 +364,8 @@ def run_big_fuzz(
     log = server.log_path.read_text(errors="replace")
     state["tracebacks"] = log.count("Traceback")
     state["warnings"] = log.count(" WARNING ")
+    # Big inputs are the client's business: none may be logged as a server error.
+    state["errors"] = sum(" ERROR " in line or " CRITICAL " in line for line in log.splitlines())
     return counts, state
 
 
