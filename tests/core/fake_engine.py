@@ -51,6 +51,8 @@ class Turn:
     calls: tuple[Call, ...] = ()
     # Wait on this inside the first call's item, after its arguments (set by the test).
     call_hold: asyncio.Event | None = None
+    # Wait on this before the first item, as a model still prefilling (set by the test).
+    first_hold: asyncio.Event | None = None
 
 
 @dataclass
@@ -71,6 +73,13 @@ class ScriptedEngine:
         self.requests.append(request)
         self.prompts.append(list(request.prompt_tokens))
         turn = self.turns.pop(0)
+        if turn.first_hold is not None:
+            self.holding.set()
+            try:
+                await turn.first_hold.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         if turn.deltas:
             yield ItemStart("message")
             for index, text in enumerate(turn.deltas):

@@ -124,6 +124,34 @@ async def test_a_steered_response_stops_after_its_item_and_a_successor_takes_the
     )
 
 
+async def test_a_response_steered_before_its_first_item_stops_at_once(
+    engine_and_core: EngineAndCore,
+) -> None:
+    """Nothing sampled yet is a boundary: the target stops without waiting for its engine's
+    first item (the engine is never released here, so waiting would time out)."""
+    engine, core = engine_and_core
+    never = asyncio.Event()
+    engine.turns += [Turn(("Slow",), first_hold=never), Turn(("Quick",))]
+    async with _session(core) as session:
+        await session.handle(_create())
+        created = await _until(session, lambda e: e["type"] == "response.created")
+        target = created[0]["response"]["id"]
+        await engine.holding.wait()
+        await session.handle(_steer(target))
+        ended = await _until(session, lambda e: e["type"] in TERMINAL)
+        successor = await _until(session, lambda e: e["type"] in TERMINAL)
+
+    assert "response.steer.accepted" in [event["type"] for event in ended]
+    last = ended[-1]
+    assert last["type"] == "response.incomplete"
+    assert last["response"]["incomplete_details"] == {"reason": "steered"}
+    assert last["response"]["output"] == []
+    assert engine.cancelled.is_set()  # the engine's work was aborted, not waited for
+    assert successor[0]["response"]["previous_response_id"] == target
+    assert successor[-1]["type"] == "response.completed"
+    assert _text_of(_conversation(engine, 1)).endswith("use tabs, not spaces")
+
+
 async def test_a_response_that_finishes_first_completes_and_still_gets_its_successor(
     engine_and_core: EngineAndCore,
 ) -> None:

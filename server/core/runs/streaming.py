@@ -129,11 +129,12 @@ async def stream_segment(
 ) -> EngineFinish:
     """Run the engine on ``request`` and stream its events; returns its finish.
 
-    With ``stop`` requested, the segment ends at the next output boundary: once no item is
-    in progress, the next engine event decides. The engine's own finish means it was done
-    anyway (returned as is); anything else (another item) is not streamed, and the finish
-    has reason ``"steered"``. Deterministic for a deterministic engine: the outcome depends
-    only on whether another item follows the one in progress.
+    With ``stop`` requested, the segment ends at the next output boundary: before its first
+    item, at once; later, once no item is in progress, the next engine event decides. The
+    engine's own finish means it was done anyway (returned as is); anything else (another
+    item) is not streamed, and the finish has reason ``"steered"``. Deterministic for a
+    deterministic engine: the outcome depends only on whether another item follows the one
+    in progress.
 
     On any exception (cancellation included) the item being streamed is closed as
     ``incomplete`` with everything generated for it, ``streamer.tokens`` counts the segment's
@@ -157,8 +158,15 @@ async def stream_segment(
     started = time.perf_counter()
     try:
         pending: EngineOutput | None = None
+        produced = False  # an item of this segment has started
         while True:
             if stop is not None and stop.requested and streamer.current is None:
+                if not produced:
+                    # Nothing sampled yet in this segment: the boundary is now, and waiting
+                    # for the engine's first item would only delay the successor.
+                    return EngineFinish(
+                        "steered", streamer.tokens, 0, time.perf_counter() - started
+                    )
                 return await _boundary(queue, pending, streamer, started)
             event = pending if pending is not None else await queue.get()
             pending = None
@@ -174,6 +182,7 @@ async def stream_segment(
                 delta, delta_count, text, count = text, count, "", 0
                 await streamer.delta(delta, delta_count)
             elif isinstance(event, ItemStart):
+                produced = True
                 await streamer.start(event)
             elif isinstance(event, ItemEnd):
                 await streamer.end(incomplete=event.incomplete)
