@@ -42,6 +42,7 @@ from tests.fuzz.run import (
     FuzzServer,
     _event_outcome,
     _status_outcome,
+    log_counts,
     report,
     still_serves,
 )
@@ -361,11 +362,7 @@ def run_big_fuzz(
         state["serves"] = asyncio.run(still_serves(server)) if server.alive else {}
     finally:
         server.stop()
-    log = server.log_path.read_text(errors="replace")
-    state["tracebacks"] = log.count("Traceback")
-    state["warnings"] = log.count(" WARNING ")
-    # Big inputs are the client's business: none may be logged as a server error.
-    state["errors"] = sum(" ERROR " in line or " CRITICAL " in line for line in log.splitlines())
+    state.update(log_counts(server.log_path.read_text(errors="replace")))
     return counts, state
 
 

@@ -493,12 +493,18 @@ def _run_fuzz(
     finally:
         loop.close()
         server.stop()
-    log = server.log_path.read_text(errors="replace")
-    state["tracebacks"] = log.count("Traceback")
-    state["warnings"] = log.count(" WARNING ")
-    # Every input is a client's fault: none may be logged as a server error.
-    state["errors"] = sum(" ERROR " in line or " CRITICAL " in line for line in log.splitlines())
+    state.update(log_counts(server.log_path.read_text(errors="replace")))
     return counts, state
+
+
+def log_counts(log: str) -> dict[str, int]:
+    """What a fuzzed server logged: every input is a client's fault, so none may be logged
+    as a server error (ERROR, CRITICAL or a traceback)."""
+    return {
+        "tracebacks": log.count("Traceback"),
+        "warnings": log.count(" WARNING "),
+        "errors": sum(" ERROR " in line or " CRITICAL " in line for line in log.splitlines()),
+    }
 
 
 async def _make_http(port: int) -> httpx.AsyncClient:
