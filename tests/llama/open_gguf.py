@@ -22,11 +22,18 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-import numpy.typing as npt
 import tokenizers
 
 from tests.engines.model_files import CHATML, train_tokenizer
-from tests.llama.tiny_gguf import N_CTX, N_EMBD, N_FF, N_HEAD, N_LAYER, _byte_to_unicode
+from tests.llama.tiny_gguf import (
+    N_CTX,
+    N_EMBD,
+    N_FF,
+    N_HEAD,
+    N_LAYER,
+    _byte_to_unicode,
+    write_tensors,
+)
 
 CALL_JSON = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
 CALL_ARGUMENTS = '{"city": "Paris"}'
@@ -102,23 +109,5 @@ def write_open_model(path: Path, *, seed: int = 0) -> Path:
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML)
 
-    def small(*shape: int) -> npt.NDArray[np.float32]:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    writer.add_tensor("token_embd.weight", embed)
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", output)
-    for layer in range(N_LAYER):
-        prefix = f"blk.{layer}."
-        writer.add_tensor(prefix + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(prefix + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(prefix + name + ".weight", small(N_EMBD, N_EMBD))
-        writer.add_tensor(prefix + "ffn_gate.weight", small(N_FF, N_EMBD))
-        writer.add_tensor(prefix + "ffn_up.weight", small(N_FF, N_EMBD))
-        writer.add_tensor(prefix + "ffn_down.weight", small(N_EMBD, N_FF))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tensors(writer, embed, output, rng, np.float32)
     return path

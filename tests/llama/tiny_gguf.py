@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -105,12 +106,26 @@ def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) 
     writer.add_eos_token_id(tokenizer.RETURN)
     writer.add_add_bos_token(False)
 
-    def small(*shape: int) -> npt.NDArray[np.float16]:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float16)
+    write_tensors(writer, embed, output, rng, np.float16)
+    return path
 
-    writer.add_tensor("token_embd.weight", embed.astype(np.float16))
+
+def write_tensors(
+    writer: gguf.GGUFWriter,
+    embed: npt.NDArray[np.float32],
+    output: npt.NDArray[np.float32],
+    rng: np.random.Generator,
+    dtype: type[np.floating[Any]],
+) -> None:
+    """The llama architecture's tensors around the given embedding and output matrices (small
+    random weights, unit norms), then the whole file; closes ``writer``."""
+
+    def small(*shape: int) -> npt.NDArray[Any]:
+        return (rng.standard_normal(shape) * 0.02).astype(dtype)
+
+    writer.add_tensor("token_embd.weight", embed.astype(dtype))
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", output.astype(np.float16))
+    writer.add_tensor("output.weight", output.astype(dtype))
     for layer in range(N_LAYER):
         prefix = f"blk.{layer}."
         writer.add_tensor(prefix + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
@@ -124,4 +139,3 @@ def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) 
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
