@@ -193,6 +193,11 @@ class PlannedItem:
     call_id: str = ""
 
 
+#: Prompts at least this long are hashed for the prefix cache in a worker thread (about 5 ms
+#: of hashing at this size; small prompts stay inline, with no thread hop).
+OFFLOAD_PROMPT_TOKENS = 200_000
+
+
 async def play(
     items: Sequence[PlannedItem],
     *,
@@ -230,7 +235,11 @@ async def play(
     if start is None:
         start = clock()
     prompt = request.prompt_tokens
-    cached = prefix_cache.match_and_insert(prompt)
+    if len(prompt) >= OFFLOAD_PROMPT_TOKENS:
+        # A huge prompt's hashing would hold every other stream's turn for tens of ms.
+        cached = await asyncio.to_thread(prefix_cache.match_and_insert, prompt)
+    else:
+        cached = prefix_cache.match_and_insert(prompt)
     uncached = len(prompt) - cached
     pacer = Pacer(timing, uncached, clock=clock, sleep=sleep, start=start)
     budget = request.max_output_tokens

@@ -9,6 +9,7 @@ import json
 import math
 import random
 import re
+import threading
 import time
 import tracemalloc
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig, SimEngine
 from bidi_responses.server.engines.timing import (
+    OFFLOAD_PROMPT_TOKENS,
     EngineTiming,
     Pacer,
     PlannedItem,
@@ -614,6 +616,49 @@ async def test_play_zero_token_item_waits_ttft() -> None:
     assert events[:2] == [ItemStart(kind="message"), ItemEnd()]
     assert now[0] == pytest.approx(0.05)
     assert finish_of(events).engine_seconds == pytest.approx(0.05)
+
+
+class _ThreadRecordingCache(PrefixCache):
+    """A prefix cache that records which thread hashed each prompt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[threading.Thread] = []
+
+    def match_and_insert(self, prompt_tokens: Sequence[int]) -> int:
+        self.threads.append(threading.current_thread())
+        return super().match_and_insert(prompt_tokens)
+
+
+async def test_a_huge_prompt_is_hashed_off_the_event_loop() -> None:
+    """Every other stream waits while the loop hashes: a huge prompt goes to a worker thread,
+    a small one stays inline; both are charged the same way."""
+    now = [0.0]
+
+    async def fake_sleep(delay: float) -> None:
+        now[0] += delay
+
+    cache = _ThreadRecordingCache()
+    items = [PlannedItem(kind="message", deltas=())]
+    for size in (OFFLOAD_PROMPT_TOKENS, OFFLOAD_PROMPT_TOKENS, 100):
+        request = EngineRequest(prompt_tokens=array.array("I", range(size)), tools=())
+        events = [
+            event
+            async for event in play(
+                items,
+                request=request,
+                timing=EngineTiming(ttft_ms=0),
+                prefix_cache=cache,
+                finish_reason="stop",
+                clock=lambda: now[0],
+                sleep=fake_sleep,
+            )
+        ]
+        assert isinstance(events[-1], EngineFinish)
+    main = threading.current_thread()
+    assert [thread is main for thread in cache.threads] == [False, False, True]
+    # The same blocks whichever thread hashed: the repeat and the short prefix added none.
+    assert len(cache) == OFFLOAD_PROMPT_TOKENS // cache.block_tokens
 
 
 def test_token_deltas_keep_characters_whole(encoding: tiktoken.Encoding) -> None:
