@@ -17,7 +17,7 @@ from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
+from bidi_responses.server.transports.admission import Caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
     auth_headers,
     error_response,
@@ -25,7 +25,7 @@ from bidi_responses.server.transports.http.errors import (
     too_large,
 )
 from bidi_responses.server.transports.http.framing import ws_batch_frame, ws_frame
-from bidi_responses.server.transports.http.reading import caller
+from bidi_responses.server.transports.http.reading import caller, peer_of
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -70,10 +70,10 @@ class WebSocketMode:
         # upgrade, so a bad key gets a plain 401 (the SDK raises InvalidStatus).
         core = self._core
         try:
-            who = caller(core, websocket.headers)
+            who = caller(core, websocket.headers, peer_of(websocket))
             if core.draining:
                 raise shutting_down("requests")
-            session = core.open_session("websocket", tenant=who[0], quota_key=who[1])
+            session = core.open_session("websocket", caller=who)
         except ApiError as error:
             core.metrics.error("websocket", error.status, error.code)
             await websocket.send_denial_response(error_response(error, auth_headers(error)))
@@ -136,7 +136,6 @@ class WebSocketMode:
             if isinstance(event, dict) and event.get("type") == "response.create":
                 # The socket always streams; clients (Codex, the SDK examples) still send it.
                 event.pop("stream", None)
-                label_open_caller(event, conn.caller)
             await session.handle(event, received)
             # An idle connection must not keep its last frame (it may be megabytes of input
             # that the cache budget does not see) alive in this frame.
