@@ -93,8 +93,7 @@ class ResponsesCore:
         # States first, then the warning: a client that moves at once finds its state.
         await asyncio.gather(*(s.hand_off_idle() for s in sessions), return_exceptions=True)
         for session in sessions:
-            if session.stateful:
-                session.warn_draining(self.config.grace_period_s)
+            session.warn_draining(self.config.grace_period_s)
         waits = [session.finish() for session in sessions]
         waits += [call.wait() for call in self._one_shots]
         if waits:
@@ -125,29 +124,24 @@ class ResponsesCore:
 
     # -- streams -----------------------------------------------------------------------------
 
-    def open_session(
-        self, transport: str, *, caller: Caller = ANONYMOUS, stateful: bool = True
-    ) -> Session:
+    def open_session(self, transport: str, *, caller: Caller = ANONYMOUS) -> Session:
         """A new stream session of ``caller``; the transport must ``close_session`` it in a
         finally block. ApiError 429 if that caller has too many streams open."""
-        if stateful:
-            self.limiter.open_stream(caller.quota_key)
-        session = Session(self.deps, transport, stateful=stateful, caller=caller)
+        self.limiter.open_stream(caller.quota_key)
+        session = Session(self.deps, transport, caller=caller)
         self._sessions.add(session)
         self.parts.trimmer.busy()
-        if stateful:
-            self.sessions_open += 1
-            self.metrics.open_streams.labels(transport).inc()
+        self.sessions_open += 1
+        self.metrics.open_streams.labels(transport).inc()
         return session
 
     async def close_session(self, session: Session) -> None:
         """Release a stream: stop its in-flight work and drop its cache."""
         if session in self._sessions:
             self._sessions.discard(session)
-            if session.stateful:
-                self.sessions_open -= 1
-                self.limiter.close_stream(session.quota_key)
-                self.metrics.open_streams.labels(session.transport).dec()
+            self.sessions_open -= 1
+            self.limiter.close_stream(session.quota_key)
+            self.metrics.open_streams.labels(session.transport).dec()
         await session.close()
         await self._maybe_idle()
 

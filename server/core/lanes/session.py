@@ -62,22 +62,15 @@ _NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate"
 
 
 class Session:
-    """One stream (Connect call, WebSocket connection, or a one-shot stateless call)."""
+    """One stream (Connect call or WebSocket connection); a one-shot create has none
+    (``runs/one_shot.py``)."""
 
-    def __init__(
-        self,
-        deps: RunDeps,
-        transport: str,
-        *,
-        stateful: bool = True,
-        caller: Caller = ANONYMOUS,
-    ) -> None:
+    def __init__(self, deps: RunDeps, transport: str, *, caller: Caller = ANONYMOUS) -> None:
         self.deps = deps
         # Who opened the stream: its tenant owns what the stream creates.
         self.caller = caller
         self.quota_key = caller.quota_key
         self.transport = transport
-        self.stateful = stateful
         # The authenticated tenant (None on an open server).
         self.tenant = caller.tenant
         # Why the server ended the stream (age limit, drain), for the transport's final status.
@@ -88,10 +81,8 @@ class Session:
         self._runs: set[asyncio.Task[None]] = set()
         # One cache per stream, serving every lane (a create on one lane can fork another's).
         cache_config = deps.config.cache
-        self.cache = (
-            ResponseCache(cache_config.max_responses, cache_config.max_bytes, deps.cache_budget)
-            if stateful
-            else None
+        self.cache = ResponseCache(
+            cache_config.max_responses, cache_config.max_bytes, deps.cache_budget
         )
         self.machine = LaneMachine(
             LaneLimits(
@@ -194,9 +185,7 @@ class Session:
         """Leave the cached states of this stream's idle lanes in the shared tier, for the
         replica that gets their next turn (handoff.py). A lane with a response in flight
         leaves its state when that response ends."""
-        if self.deps.state_tier is None or not self.stateful:
-            return
-        if self.cache is None:
+        if self.deps.state_tier is None:
             return
         busy = {lane.id for lane in self._lanes.values() if lane.inflight is not None}
         states = [
@@ -215,8 +204,7 @@ class Session:
         if self._watchdog is not None:
             self._watchdog.cancel()
         await self._stop_runs()
-        if self.cache is not None:
-            self.cache.clear()
+        self.cache.clear()
         for lane in self._lanes.values():
             await lane.affinity.aclose()
         self.deps.metrics.open_lanes.dec(len(self._lanes))
