@@ -3,10 +3,10 @@ what uses it.
 
 ``compose`` reads the configuration and returns the parts: the store and its post-inference
 queue (with its journal), limits, metrics and counters, the router and its engines, the
-renderer, the pre-inference pipeline, the compaction codec and the state hand-off tier. Runs
-and streams get them as one typed bundle (``runs.deps.RunDeps``); the facade
-(``service.ResponsesCore``) keeps only what it serves. Tests pass fakes in here (an engine
-factory) rather than overriding the core.
+renderer, the pre-inference pipeline, the compaction codec, the state hand-off tier, and the
+one-shot creates and background responses over them. Runs and streams get them as one typed
+bundle (``runs.deps.RunDeps``); the facade (``service.ResponsesCore``) keeps only what it
+serves. Tests pass fakes in here (an engine factory) rather than overriding the core.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import tiktoken
 from bidi_responses.server.config import RouteConfig, ServerConfig
+from bidi_responses.server.core.activity import Activity
 from bidi_responses.server.core.compaction import CompactionCodec, load_key
 from bidi_responses.server.core.lanes.state import MemoryBudget
 from bidi_responses.server.core.malloc_trim import IdleTrimmer
@@ -28,7 +29,9 @@ from bidi_responses.server.core.one_shot import OneShotOps
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.core.routing import Router
+from bidi_responses.server.core.runs.background import BackgroundRuns
 from bidi_responses.server.core.runs.deps import RunDeps, ServerState
+from bidi_responses.server.core.runs.one_shot import OneShotRuns
 from bidi_responses.server.core.storage.backend import open_store
 from bidi_responses.server.core.storage.handoff import StateTier
 from bidi_responses.server.core.storage.journal import Journal
@@ -53,6 +56,11 @@ class CoreParts:
     keys: ApiKeys
     # Returns freed memory to the OS once the server is idle.
     trimmer: IdleTrimmer
+    # What is open (streams, one-shot creates): when the server is idle.
+    activity: Activity
+    # Creates without a stream (stateless HTTP, CreateResponse), and background responses.
+    one_shots: OneShotRuns
+    background: BackgroundRuns
     # Compact, input token counts, models.
     one_shot: OneShotOps
     started_at: int
@@ -136,10 +144,16 @@ def compose(
         state=ServerState(),
     )
     started_at = int(time.time())
+    trimmer = IdleTrimmer(config.trim_memory_idle_s, config.trim_memory_idle_s > 0)
+    activity = Activity(trimmer, runs.state)
+    one_shots = OneShotRuns(runs, activity)
     return CoreParts(
         runs=runs,
         keys=ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env),
-        trimmer=IdleTrimmer(config.trim_memory_idle_s, config.trim_memory_idle_s > 0),
+        trimmer=trimmer,
+        activity=activity,
+        one_shots=one_shots,
+        background=BackgroundRuns(one_shots.respond, config.background),
         one_shot=OneShotOps(runs, started_at),
         started_at=started_at,
     )

@@ -9,7 +9,6 @@ a stream and each of its runs get them as one typed bundle (``runs.deps.RunDeps`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import AsyncGenerator, Callable
 
@@ -26,8 +25,6 @@ from bidi_responses.server.core.api.schema import (
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.observability.counters import ServerStats
 from bidi_responses.server.core.root import CoreParts, EngineFactory, compose
-from bidi_responses.server.core.runs.background import BackgroundRuns
-from bidi_responses.server.core.runs.one_shot import OneShotCreate
 from bidi_responses.server.core.runs.runner import ResponseRun
 from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
 
@@ -52,14 +49,14 @@ class ResponsesCore:
         self.counters = deps.counters
         self.limiter = deps.limiter
         self.one_shot = self.parts.one_shot
-        self.background = BackgroundRuns(self.respond, config.background)
+        self.background = self.parts.background
         # Called once when a drain begins (the health service turns NOT_SERVING).
         self.drain_hooks: list[Callable[[], None]] = []
         self.sessions_open = 0
         self._sessions: set[Session] = set()
         # One-shot creates in progress (``respond``): a drain waits for them, or stops them.
-        self._one_shots: set[OneShotCreate] = set()
-        self._idle = asyncio.Condition()
+        self._one_shots = self.parts.one_shots
+        self._activity = self.parts.activity
 
     @property
     def draining(self) -> bool:
@@ -95,9 +92,7 @@ class ResponsesCore:
         for session in sessions:
             session.warn_draining(self.config.grace_period_s)
         waits = [session.finish() for session in sessions]
-        waits += [call.wait() for call in self._one_shots]
-        if waits:
-            await asyncio.gather(*waits, return_exceptions=True)
+        await asyncio.gather(*waits, self._one_shots.wait_all(), return_exceptions=True)
 
     async def cut_streams(self) -> None:
         """Graceful stop, once the grace period is over: stop the responses still running
@@ -105,8 +100,7 @@ class ResponsesCore:
         streams with their own status (``server_shutting_down``) rather than the listener
         cancelling them."""
         stops = [session.finish(wait_for_runs=False) for session in list(self._sessions)]
-        stops += [call.stop() for call in list(self._one_shots)]
-        await asyncio.gather(*stops, return_exceptions=True)
+        await asyncio.gather(*stops, self._one_shots.stop_all(), return_exceptions=True)
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
@@ -114,8 +108,7 @@ class ResponsesCore:
         await self.background.close()
         for session in list(self._sessions):
             await session.close()
-        for call in list(self._one_shots):
-            await call.stop()
+        await self._one_shots.stop_all()
         deps = self.deps
         await deps.post.drain(self.config.durability.drain_timeout_s)
         await deps.router.aclose()
@@ -130,7 +123,7 @@ class ResponsesCore:
         self.limiter.open_stream(caller.quota_key)
         session = Session(self.deps, transport, caller=caller)
         self._sessions.add(session)
-        self.parts.trimmer.busy()
+        self._activity.begin()
         self.sessions_open += 1
         self.metrics.open_streams.labels(transport).inc()
         return session
@@ -142,53 +135,30 @@ class ResponsesCore:
             self.sessions_open -= 1
             self.limiter.close_stream(session.quota_key)
             self.metrics.open_streams.labels(session.transport).dec()
-        await session.close()
-        await self._maybe_idle()
-
-    async def _maybe_idle(self) -> None:
-        if not self._sessions and not self._one_shots:
-            self.parts.trimmer.idle(self._is_idle)
-        async with self._idle:
-            self._idle.notify_all()
-
-    def _is_idle(self) -> bool:
-        return not self._sessions and not self._one_shots and not self.deps.state.inflight
+            await session.close()
+            await self._activity.end()
+        else:
+            await session.close()
 
     async def wait_until_idle(self) -> None:
         """Wait until no stream is open and no response is in flight."""
-        async with self._idle:
-            await self._idle.wait_for(self._is_idle)
+        await self._activity.wait_until_idle()
 
     # -- one-shot responses ------------------------------------------------------------------
 
-    async def respond_batches(
+    def respond_batches(
         self, body: JSONObject, transport: str, caller: Caller = ANONYMOUS, max_events: int = 1
     ) -> AsyncGenerator[list[ServerEvent], None]:
-        """One create without a stream (stateless HTTP, gRPC ``CreateResponse``, background):
-        its events up to and including the terminal (or error) one, as lists of the events
-        ready together (at most ``max_events`` each). Closing it early stops the response."""
-        call = OneShotCreate(self.deps, body, transport, caller)
-        self._one_shots.add(call)
-        self.parts.trimmer.busy()
-        try:
-            batches = call.batches(max_events)
-            async with contextlib.aclosing(batches):
-                async for batch in batches:
-                    yield batch
-        finally:
-            self._one_shots.discard(call)
-            await call.stop()
-            await self._maybe_idle()
+        """One create without a stream (stateless HTTP, gRPC ``CreateResponse``): its events
+        up to and including the terminal (or error) one, as lists of the events ready together
+        (at most ``max_events`` each). Closing it early stops the response."""
+        return self._one_shots.respond_batches(body, transport, caller, max_events)
 
-    async def respond(
+    def respond(
         self, body: JSONObject, transport: str, caller: Caller = ANONYMOUS
     ) -> AsyncGenerator[ServerEvent, None]:
         """``respond_batches`` one event at a time."""
-        batches = self.respond_batches(body, transport, caller)
-        async with contextlib.aclosing(batches):
-            async for batch in batches:
-                for data in batch:
-                    yield data
+        return self._one_shots.respond(body, transport, caller)
 
     # -- stored responses --------------------------------------------------------------------
 

@@ -13,9 +13,11 @@ reader is ``outbound_queue_events`` behind, and the reader takes what is ready t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 
 from bidi_responses.server.core.api.errors import ApiError, server_error
 from bidi_responses.server.core.api.items import JSONObject
@@ -25,7 +27,10 @@ from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES, answers_to, error_event
 from bidi_responses.server.core.runs.runner import ResponseRun
-from bidi_responses.server.core.tenancy.caller import Caller
+from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.activity import Activity
 
 # Keys of a client event that a create body does not carry.
 _EVENT_KEYS = ("type", "stream_id")
@@ -135,3 +140,50 @@ class OneShotCreate:
         if not self._released:
             self._released = True
             await self._lane.affinity.aclose()
+
+
+class OneShotRuns:
+    """The one-shot creates in progress: started by ``respond_batches``, waited for or
+    stopped by a drain."""
+
+    def __init__(self, deps: RunDeps, activity: Activity) -> None:
+        self._deps = deps
+        self._activity = activity
+        self._calls: set[OneShotCreate] = set()
+
+    async def respond_batches(
+        self, body: JSONObject, transport: str, caller: Caller = ANONYMOUS, max_events: int = 1
+    ) -> AsyncGenerator[list[ServerEvent], None]:
+        """One create without a stream: its events up to and including the terminal (or
+        error) one, as lists of the events ready together (at most ``max_events`` each).
+        Closing it early stops the response."""
+        call = OneShotCreate(self._deps, body, transport, caller)
+        self._calls.add(call)
+        self._activity.begin()
+        try:
+            batches = call.batches(max_events)
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    yield batch
+        finally:
+            self._calls.discard(call)
+            await call.stop()
+            await self._activity.end()
+
+    async def respond(
+        self, body: JSONObject, transport: str, caller: Caller = ANONYMOUS
+    ) -> AsyncGenerator[ServerEvent, None]:
+        """``respond_batches`` one event at a time."""
+        batches = self.respond_batches(body, transport, caller)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for data in batch:
+                    yield data
+
+    async def wait_all(self) -> None:
+        """Let every one-shot create in progress end (a drain)."""
+        await asyncio.gather(*(call.wait() for call in list(self._calls)), return_exceptions=True)
+
+    async def stop_all(self) -> None:
+        """Stop every one-shot create in progress (each keeps its ledger row)."""
+        await asyncio.gather(*(call.stop() for call in list(self._calls)), return_exceptions=True)
