@@ -50,7 +50,7 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
     config.durability.fsync = mode != "journal-nosync"
     running = await start_server(config, http=False)
     core = running.core
-    store = core.store
+    store = core.deps.store
     real_write = store.write_many
 
     async def slow_write(jobs: list[WriteJob]) -> None:
@@ -84,7 +84,7 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
     elif mode == "no-writes":
         store.write_many = no_write  # type: ignore[method-assign]
     elif mode == "inline-slow":
-        core.post.put = keep  # type: ignore[method-assign]
+        core.deps.post.put = keep  # type: ignore[method-assign]
         Session.handle = handle_after_writes  # type: ignore[method-assign]
     elif mode not in ("queued", "unjournaled", "journal-nosync"):
         raise SystemExit(f"unknown mode {mode}")
@@ -95,5 +95,5 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await running.stop()  # drains the queue
-    written = core.post.written if mode != "inline-slow" else -1
-    print(f"written {written} failed {core.post.failed}", flush=True)
+    written = core.deps.post.written if mode != "inline-slow" else -1
+    print(f"written {written} failed {core.deps.post.failed}", flush=True)

@@ -105,9 +105,9 @@ async def _open_core(config: ServerConfig) -> ResponsesCore:
             f"{config.store_path}): {error}"
         ) from error
     try:
-        core.router.build_all()
+        core.deps.router.build_all()
     except (OSError, ValueError) as error:
-        await core.store.aclose()
+        await core.deps.store.aclose()
         raise StartupError(f"cannot build the engine of {error}") from error
     return core
 
@@ -217,14 +217,14 @@ async def serve(
 
         def reload_routes() -> None:
             try:
-                changed = running.core.router.update(reload().models)
+                changed = running.core.deps.router.update(reload().models)
             except Exception:
                 log.exception("SIGHUP: configuration not reloaded")
                 return
             log.info(
                 "SIGHUP: model routes reloaded; changed: %s (models: %s)",
                 ", ".join(changed) or "none",
-                ", ".join(running.core.router.aliases),
+                ", ".join(running.core.deps.router.aliases),
             )
 
         loop.add_signal_handler(signal.SIGHUP, reload_routes)

@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import time
 
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.errors import (
-    ApiError,
-    previous_response_not_found,
-    shown,
-)
+from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.fields import opt_str, optional_model, required_model
 from bidi_responses.server.core.api.ids import new_id
 from bidi_responses.server.core.api.input_items import parse_input
@@ -27,16 +22,15 @@ from bidi_responses.server.core.api.schema import (
     InputTokensCount,
     ModelList,
     ModelObject,
-    ResponseObject,
 )
-from bidi_responses.server.core.compaction import CompactionCodec, is_kept
-from bidi_responses.server.core.rendering.render import Renderer
-from bidi_responses.server.core.routing import Router
+from bidi_responses.server.core.compaction import is_kept
+from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
 from bidi_responses.server.core.runs.record import Usage
-from bidi_responses.server.core.storage.backend import ResponseStore
-from bidi_responses.server.core.storage.postinference import PostJob, PostQueue
+from bidi_responses.server.core.storage.history import stored_history
+from bidi_responses.server.core.storage.postinference import PostJob
 from bidi_responses.server.core.storage.store import LedgerRow
+from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
 
 
 def _object_body(body: JSONValue) -> JSONObject:
@@ -46,39 +40,28 @@ def _object_body(body: JSONValue) -> JSONObject:
     return body
 
 
-class SurfaceOps:
-    """Mixed into ``ResponsesCore``: the operations of this module."""
+class OneShotOps:
+    """The operations of this module, over the parts they use (built by ``core/root.py``)."""
 
-    config: ServerConfig
-    router: Router
-    renderer: Renderer
-    store: ResponseStore
-    post: PostQueue
-    compaction: CompactionCodec
-    started_at: int
-
-    async def stored_history(
-        self, previous: str, tenant: str | None = None
-    ) -> tuple[list[Item], ResponseObject]:
-        """The conversation up to and including stored response ``previous`` of ``tenant``,
-        checked again like any input (400 ``previous_response_not_found`` if it is not stored,
-        or is another tenant's), and that response."""
-        chain = await self.store.chain(previous, tenant)
-        if chain is None:
-            raise previous_response_not_found(previous)
-        history: list[Item] = []
-        for link in chain:
-            history.extend(link.input_items)
-            history.extend(link.response.get("output", ()))
-        items, _ = parse_input(history, self.config.limits, where="history")
-        return items, chain[-1].response
+    def __init__(self, deps: RunDeps, started_at: int) -> None:
+        self.config = deps.config
+        self.router = deps.router
+        self.renderer = deps.renderer
+        self.store = deps.store
+        self.post = deps.post
+        self.compaction = deps.compaction
+        self.started_at = started_at
 
     async def _conversation(
         self, previous: str | None, new_input: list[Item], tenant: str | None
     ) -> tuple[list[Item], list[str]]:
         """History (if any) plus the new input, with the JSON path of each item; checks
         every compaction token."""
-        history = (await self.stored_history(previous, tenant))[0] if previous else []
+        history = (
+            (await stored_history(self.store, self.config.limits, previous, tenant))[0]
+            if previous
+            else []
+        )
         items = history + new_input
         paths = [f"history[{i}]" for i in range(len(history))]
         paths += [f"input[{i}]" for i in range(len(new_input))]
@@ -90,7 +73,7 @@ class SurfaceOps:
     # -- POST /v1/responses/compact ------------------------------------------------------------
 
     async def compact(
-        self, raw: JSONValue, transport: str = "http", tenant: str | None = None
+        self, raw: JSONValue, transport: str = "http", caller: Caller = ANONYMOUS
     ) -> CompactionResponse:
         """Compact a conversation: its user messages, then one sealed ``compaction`` item.
 
@@ -104,7 +87,7 @@ class SurfaceOps:
         instructions = opt_str(body, "instructions")
         previous = opt_str(body, "previous_response_id") or None
         new_input, _ = parse_input(body.get("input"), self.config.limits)
-        items, _ = await self._conversation(previous, new_input, tenant)
+        items, _ = await self._conversation(previous, new_input, caller.tenant)
 
         size = len(instructions or "") + item_chars(items)
         prompt = await offload(
@@ -132,7 +115,7 @@ class SurfaceOps:
         response_id = new_id("resp")
         ledger = LedgerRow(
             response_id=response_id,
-            tenant=tenant or opt_str(body, "user") or "anonymous",
+            tenant=caller.account(opt_str(body, "user")),
             model=model,
             status="compaction",
             input_tokens=usage.input_tokens,

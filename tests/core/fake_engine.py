@@ -107,11 +107,12 @@ class ScriptedEngine:
 
 
 class ScriptedCore(ResponsesCore):
-    """The real core, with every route served by one scripted engine."""
+    """The real core, with every route served by one scripted engine (passed in through the
+    composition root's engine factory)."""
 
     def __init__(self, tmp_path: Path, engine: ScriptedEngine, **kwargs: Any) -> None:
         self.engine = engine
-        super().__init__(make_config(tmp_path), **kwargs)
+        super().__init__(make_config(tmp_path), engine_factory=self._engine_for, **kwargs)
 
-    def _build_engine(self, route: RouteConfig) -> Engine:
+    def _engine_for(self, route: RouteConfig) -> Engine:
         return self.engine

@@ -208,12 +208,12 @@ async def test_every_response_ends_once_and_every_steer_is_failed_or_committed_o
         finally:
             await core.close_session(session)
             client.reader.cancel()
-        await core.post.join()
+        await core.deps.post.join()
         created = client.created()
-        rows = Counter(row.response_id for row in await core.store.ledger_rows())
+        rows = Counter(row.response_id for row in await core.deps.store.ledger_rows())
         inputs: dict[str, list[Any]] = {}
         for response_id in created:
-            stored = await core.store.get(response_id, None)
+            stored = await core.deps.store.get(response_id, None)
             if stored is not None:
                 inputs[response_id] = cast(list[Any], stored.input_items)
         stored_inputs = [item for items in inputs.values() for item in items]

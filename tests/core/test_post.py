@@ -31,7 +31,7 @@ WriteMany = Callable[[Jobs], Awaitable[None]]
 
 def _gate_writes(running: RunningServer) -> tuple[asyncio.Event, list[str]]:
     """Make the server's SQLite writes wait for the returned event; lists writes begun."""
-    store = running.core.store
+    store = running.core.deps.store
     real: WriteMany = store.write_many
     gate = asyncio.Event()
     begun: list[str] = []
@@ -55,7 +55,7 @@ async def test_next_turn_starts_before_the_previous_write_lands(
 ) -> None:
     async with asyncio.timeout(30):
         running = await server_factory(tool_rounds=10)
-        post = running.core.post
+        post = running.core.deps.post
         gate, begun = _gate_writes(running)
         async with (
             AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
@@ -103,11 +103,11 @@ async def test_a_stateless_continuation_reads_a_write_still_queued(
                 tools=[SHELL_TOOL],
                 input=[first.call_output("ok")],
             )
-            assert running.core.post.written == 0
+            assert running.core.deps.post.written == 0
             gate.set()
-            await running.core.post.join()
+            await running.core.deps.post.join()
         assert second.status == "completed" and second.stats["items_validated"] == 3
-        assert running.core.post.written == 2
+        assert running.core.deps.post.written == 2
 
 
 async def test_a_full_queue_makes_the_producer_wait(
@@ -118,7 +118,7 @@ async def test_a_full_queue_makes_the_producer_wait(
         # Job 1 stays queued while the writer (gated) writes it; job 2 fills the queue.
         config.post_queue_size = 2
         running = await server_factory(config)
-        post = running.core.post
+        post = running.core.deps.post
         gate, begun = _gate_writes(running)
         async with (
             AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
@@ -304,7 +304,7 @@ async def test_stop_drains_queued_writes(
             client.connect() as stream,
         ):
             ids = [(await stream.create(model="sim-model", input=str(n))).id for n in range(5)]
-        assert running.core.post.written == 0
+        assert running.core.deps.post.written == 0
         stopping = asyncio.ensure_future(running.stop(grace=grace))
         await asyncio.sleep(0)
         assert not stopping.done()  # it waits for the writes

@@ -56,6 +56,6 @@ async def test_streams_release_their_state_when_they_close(server_factory: Serve
         for _ in range(2):  # a second burst must not add to what the first left
             await asyncio.gather(*(_agent(c, i, 4) for i in range(20)))
             await core.wait_until_idle()
-            assert core.sessions_open == 0 and not core.inflight
-            assert len(core.cache_budget) == 0 and core.cache_budget.used == 0
+            assert core.sessions_open == 0 and not core.deps.state.inflight
+            assert len(core.deps.cache_budget) == 0 and core.deps.cache_budget.used == 0
             assert {kind: _live(kind) for kind in kinds} == baseline

@@ -76,7 +76,7 @@ async def test_unknown_model_lists_the_known_ones(server_factory: ServerFactory)
 async def test_new_settings_for_an_alias_resolve_again(server_factory: ServerFactory) -> None:
     async with asyncio.timeout(30):
         running = await server_factory()
-        router = running.core.router
+        router = running.core.deps.router
         async with (
             AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
             client.connect() as stream,

@@ -34,7 +34,7 @@ MESSAGE_EVENTS = [
 
 def _lane(core: ScriptedCore) -> Lane:
     cache = core.config.cache
-    return Lane("", ResponseCache(cache.max_responses, cache.max_bytes, core.cache_budget))
+    return Lane("", ResponseCache(cache.max_responses, cache.max_bytes, core.deps.cache_budget))
 
 
 async def _run(core: ScriptedCore, lane: Lane, **body: Any) -> list[dict[str, Any]]:
@@ -45,7 +45,7 @@ async def _run(core: ScriptedCore, lane: Lane, **body: Any) -> list[dict[str, An
         events.append(cast(dict[str, Any], event))  # read back as plain JSON below
 
     request = {"model": "sim-model", "input": "hi", **body}
-    run = ResponseRun(core, lane, request, emit, "test", time.perf_counter())
+    run = ResponseRun(core.deps, lane, request, emit, "test", time.perf_counter())
     lane.inflight = run
     async with asyncio.timeout(TIMEOUT_S):
         await run.run()

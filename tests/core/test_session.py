@@ -273,7 +273,7 @@ async def test_the_lane_cache_keeps_at_most_max_bytes(engine_and_core: EngineAnd
     # One response's state, as the caches measure it, on a stream of its own.
     async with _session(core) as probe:
         await _turn(probe, store=False)
-        one_state = core.cache_budget.used
+        one_state = core.deps.cache_budget.used
     assert one_state > 0
     cache.max_bytes = one_state * 3 // 2  # room for one such state, not two
 
@@ -298,15 +298,15 @@ async def test_closing_the_session_cancels_engine_work_and_keeps_its_usage(
         await session.handle(_create())
         started = await _until_holding(session, engine)
         response_id = started[0]["response"]["id"]
-        assert response_id in core.inflight
+        assert response_id in core.deps.state.inflight
         # The client went away: no terminal event can reach it.
         await core.close_session(session)
-        await core.post.join()
-        rows = await core.store.ledger_rows()
+        await core.deps.post.join()
+        rows = await core.deps.store.ledger_rows()
 
     assert engine.cancelled.is_set()
-    assert not core.inflight and core.sessions_open == 0
-    assert len(core.cache_budget) == 0
+    assert not core.deps.state.inflight and core.sessions_open == 0
+    assert len(core.deps.cache_budget) == 0
     (row,) = rows
     assert row.response_id == response_id
     assert row.status == "cancelled"

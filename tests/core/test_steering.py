@@ -96,9 +96,9 @@ async def test_a_steered_response_stops_after_its_item_and_a_successor_takes_the
         hold.set()
         ended = await _until(session, lambda e: e["type"] in TERMINAL)
         successor = await _until(session, lambda e: e["type"] in TERMINAL)
-        await core.post.join()
-        rows = await core.store.ledger_rows()
-        stored = await core.store.get(successor[-1]["response"]["id"], None)
+        await core.deps.post.join()
+        rows = await core.deps.store.ledger_rows()
+        stored = await core.deps.store.get(successor[-1]["response"]["id"], None)
 
     assert accepted["type"] == "response.steer.accepted"
     assert accepted["steer"]["previous_response_id"] == target

@@ -67,7 +67,7 @@ async def test_the_budget_holds_across_streams_and_evicts_the_least_recent(
                         store=n % 2 == 1,
                     )
                 )
-                assert core.cache_budget.used <= config.cache.global_max_bytes
+                assert core.deps.cache_budget.used <= config.cache.global_max_bytes
             stats = await client.stats()
             assert stats["cache"]["evictions"] > 0
             assert 0 < stats["cache"]["bytes_used"] <= config.cache.global_max_bytes
@@ -88,4 +88,4 @@ async def test_the_budget_holds_across_streams_and_evicts_the_least_recent(
             )
             assert last.stats["tokens_reused"] > 0
         await until(lambda: core.sessions_open == 0)
-        assert core.cache_budget.used == 0  # closed streams give their bytes back
+        assert core.deps.cache_budget.used == 0  # closed streams give their bytes back

@@ -48,14 +48,14 @@ async def _cut_off(
     core = running.core
     try:
         await client.send([GENERATING])
-        await until(lambda: len(core.inflight) == 1)
+        await until(lambda: len(core.deps.state.inflight) == 1)
         await client.send(big_creates(LANES))
         await until(lambda: core.counters.write_timeouts == 1)
-        await until(lambda: not core.inflight and core.sessions_open == 0)
+        await until(lambda: not core.deps.state.inflight and core.sessions_open == 0)
         outcome = await client.outcome()
     finally:
         await client.close()
-    await core.post.join()
+    await core.deps.post.join()
     assert "cancelled" in _ledger(running).values()
     return outcome
 
@@ -113,12 +113,12 @@ async def test_an_sse_client_that_stops_reading_loses_its_connection(
             )
             await writer.drain()
             await until(lambda: core.counters.write_timeouts == 1)
-            await until(lambda: not core.inflight)
+            await until(lambda: not core.deps.state.inflight)
             # The connection ends after what was buffered (no terminal event was sent).
             received = await reader.read()  # to end of file
         finally:
             writer.close()
         assert received.startswith(b"HTTP/1.1 200")
         assert b"response.completed" not in received
-        await core.post.join()
+        await core.deps.post.join()
         assert "cancelled" in _ledger(running).values()

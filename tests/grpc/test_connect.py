@@ -346,7 +346,7 @@ async def test_client_going_away_aborts_engine_work(server_factory: ServerFactor
     ):
         async with client.connect() as stream:
             await start_create(stream, "long")
-            assert len(running.core.inflight) == 1
+            assert len(running.core.deps.state.inflight) == 1
             stream.abort()
         await running.core.wait_until_idle()
         stats = await client.stats()

@@ -83,13 +83,18 @@ async def test_usage_is_accounted_to_the_api_key_tenant(server: RunningServer) -
             streamed = await stream.create(model="sim-model", input="hi")
         stateless = await client.create(model="sim-model", input="hi")
         explicit = await client.create(model="sim-model", input="hi", user="billing-42")
-        await server.core.post.join()
-        rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
+        await server.core.deps.post.join()
+        rows = {row.response_id: row for row in await server.core.deps.store.ledger_rows()}
         expected = tenant_from_authorization("Bearer sk-team-a")
         assert rows[streamed.id].tenant == expected
         assert rows[stateless.id].tenant == expected
         assert rows[explicit.id].tenant == "billing-42"
         assert rows[streamed.id].transport == "grpc"
+        # The caller is an argument, never written into the body: the stored response keeps
+        # ``user`` only when the client sent it, on Connect and CreateResponse alike.
+        for labelled in (streamed, stateless):
+            assert (await server.core.get_response(labelled.id))["user"] is None
+        assert (await server.core.get_response(explicit.id))["user"] == "billing-42"
         stats = await client.stats()
         assert stats["post_queue"]["written"] >= 3
 

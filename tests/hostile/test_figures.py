@@ -55,7 +55,7 @@ def _body(turn: Turn, previous: str | None) -> dict[str, Any]:
 def _expected_cached(server: RunningServer, turns: list[Turn], outputs: list[Any]) -> list[int]:
     """cached_tokens from full renders: the new prompt's prefix shared with the previous
     response's whole context (its prompt and its output)."""
-    renderer = server.core.renderer
+    renderer = server.core.deps.renderer
     limits = Limits()
     items: list[Item] = []
     expected = [0]
@@ -181,10 +181,10 @@ async def test_cancelled_response_keeps_its_partial_output_is_stored_and_charged
     assert text.startswith(received) and len(text) >= len(received) > 60
     output_tokens = snapshot["usage"]["output_tokens"]
     assert output_tokens > 0
-    await server.core.post.join()
+    await server.core.deps.post.join()
     stored = cast(JSONObject, await server.core.get_response(response_id))
     assert stored["status"] == "cancelled" and stored["output"][0]["content"][0]["text"] == text
-    rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
+    rows = {row.response_id: row for row in await server.core.deps.store.ledger_rows()}
     assert rows[response_id].output_tokens == output_tokens
     assert rows[response_id].status == "cancelled"
 
@@ -208,8 +208,8 @@ async def test_abandoned_response_is_charged_what_was_generated(
                         break
         # The channel closed under the stream: the client is gone.
         await server.core.wait_until_idle()
-        await server.core.post.join()
-    rows = {row.response_id: row for row in await server.core.store.ledger_rows()}
+        await server.core.deps.post.join()
+    rows = {row.response_id: row for row in await server.core.deps.store.ledger_rows()}
     assert rows[response_id].status == "cancelled"
     assert rows[response_id].output_tokens > 0
     stored = cast(JSONObject, await server.core.get_response(response_id))
@@ -240,6 +240,6 @@ async def test_an_idle_server_trims_its_heap(server_factory: ServerFactory, tmp_
             client.connect() as stream,
         ):
             await stream.create(model="sim-model", input="hi", store=False)
-            assert server.core.trimmer.trims == 0  # never while a stream is open
-        await server.core.trimmer.trimmed.wait()
-    assert server.core.trimmer.trims == 1
+            assert server.core.parts.trimmer.trims == 0  # never while a stream is open
+        await server.core.parts.trimmer.trimmed.wait()
+    assert server.core.parts.trimmer.trims == 1

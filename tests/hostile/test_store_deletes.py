@@ -23,7 +23,7 @@ async def _create(http: httpx.AsyncClient, text: str, previous: str | None, **ex
 
 
 def _rows(server: RunningServer) -> set[str]:
-    store = server.core.store
+    store = server.core.deps.store
     assert isinstance(store, Store)  # the default backend
     with sqlite3.connect(store.path) as conn:
         return {row[0] for row in conn.execute("SELECT id FROM responses")}
@@ -65,7 +65,7 @@ async def test_continuing_from_r3_after_deleting_r1_and_r2(
             {**item, "id": after_item["id"]}
             for item, after_item in zip(before["output"], after["output"], strict=True)
         ]
-        await http_server.core.post.join()
+        await http_server.core.deps.post.join()
         assert {r1["id"], r2["id"]} <= _rows(http_server)  # kept, hidden, while r3 needs them
         # Deleting the last response that needs them removes the rows for good.
         assert (await http.delete(f"/v1/responses/{r3['id']}")).status_code == 200

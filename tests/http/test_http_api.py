@@ -382,7 +382,11 @@ async def test_body_over_the_message_limit_is_413(
         assert small.status_code == 200
 
 
-async def test_bearer_token_names_the_tenant(http: httpx.AsyncClient) -> None:
+async def test_bearer_token_names_the_tenant(
+    http_server: RunningServer, http: httpx.AsyncClient
+) -> None:
+    # On an open server the token's label is whom the ledger charges; the response echoes
+    # ``user`` only when the client sent it (the caller is never written into the body).
     async with asyncio.timeout(20):
         reply = await http.post(
             "/v1/responses",
@@ -391,7 +395,7 @@ async def test_bearer_token_names_the_tenant(http: httpx.AsyncClient) -> None:
         )
         tenant = tenant_from_authorization("Bearer sk-abc")
         assert tenant is not None and "sk-abc" not in tenant
-        assert reply.json()["user"] == tenant
+        assert reply.json()["user"] is None
         explicit = await http.post(
             "/v1/responses",
             headers={"authorization": "Bearer sk-abc"},
@@ -400,6 +404,11 @@ async def test_bearer_token_names_the_tenant(http: httpx.AsyncClient) -> None:
         assert explicit.json()["user"] == "alice"
         anonymous = await http.post("/v1/responses", json={"model": "sim-model", "input": "hi"})
         assert anonymous.json()["user"] is None
+        await http_server.core.deps.post.join()
+        rows = {r.response_id: r.tenant for r in await http_server.core.deps.store.ledger_rows()}
+        assert rows[reply.json()["id"]] == tenant
+        assert rows[explicit.json()["id"]] == "alice"
+        assert rows[anonymous.json()["id"]] == "anonymous"
 
 
 async def test_stats_health_and_routing_errors(http: httpx.AsyncClient) -> None:

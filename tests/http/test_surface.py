@@ -587,8 +587,8 @@ async def test_compaction_is_accounted_in_the_usage_ledger(
             headers={"authorization": "Bearer secret-key"},
         )
         compacted = reply.json()
-        await http_server.core.post.join()
-        rows = {r.response_id: r for r in await http_server.core.store.ledger_rows()}
+        await http_server.core.deps.post.join()
+        rows = {r.response_id: r for r in await http_server.core.deps.store.ledger_rows()}
         row = rows[compacted["id"]]
         assert row.status == "compaction" and row.transport == "http"
         assert row.tenant.startswith("key_")

@@ -245,6 +245,6 @@ async def test_ledger_records_the_authenticated_tenant(keyed_server: RunningServ
         )
         assert reply.status_code == 200
         rid = reply.json()["id"]
-    await keyed_server.core.post.drain()
+    await keyed_server.core.deps.post.drain()
     rows = {row.response_id: row for row in read_ledger(keyed_server.core.config.store_path)}
     assert rows[rid].tenant == "tenant-a"  # the body's user is only a label

@@ -77,7 +77,7 @@ async def test_custom_stages_run_in_the_server(
         config.stages = [*config.stages, keyword, model]
         config.stage_settings = {keyword: {"words": ["DROP TABLE"]}, model: {"threshold": 0.5}}
         running = await server_factory(config)
-        model_stage = running.core.pipeline.stages[-1]
+        model_stage = running.core.deps.pipeline.stages[-1]
         async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
             async with client.connect() as stream:
                 first = await stream.create(

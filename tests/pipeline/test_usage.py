@@ -104,8 +104,8 @@ async def test_the_server_writes_one_row_per_finished_response(
                     store=False,
                 )
             third = await client.create(model="sim-model", input="hi", max_output_tokens=16)
-        await running.core.post.join()
-        rows = {r.response_id: r for r in await running.core.store.ledger_rows()}
+        await running.core.deps.post.join()
+        rows = {r.response_id: r for r in await running.core.deps.store.ledger_rows()}
         assert set(rows) == {first.id, second.id, third.id}
         assert (rows[first.id].tenant, rows[first.id].transport) == ("acme", "grpc")
         assert rows[second.id].model == "sim-other" and rows[second.id].cached_tokens > 0
@@ -113,4 +113,4 @@ async def test_the_server_writes_one_row_per_finished_response(
         assert rows[third.id].transport == "grpc-unary"
         assert all(r.engine_ms >= 0 and r.api_pre_ms > 0 for r in rows.values())
         # store=False: a ledger row, but no stored response.
-        assert await running.core.store.get(second.id) is None
+        assert await running.core.deps.store.get(second.id) is None

@@ -114,7 +114,7 @@ async def test_a_drained_stream_continues_cached_on_another_replica(
             rebuilt = await stream.create(**_next_turn(last))
         assert resumed.stats["tokens_reused"] > 6 * 500
         assert resumed.stats["items_validated"] == 1
-        assert a.core.failover["states_handed_off"] == 1
+        assert a.core.deps.state.failover["states_handed_off"] == 1
         assert b.core.stats()["failover"]["states_restored"] == 1
         assert rebuilt.stats["tokens_reused"] == 0
         assert rebuilt.stats["items_validated"] > 10

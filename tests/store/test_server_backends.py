@@ -80,8 +80,8 @@ async def test_stored_response_api_is_the_same_on_each_backend(
             with pytest.raises(ResponsesError) as gone:
                 await client.get(first.id)
             assert gone.value.code == "not_found"
-        await server.core.post.join()
-        rows = await server.core.store.ledger_rows()
+        await server.core.deps.post.join()
+        rows = await server.core.deps.store.ledger_rows()
         assert sorted(r.response_id for r in rows) == sorted([first.id, second.id])
 
 
@@ -92,7 +92,7 @@ async def test_two_replicas_on_one_database_continue_each_other(
         url = await fresh_database(postgres_server)
         a = await _start(server_factory, tmp_path, url, "a")
         b = await _start(server_factory, tmp_path, url, "b")
-        assert a.core.ack_after_write and b.core.ack_after_write
+        assert a.core.deps.ack_after_write and b.core.deps.ack_after_write
         async with (
             AsyncResponsesClient(f"127.0.0.1:{a.grpc_port}") as on_a,
             AsyncResponsesClient(f"127.0.0.1:{b.grpc_port}") as on_b,
@@ -158,7 +158,7 @@ async def test_a_retried_turn_with_its_idempotency_key_is_replayed(
                 )
             assert theirs.id != first.id
             assert (await client.stats())["failover"]["idempotent_replays"] == 1
-        rows = await server.core.store.ledger_rows()
+        rows = await server.core.deps.store.ledger_rows()
         assert sorted(r.response_id for r in rows) == sorted([first.id, theirs.id])
 
 

@@ -353,7 +353,9 @@ async def test_http_cancel_reaches_a_websocket_response(
         assert ended[-1]["type"] == "response.incomplete"
 
 
-async def test_bearer_token_names_the_tenant(connect: Connect) -> None:
+async def test_bearer_token_names_the_tenant(http_server: RunningServer, connect: Connect) -> None:
+    # The token's label is charged in the ledger; ``user`` is echoed only when the client
+    # sent it.
     async with (
         asyncio.timeout(20),
         connect(
@@ -361,7 +363,13 @@ async def test_bearer_token_names_the_tenant(connect: Connect) -> None:
         ) as sock,
     ):
         response = final(await sock.create(model="sim-model", input="hi"))
-        assert response["user"] == tenant_from_authorization("Bearer sk-ws")
+        assert response["user"] is None
+        named = final(await sock.create(model="sim-model", input="hi", user="bob"))
+        assert named["user"] == "bob"
+        await http_server.core.deps.post.join()
+        rows = {r.response_id: r.tenant for r in await http_server.core.deps.store.ledger_rows()}
+        assert rows[response["id"]] == tenant_from_authorization("Bearer sk-ws")
+        assert rows[named["id"]] == "bob"
 
 
 async def test_shutdown_lets_the_turn_finish_then_closes(tmp_path: Path) -> None:

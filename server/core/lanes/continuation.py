@@ -27,9 +27,10 @@ from bidi_responses.server.core.lanes.state import (
 )
 from bidi_responses.server.core.rendering.render import Renderer, TokenArray, note_call
 from bidi_responses.server.core.storage.handoff import decode_state, encode_state
+from bidi_responses.server.core.storage.history import stored_history
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.service import ResponsesCore
+    from bidi_responses.server.core.runs.deps import RunDeps
 
 
 @dataclass(slots=True)
@@ -45,22 +46,20 @@ class Base:
     previous_prefix: Prefix | None = None
 
 
-async def resolve(
-    core: ResponsesCore, lane: Lane, tenant: str | None, previous: str | None
-) -> Base:
+async def resolve(deps: RunDeps, lane: Lane, tenant: str | None, previous: str | None) -> Base:
     """The base of a response continuing ``previous`` (a fresh one when it is None)."""
     if previous is None:
         return Base()
     # The stream's cache serves every lane: another lane's response is a fork (a copy).
     state = lane.cache.take(previous, lane.id) if lane.cache is not None else None
-    if state is None and core.state_tier is not None:
-        state = await _restore(core, tenant, previous)
+    if state is None and deps.state_tier is not None:
+        state = await _restore(deps, tenant, previous)
     if state is not None:
-        core.metrics.cache_hits.inc()
+        deps.metrics.cache_hits.inc()
         return Base(state, previous_tokens=state.tokens)
-    core.metrics.cache_misses.inc()
+    deps.metrics.cache_misses.inc()
     # Stored items are checked again like any other input: this request has no cache.
-    history, last = await core.stored_history(previous, tenant)
+    history, last = await stored_history(deps.store, deps.config.limits, previous, tenant)
     text = last.get("text")
     fmt = response_format(text) if isinstance(text, dict) else None
     prefix = (
@@ -71,48 +70,44 @@ async def resolve(
     return Base(history=history, previous_prefix=prefix)
 
 
-async def _restore(
-    core: ResponsesCore, tenant: str | None, previous: str
-) -> ConversationState | None:
+async def _restore(deps: RunDeps, tenant: str | None, previous: str) -> ConversationState | None:
     """The state a draining replica left for ``previous`` (handoff.py), or None."""
-    assert core.state_tier is not None
+    assert deps.state_tier is not None
     try:
         # Only the owner's own conversation: another tenant's id is not found.
-        if await core.store.get(previous, tenant) is None:
+        if await deps.store.get(previous, tenant) is None:
             return None
-        blob = await core.state_tier.take_state(previous)
+        blob = await deps.state_tier.take_state(previous)
         if blob is None:
             return None
         state = decode_state(blob)
     except Exception:  # unreadable or unreachable: rebuild from the stored chain
-        core.log.exception("conversation state of %s not restored", previous)
+        deps.log.exception("conversation state of %s not restored", previous)
         return None
-    core.failover["states_restored"] += 1
+    deps.state.failover["states_restored"] += 1
     return state
 
 
-async def hand_off(
-    core: ResponsesCore, lane: Lane, response_id: str, state: ConversationState
-) -> None:
+async def hand_off(deps: RunDeps, lane: Lane, response_id: str, state: ConversationState) -> None:
     """The server is draining: leave this conversation's state for the replica that gets
     its next turn, before the terminal event lets the client move (handoff.py)."""
     if lane.stateful and state.stored_chain:
-        await save_states(core, [(response_id, state)])
+        await save_states(deps, [(response_id, state)])
 
 
-async def save_states(core: ResponsesCore, states: list[tuple[str, ConversationState]]) -> None:
+async def save_states(deps: RunDeps, states: list[tuple[str, ConversationState]]) -> None:
     """Leave ``(response id, state)`` pairs in the shared tier (none without one); a state
     that cannot be left there is re-rendered from the store by the next replica."""
-    tier = core.state_tier
+    tier = deps.state_tier
     if tier is None or not states:
         return
     try:
         blobs = [(response_id, encode_state(state)) for response_id, state in states]
-        await tier.save_states(blobs, core.config.store.state_ttl_s)
+        await tier.save_states(blobs, deps.config.store.state_ttl_s)
     except Exception:
-        core.log.exception("could not hand off %d conversation states", len(states))
+        deps.log.exception("could not hand off %d conversation states", len(states))
     else:
-        core.failover["states_handed_off"] += len(states)
+        deps.state.failover["states_handed_off"] += len(states)
 
 
 def sync_prefix(
@@ -161,7 +156,7 @@ def sync_prefix(
 
 
 def render_whole(
-    core: ResponsesCore, renderer: Renderer, state: ConversationState, items: list[Item]
+    deps: RunDeps, renderer: Renderer, state: ConversationState, items: list[Item]
 ) -> int:
     """Add ``items`` to a conversation whose format renders it whole (a model's chat
     template) and render it again; returns the tokens tokenized anew.
@@ -189,7 +184,7 @@ def render_whole(
         instructions, tools, state.items, state.render_memo
     )
     if continued and common_prefix(previous, tokens) < len(previous):
-        core.note_prompt_rerender(renderer.format_name)
+        deps.note_prompt_rerender(renderer.format_name)
     state.tokens = tokens
     state.render_memo = memo
     return tokenized

@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from bidi_responses.server.core.api.client_events import (
     AppendEvent,
@@ -52,46 +52,37 @@ from bidi_responses.server.core.lanes.lifecycle import (
     Ticket,
 )
 from bidi_responses.server.core.lanes.state import ResponseCache
+from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.record import OutEvent, answers_to, error_event
 from bidi_responses.server.core.runs.runner import ResponseRun
-
-if TYPE_CHECKING:
-    from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
 
 # Settings an automatic successor does not take from the response it continues.
 _NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate", "event_id")
 
 
 class Session:
-    """One stream (Connect call, WebSocket connection, or a one-shot stateless call)."""
+    """One stream (Connect call or WebSocket connection); a one-shot create has none
+    (``runs/one_shot.py``)."""
 
-    def __init__(
-        self,
-        core: ResponsesCore,
-        transport: str,
-        *,
-        stateful: bool = True,
-        tenant: str | None = None,
-        quota_key: str = "anonymous",
-    ) -> None:
-        self.core = core
-        self.quota_key = quota_key
+    def __init__(self, deps: RunDeps, transport: str, *, caller: Caller = ANONYMOUS) -> None:
+        self.deps = deps
+        # Who opened the stream: its tenant owns what the stream creates.
+        self.caller = caller
+        self.quota_key = caller.quota_key
         self.transport = transport
-        self.stateful = stateful
-        # The authenticated tenant (None on an open server): owns what this stream creates.
-        self.tenant = tenant
+        # The authenticated tenant (None on an open server).
+        self.tenant = caller.tenant
         # Why the server ended the stream (age limit, drain), for the transport's final status.
         self.end_error: ApiError | None = None
-        limits = core.config.limits
+        limits = deps.config.limits
         self._out: asyncio.Queue[OutEvent | None] = asyncio.Queue(limits.outbound_queue_events)
         self._lanes: dict[str, Lane] = {}
         self._runs: set[asyncio.Task[None]] = set()
         # One cache per stream, serving every lane (a create on one lane can fork another's).
-        cache_config = core.config.cache
-        self.cache = (
-            ResponseCache(cache_config.max_responses, cache_config.max_bytes, core.cache_budget)
-            if stateful
-            else None
+        cache_config = deps.config.cache
+        self.cache = ResponseCache(
+            cache_config.max_responses, cache_config.max_bytes, deps.cache_budget
         )
         self.machine = LaneMachine(
             LaneLimits(
@@ -126,7 +117,7 @@ class Session:
         self._watchdog = asyncio.get_running_loop().create_task(self._age_limit())
 
     async def _age_limit(self) -> None:
-        limits = self.core.config.limits
+        limits = self.deps.config.limits
         warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
         # WebSocket mode keeps the hosted API's codes; other transports get neutral names.
         prefix = (
@@ -194,9 +185,7 @@ class Session:
         """Leave the cached states of this stream's idle lanes in the shared tier, for the
         replica that gets their next turn (handoff.py). A lane with a response in flight
         leaves its state when that response ends."""
-        if self.core.state_tier is None or not self.stateful:
-            return
-        if self.cache is None:
+        if self.deps.state_tier is None:
             return
         busy = {lane.id for lane in self._lanes.values() if lane.inflight is not None}
         states = [
@@ -205,7 +194,7 @@ class Session:
             # the store has the chain this state renders
             if lane not in busy and state.stored_chain
         ]
-        await continuation.save_states(self.core, states)
+        await continuation.save_states(self.deps, states)
 
     async def close(self) -> None:
         """The client is gone: stop in-flight engine work and drop the caches."""
@@ -215,11 +204,10 @@ class Session:
         if self._watchdog is not None:
             self._watchdog.cancel()
         await self._stop_runs()
-        if self.cache is not None:
-            self.cache.clear()
+        self.cache.clear()
         for lane in self._lanes.values():
             await lane.affinity.aclose()
-        self.core.metrics.open_lanes.dec(len(self._lanes))
+        self.deps.metrics.open_lanes.dec(len(self._lanes))
         self._lanes.clear()
 
     async def _stop_runs(self) -> None:
@@ -274,13 +262,13 @@ class Session:
         lane = self._lanes.get(lane_id)
         if lane is None:
             lane = self._lanes[lane_id] = Lane(lane_id, self.cache)
-            self.core.metrics.open_lanes.inc()
+            self.deps.metrics.open_lanes.inc()
         return lane
 
     async def emit(self, lane: str, data: ServerEvent) -> None:
         """Queue a server event for the transport (waits while the client is slow)."""
         if data["type"] == "error":
-            self.core.metrics.error(self.transport, data["status"], data["error"]["code"])
+            self.deps.metrics.error(self.transport, data["status"], data["error"]["code"])
         await self._out.put(OutEvent(lane, data))
 
     async def _error(self, lane: str, error: ApiError, event: JSONValue = None) -> None:
@@ -297,12 +285,12 @@ class Session:
             check_json_shape(event)
             if event.get("type") not in ("response.steer", "response.inject"):
                 lane_id = lane_of(event)
-            typed = parse_client_event(event, self.core.config.limits)
+            typed = parse_client_event(event, self.deps.config.limits)
         except ApiError as error:
             await self._error(lane_id, error, event)
             return
         except Exception:
-            self.core.log.exception("client event unreadable on a %s stream", self.transport)
+            self.deps.log.exception("client event unreadable on a %s stream", self.transport)
             await self._error(lane_id, server_error(), event)
             return
         await self.handle_event(typed, received, event)
@@ -331,7 +319,7 @@ class Session:
         except Exception:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
-            self.core.log.exception("client event failed on a %s stream", self.transport)
+            self.deps.log.exception("client event failed on a %s stream", self.transport)
             await self._error(lane_id, server_error(), raw)
 
     async def _create(self, event: CreateEvent, received: float) -> None:
@@ -435,14 +423,13 @@ class Session:
             # The queued steering input goes before the explicit continuation's own.
             explicit_steering = cast(list[Item], steering)
         run = ResponseRun(
-            self.core,
+            self.deps,
             lane,
             body,
             partial(self.emit, ticket.lane),
             self.transport,
             received,
-            tenant=self.tenant,
-            quota_key=self.quota_key,
+            caller=self.caller,
             hooks=self,
             steering=explicit_steering,
         )

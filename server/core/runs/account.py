@@ -17,6 +17,7 @@ from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.runs.outcome import ledger_row, stored_response
 from bidi_responses.server.core.runs.record import ResponseRecord, ResponseStats, Usage
 from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.tenancy.caller import Caller
 from bidi_responses.server.engines.base import EngineFinish
 from bidi_responses.server.pipeline.base import StageCounters
 
@@ -80,9 +81,9 @@ class RunAccount:
         if self.engine_end:
             record.stats.api_post_ms = (time.perf_counter() - self.engine_end) * 1000
 
-    def ledger_row(self, record: ResponseRecord, tenant: str | None, transport: str) -> LedgerRow:
+    def ledger_row(self, record: ResponseRecord, caller: Caller, transport: str) -> LedgerRow:
         """The response's usage ledger row."""
-        return ledger_row(record, self.usage, tenant, transport)
+        return ledger_row(record, self.usage, caller, transport)
 
     def stored(
         self,

@@ -16,17 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from bidi_responses.server.config import BackgroundConfig
 from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.schema import ServerEvent, snapshot_of
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES
+from bidi_responses.server.core.tenancy.caller import Caller
 
-if TYPE_CHECKING:
-    from bidi_responses.server.core.service import ResponsesCore
+# Runs one create without a stream and yields its events (``ResponsesCore.respond``).
+Respond = Callable[[JSONObject, str, Caller], AsyncGenerator[ServerEvent, None]]
 
 
 class EventLog:
@@ -77,11 +77,11 @@ class EventLog:
 class BackgroundRuns:
     """The background responses of one core: their tasks and event logs."""
 
-    def __init__(self, core: ResponsesCore, config: BackgroundConfig) -> None:
+    def __init__(self, respond: Respond, config: BackgroundConfig) -> None:
         for name in ("max_running", "max_events", "max_finished"):
             if getattr(config, name) < 1:
                 raise ValueError(f"background.{name} must be >= 1, got {getattr(config, name)}")
-        self._core = core
+        self._respond = respond
         self._config = config
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
@@ -90,10 +90,9 @@ class BackgroundRuns:
         self,
         body: JSONObject,
         transport: str,
-        tenant: str | None = None,
-        quota_key: str | None = None,
+        caller: Caller,
     ) -> ServerEvent:
-        """Start a background response of ``tenant``; returns its first event
+        """Start a background response of ``caller``; returns its first event
         (``response.created`` with status ``queued``, or the ``error`` that rejected it)."""
         if len(self._running) >= self._config.max_running:
             raise ApiError(
@@ -106,10 +105,8 @@ class BackgroundRuns:
         loop = asyncio.get_running_loop()
         first: asyncio.Future[ServerEvent] = loop.create_future()
         log = EventLog(self._config.max_events)
-        log.tenant = tenant
-        task = loop.create_task(
-            self._pump(body, transport, first, log, quota_key), name="background"
-        )
+        log.tenant = caller.tenant
+        task = loop.create_task(self._pump(body, transport, first, log, caller), name="background")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return await asyncio.shield(first)
@@ -120,10 +117,10 @@ class BackgroundRuns:
         transport: str,
         first: asyncio.Future[ServerEvent],
         log: EventLog,
-        quota_key: str | None,
+        caller: Caller,
     ) -> None:
         response_id: str | None = None
-        events = self._core.stateless(body, transport, log.tenant, quota_key)
+        events = self._respond(body, transport, caller)
         try:
             async with contextlib.aclosing(events):
                 async for data in events:

@@ -9,17 +9,16 @@ from bidi_responses.server.core.api.schema import ResponseObject
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.runs.record import ResponseRecord, Usage
 from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
+from bidi_responses.server.core.tenancy.caller import Caller
 
 
-def ledger_row(
-    record: ResponseRecord, usage: Usage, tenant: str | None, transport: str
-) -> LedgerRow:
+def ledger_row(record: ResponseRecord, usage: Usage, caller: Caller, transport: str) -> LedgerRow:
     """The usage ledger's row for the response."""
     request = record.request
     return LedgerRow(
         response_id=record.id,
-        # The authenticated tenant; on an open server the token's label or the body's user.
-        tenant=tenant or request.user or "anonymous",
+        # The authenticated tenant; on an open server the body's user or the token's label.
+        tenant=caller.account(request.user),
         model=request.model,
         status=record.status,
         input_tokens=usage.input_tokens,

@@ -5,15 +5,16 @@ classifies and renders only the new input and appends the tokens to the cached o
 one (a stateless request, or a continuation resolved from the durable store) the same stages
 run over the whole history. Both paths share this code, so the comparison measures only what
 the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
-``streaming`` (the engine segment), ``append`` (append mode), ``run_account`` (what the run
-counts), ``terminal`` (its end: cache, durable rows, terminal event).
+``streaming`` (the engine segment), ``append`` (append mode), ``account`` (what the run
+counts), ``terminal`` (its end: cache, durable rows, terminal event). A run gets the core's
+parts it uses as one typed bundle (``deps.RunDeps``), never the core itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.ids import assign_ids, new_id
@@ -42,6 +43,7 @@ from bidi_responses.server.core.observability.metrics import ResponseMetrics
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.runs.account import RunAccount
+from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
 from bidi_responses.server.core.runs.record import (
     EventSequence,
@@ -58,14 +60,12 @@ from bidi_responses.server.core.runs.streaming import (
 )
 from bidi_responses.server.core.runs.terminal import abandon, finish
 from bidi_responses.server.core.storage.idempotency import find_replay
+from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
 from bidi_responses.server.engines.base import (
     EngineError,
     EngineFinish,
 )
 from bidi_responses.server.pipeline.base import StageInput
-
-if TYPE_CHECKING:
-    from bidi_responses.server.core.service import ResponsesCore
 
 
 class RunHooks(Protocol):
@@ -89,19 +89,18 @@ class ResponseRun:
 
     def __init__(
         self,
-        core: ResponsesCore,
+        deps: RunDeps,
         lane: Lane,
         body: JSONObject,
         emit: Emit,
         transport: str,
         received: float,
         *,
-        tenant: str | None = None,
-        quota_key: str = "anonymous",
+        caller: Caller = ANONYMOUS,
         hooks: RunHooks | None = None,
         steering: list[Item] | None = None,
     ) -> None:
-        self.core = core
+        self.deps = deps
         self.lane = lane
         self.hooks = hooks
         # Queued steering input this explicit continuation commits, before its own input (named
@@ -115,8 +114,10 @@ class ResponseRun:
         self.open_calls: list[FunctionCallItem] = []
         # The error code that refused the create before its response.created, if one did.
         self.refusal: str | None = None
-        self.tenant = tenant
-        self.quota_key = quota_key
+        # Who asked: owns the response (tenant), is counted by the limits and the ledger.
+        self.caller = caller
+        self.tenant = caller.tenant
+        self.quota_key = caller.quota_key
         # Client event id, echoed by an error about this request.
         event_id = body.pop("event_id", None)
         self.event_id = event_id if isinstance(event_id, str) else None
@@ -132,10 +133,10 @@ class ResponseRun:
         self._cancel_reason: str | None = None
         self.account = RunAccount(received)
         self.route: Route | None = None
-        self.renderer: Renderer = core.renderer
+        self.renderer: Renderer = deps.renderer
         # The structured-output format in canonical form, taken once for every segment.
         self.output_format: JSONObject | None = None
-        self.metrics = ResponseMetrics(core.metrics, transport, body.get("model"), received)
+        self.metrics = ResponseMetrics(deps.metrics, transport, body.get("model"), received)
 
     @property
     def answers(self) -> dict[str, str | None]:
@@ -163,7 +164,7 @@ class ResponseRun:
                 param="response_id",
                 status=409,
             )
-        items, _ = parse_input(raw_input, self.core.config.limits)
+        items, _ = parse_input(raw_input, self.deps.config.limits)
         self.appends.offer(self.id, items, self._take_steering)
 
     def _take_steering(self) -> list[Item]:
@@ -200,11 +201,11 @@ class ResponseRun:
 
     async def run(self) -> None:
         """Run to a terminal event (or an error event if the request is rejected)."""
-        core = self.core
+        deps = self.deps
         self.metrics.arrived()
         try:
             try:
-                if core.draining:
+                if deps.state.draining:
                     raise ApiError(
                         "The server is shutting down and takes no new responses; "
                         "retry on a new connection.",
@@ -212,11 +213,11 @@ class ResponseRun:
                         status=503,
                         type="server_error",
                     )
-                core.limiter.admit_request(self.quota_key)
-                request = self.lane.parse(self.body, core.config.limits)
+                deps.limiter.admit_request(self.quota_key)
+                request = self.lane.parse(self.body, deps.config.limits)
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
-                core.post.admit(request.store)  # 503 storage_unavailable while the disk is down
+                deps.post.admit(request.store)  # 503 storage_unavailable while the disk is down
                 self.record = ResponseRecord(id=self.id, request=request)
                 await self._prepare(request)
             except ApiError as error:
@@ -224,7 +225,7 @@ class ResponseRun:
                 self.refusal = error.code
                 await self.emit(error_event(error.status, error.to_error_object(), self.answers))
                 return
-            core.inflight[self.id] = self
+            deps.state.inflight[self.id] = self
             await self._respond(request)
         except asyncio.CancelledError:
             if self._cancel_reason is None or self.record is None:
@@ -244,7 +245,7 @@ class ResponseRun:
                 abandon(self)  # and then the stream went away: its usage is still kept
                 raise
         except EngineError as exc:  # the inference backend failed: fail this response only
-            core.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
+            deps.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
             failure: ResponseError = {"code": exc.code, "message": str(exc)}
             if self.record is None or not self.account.started:
                 upstream: ErrorObject = {
@@ -258,7 +259,7 @@ class ResponseRun:
                 self.record.error = failure
                 await finish(self, "failed")
         except Exception:  # an engine or pipeline bug: fail this response only
-            core.log.exception("response %s failed", self.id)
+            deps.log.exception("response %s failed", self.id)
             if self.record is None or not self.account.started:
                 internal = ApiError(
                     "The server had an error processing the request.",
@@ -275,18 +276,18 @@ class ResponseRun:
                 }
                 await finish(self, "failed")
         finally:
-            if core.inflight.get(self.id) is self:
-                del core.inflight[self.id]
+            if deps.state.inflight.get(self.id) is self:
+                del deps.state.inflight[self.id]
             if self.lane.inflight is self:
                 self.lane.inflight = None
 
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
-        self.id, stored = await find_replay(self.core, request, self.tenant)
+        self.id, stored = await find_replay(self.deps, request, self.caller)
         if stored is None:
             return False
-        self.core.failover["idempotent_replays"] += 1
+        self.deps.state.failover["idempotent_replays"] += 1
         status = stored.response.get("status")
         replayed: Outcome = "incomplete" if status == "incomplete" else "completed"
         await self.emit(terminal_event(replayed, stored.response, self.seq.take()))
@@ -294,14 +295,14 @@ class ResponseRun:
 
     async def _prepare(self, request: CreateRequest) -> None:
         """Pre-inference: resolve the base state, route, check, classify and render."""
-        core = self.core
+        deps = self.deps
         assert self.record is not None
         stats = self.record.stats
         stats.pre_inference_runs += 1
         # cached_tokens is the prefix of this prompt that the previous response's context
         # shares, however its state was found.
         base = await continuation.resolve(
-            core, self.lane, self.tenant, request.previous_response_id
+            deps, self.lane, self.tenant, request.previous_response_id
         )
         state = self.state = base.state
         history = base.history
@@ -309,10 +310,10 @@ class ResponseRun:
         limits = core.config.limits
         size = request_chars(request, limits) + (item_chars(history) if history else 0)
 
-        self.route, stats.route_resolved = self.lane.route(core.router, request.model)
+        self.route, stats.route_resolved = self.lane.route(deps.router, request.model)
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
-        self.renderer = getattr(self.route.engine, "renderer", None) or core.renderer
+        self.renderer = getattr(self.route.engine, "renderer", None) or deps.renderer
         self.output_format = request.output_format()
         rendered = await offload(
             size,
@@ -360,13 +361,13 @@ class ResponseRun:
         assert self.record is not None and self.state is not None
         for item, path in zip(items, paths, strict=True):
             if item["type"] == "compaction":
-                self.core.compaction.check(item, path)
+                self.deps.compaction.check(item, path)
         declared = request.toolset.function_names
         batch = StageInput(
             items, paths, request, declared, self.state.call_names, self.state.answered_calls
         )
         counters = self.account.counters
-        flags = await self.core.pipeline.run(batch, self.state.stage_state, counters)
+        flags = await self.deps.pipeline.run(batch, self.state.stage_state, counters)
         self.record.safety_flags.extend(flag.to_dict() for flag in flags)
         self.record.stats.stage_items = counters.items
         self.record.stats.stage_ms = counters.ms
@@ -376,7 +377,7 @@ class ResponseRun:
         state = self.state
         assert state is not None
         if self.renderer.whole_conversation:
-            return continuation.render_whole(self.core, self.renderer, state, items)
+            return continuation.render_whole(self.deps, self.renderer, state, items)
         added = self.renderer.render_items(items, state.call_names, state.tokens)
         for item in items:
             observe(state, item)
@@ -444,7 +445,7 @@ class ResponseRun:
         """Send response.done and wait for a matching append; None on timeout."""
         assert self.record is not None and self.state is not None
         self.appends.expect(calls)
-        timeout = 0.0 if self.lane.input_closed else self.core.config.limits.append_timeout_s
+        timeout = 0.0 if self.lane.input_closed else self.deps.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
         await self.emit(
             ResponseDoneEvent(
@@ -499,7 +500,7 @@ class ResponseRun:
                 self.route.engine,
                 engine_request,
                 streamer,
-                self.core.config.streaming,
+                self.deps.config.streaming,
                 self.stop,
             )
         except BaseException:

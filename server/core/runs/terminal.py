@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) -> None:
     """Post-inference: cache the state, queue ledger/store writes, send the terminal event."""
     assert run.record is not None
-    core = run.core
+    deps = run.deps
     lane = run.lane
     record = run.record
     account = run.account
@@ -43,25 +43,25 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
             state.stored_chain = False
         evicted = lane.cache.put(run.id, state, lane.id)
         if evicted:
-            core.metrics.cache_evictions.inc(evicted)
+            deps.metrics.cache_evictions.inc(evicted)
     stored = account.stored(record, snapshot, state, run.tenant)
-    ledger = account.ledger_row(record, run.tenant, run.transport)
+    ledger = account.ledger_row(record, run.caller, run.transport)
     if lane.inflight is run:
         lane.inflight = None
-    core.limiter.charge_tokens(run.quota_key, account.total_tokens)
-    if stored is not None and state is not None and core.draining:
-        await continuation.hand_off(core, lane, run.id, state)
+    deps.limiter.charge_tokens(run.quota_key, account.total_tokens)
+    if stored is not None and state is not None and deps.state.draining:
+        await continuation.hand_off(deps, lane, run.id, state)
     job = PostJob(stored, ledger)
-    if core.ack_after_write or (stored is not None and core.config.workers > 1):
+    if deps.ack_after_write or (stored is not None and deps.config.workers > 1):
         # A shared store (or worker processes sharing the SQLite file, which read stored
         # responses from disk only): the terminal event goes out only once any process can
         # read the response (the write goes on if this task is cancelled).
         account.posted = True
-        await core.post.write_through(job)
+        await deps.post.write_through(job)
     else:
         try:
             # Durable (journal) before the terminal event; the store write comes later.
-            await core.post.put(job)
+            await deps.post.put(job)
         except StorageUnavailable as exc:
             # What cannot be made durable is never reported done: the response fails.
             if lane.cache is not None:
@@ -73,11 +73,11 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
                 "message": f"The response could not be stored ({exc}); it was not kept.",
             }
             snapshot = record.snapshot()
-            await core.post.put(
-                PostJob(None, account.ledger_row(record, run.tenant, run.transport))
+            await deps.post.put(
+                PostJob(None, account.ledger_row(record, run.caller, run.transport))
             )
         account.posted = True  # from here on, a cut-short stream must not queue a second row
-    core.counters.record(record.stats)
+    deps.counters.record(record.stats)
     run.metrics.finished(record.status, record.stats)
     if run.hooks is not None:
         run.hooks.ending(run)
@@ -94,10 +94,10 @@ def abandon(run: ResponseRun) -> None:
     record.status = "cancelled"
     record.incomplete_reason = "stream_closed"
     record.usage = account.usage
-    run.core.counters.record(record.stats)
+    run.deps.counters.record(record.stats)
     run.metrics.finished("cancelled", record.stats)
     # No client waits for it, and the stream's task is being cancelled: the queue makes it
     # durable on its own (and its drain waits for it). A ``store: true`` response is stored
     # with the output it had.
     stored = account.stored(record, record.snapshot(), run.state, run.tenant)
-    run.core.post.submit(PostJob(stored, account.ledger_row(record, run.tenant, run.transport)))
+    run.deps.post.submit(PostJob(stored, account.ledger_row(record, run.caller, run.transport)))

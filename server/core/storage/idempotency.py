@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.storage.store import StoredResponse
+from bidi_responses.server.core.tenancy.caller import Caller
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.service import ResponsesCore
+    from bidi_responses.server.core.runs.deps import RunDeps
 
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
@@ -43,15 +44,16 @@ def idempotent_response_id(tenant: str | None, key: str) -> str:
 
 
 async def find_replay(
-    core: ResponsesCore, request: CreateRequest, tenant: str | None
+    deps: RunDeps, request: CreateRequest, caller: Caller
 ) -> tuple[str, StoredResponse | None]:
     """The response id the request's key names, and that response if it already exists;
     ApiError while it is still running or when the key was used for another turn."""
     assert request.idempotency_key is not None
-    # Keyed by the authenticated tenant (the body's user only on an open server), so one
-    # tenant's key never names another tenant's response.
-    response_id = idempotent_response_id(tenant or request.user, check_key(request.idempotency_key))
-    if response_id in core.inflight:
+    # Keyed by the authenticated tenant (the body's user or the token's label only on an open
+    # server), so one tenant's key never names another tenant's response.
+    scope = caller.idempotency_scope(request.user)
+    response_id = idempotent_response_id(scope, check_key(request.idempotency_key))
+    if response_id in deps.state.inflight:
         raise ApiError(
             f"A response with this 'idempotency_key' ('{response_id}') is still in progress; "
             "wait for its terminal event.",
@@ -59,7 +61,7 @@ async def find_replay(
             param="idempotency_key",
             status=409,
         )
-    stored = await core.store.get(response_id, tenant)
+    stored = await deps.store.get(response_id, caller.tenant)
     if stored is not None and (
         stored.response.get("previous_response_id") != request.previous_response_id
     ):

@@ -22,12 +22,7 @@ from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenancy.limits import limit_exceeded
 from bidi_responses.server.core.tenancy.request_budget import GRPC_COPIES
-from bidi_responses.server.transports.admission import (
-    Caller,
-    label_open_caller,
-    quota_key,
-    shutting_down,
-)
+from bidi_responses.server.transports.admission import shutting_down
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request, peek_connect_request
 from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
@@ -118,7 +113,7 @@ class _WriteWatch:
 
 
 async def _read_requests(
-    context: Context, session: Session, outbound: Outbound, caller: Caller, core: ResponsesCore
+    context: Context, session: Session, outbound: Outbound, core: ResponsesCore
 ) -> None:
     """Feed the client's messages to the session until the client half-closes."""
     decoder = ProtoDecoder()
@@ -166,9 +161,6 @@ async def _read_requests(
                     continue  # options only
             event = decoder.client_event(request, tool_keys)
             del request, tool_keys
-            if event.get("type") == "response.create":
-                # Open server: the token's label stands in for a tenant in the ledger.
-                label_open_caller(event, caller)
             try:
                 await session.handle(event, received)
             finally:
@@ -202,23 +194,22 @@ async def connect_stream(
     peer = context.peer()
     try:
         caller = caller_of(core.keys, context)
-        tenant, _ = caller
         if core.draining:
             raise shutting_down("streams")
         streams.check(peer)
-        session = core.open_session("grpc", tenant=tenant, quota_key=quota_key(caller, peer))
+        session = core.open_session("grpc", caller=caller)
     except ApiError:
         await _refuse_after_first_message(request_iterator)
         raise
     with streams.counted(peer):
         # Closed with this call, not whenever the garbage collector gets to it.
-        async with contextlib.aclosing(_serve_session(core, session, caller, context)) as out:
+        async with contextlib.aclosing(_serve_session(core, session, context)) as out:
             async for message in out:
                 yield message
 
 
 async def _serve_session(
-    core: ResponsesCore, session: Session, caller: Caller, context: Context
+    core: ResponsesCore, session: Session, context: Context
 ) -> AsyncGenerator[bytes, None]:
     """Run an open session over the call until either side ends it; always closes it."""
     outbound = Outbound()
@@ -228,7 +219,7 @@ async def _serve_session(
     await context.send_initial_metadata(())
     loop = asyncio.get_running_loop()
     reader = loop.create_task(
-        _read_requests(context, session, outbound, caller, core), name="connect-reader"
+        _read_requests(context, session, outbound, core), name="connect-reader"
     )
     session.start_age_limit()
     watch = _WriteWatch(write_timeout)

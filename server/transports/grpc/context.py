@@ -20,6 +20,6 @@ def _authorization(context: Context) -> str | None:
 
 
 def caller_of(keys: ApiKeys, context: Context) -> Caller:
-    """The call's (tenant, quota key) from its ``authorization`` metadata; ApiError 401 when
-    keys are on and the key is missing or wrong."""
-    return identify(keys, _authorization(context))
+    """The call's caller from its ``authorization`` metadata; ApiError 401 when keys are on
+    and the key is missing or wrong."""
+    return identify(keys, _authorization(context), context.peer())

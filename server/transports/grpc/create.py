@@ -15,7 +15,7 @@ from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.schema import snapshot_of
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES, OutEvent
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller, shutting_down
+from bidi_responses.server.transports.admission import Caller, shutting_down
 from bidi_responses.server.transports.errors import error_from_event
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.decoding import decode_request
@@ -34,7 +34,6 @@ async def create_response(
         raise shutting_down("streams")
     outbound = Outbound(Delivery.from_pb(create.delivery, core.config.streaming))
     body = ProtoDecoder.params_to_dict(create.params, ProtoDecoder.tool_keys(raw, unary=True))
-    label_open_caller(body, caller)  # open server: the token's label for the ledger
     if body.get("background") is True:
         events = _background(core, body, caller, context, outbound)
     else:
@@ -49,14 +48,13 @@ async def _background(
 ) -> AsyncGenerator[bytes, None]:
     """The response runs on its own; this call only reads its event log, so dropping the call
     leaves it running (resume with StreamResponse)."""
-    tenant, quota = caller
-    first = await core.background.start(body, "grpc-unary", tenant, quota)
+    first = await core.background.start(body, "grpc-unary", caller)
     if first["type"] == "error":
         yield out.event_field(first)
         await abort(context, error_from_event(first))
     response = snapshot_of(first)
     assert response is not None  # a background response begins with response.created
-    async for data in core.background.events(response["id"], -1, tenant):
+    async for data in core.background.events(response["id"], -1, caller.tenant):
         yield out.event_field(data)
 
 
@@ -64,17 +62,16 @@ async def _stateless(
     core: ResponsesCore, body: JSONObject, caller: Caller, context: Context, out: Outbound
 ) -> AsyncGenerator[bytes, None]:
     """One stateless create: one message per event, or batched if the delivery asks."""
-    tenant, quota = caller
     failure: ApiError | None = None
     ended = False
     if out.delivery.max_events <= 1:
-        async for data in core.stateless(body, "grpc-unary", tenant, quota):
+        async for data in core.respond(body, "grpc-unary", caller):
             yield out.event_field(data)
             ended = ended or data["type"] in TERMINAL_TYPES
             if data["type"] == "error":
                 failure = error_from_event(data)
     else:
-        batches = core.stateless_batches(body, "grpc-unary", out.delivery.max_events, tenant, quota)
+        batches = core.respond_batches(body, "grpc-unary", caller, out.delivery.max_events)
         async with contextlib.aclosing(batches):
             async for ready in batches:
                 for message in out.messages(OutEvent("", d) for d in ready):

@@ -13,7 +13,7 @@ from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller
 from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream
 from bidi_responses.server.transports.grpc.context import Context, caller_of
 from bidi_responses.server.transports.grpc.create import create_response
@@ -48,7 +48,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.GetResponseRequest, context: Context
     ) -> pb.GetResponseResponse:
         """A stored response."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         response = await self.core.get_response(request.response_id, tenant)
         return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
@@ -56,7 +56,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.DeleteResponseRequest, context: Context
     ) -> pb.DeleteResponseResponse:
         """Delete a stored response."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         result = await self.core.delete_response(request.response_id, tenant)
         return pb.DeleteResponseResponse(
             id=result["id"], object=result["object"], deleted=result["deleted"]
@@ -66,7 +66,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.ListInputItemsRequest, context: Context
     ) -> pb.ListInputItemsResponse:
         """Page through a stored response's input items."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         page = await self.core.list_input_items(
             request.response_id,
             limit=request.limit or 20,
@@ -86,7 +86,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.CancelResponseRequest, context: Context
     ) -> pb.CancelResponseResponse:
         """Cancel an in-flight response by id."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         response = await self.core.cancel_response(request.response_id, tenant)
         return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
@@ -106,9 +106,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         for name in ("instructions", "previous_response_id"):
             if request.HasField(name):
                 body[name] = getattr(request, name)
-        caller = self._caller(context)
-        label_open_caller(body, caller)  # open server: the token's label stands in
-        result = await self.core.compact(body, "grpc-unary", caller[0])
+        result = await self.core.one_shot.compact(body, "grpc-unary", self._caller(context))
         return pb.CompactResponseResponse(
             id=result["id"],
             object=result["object"],
@@ -121,16 +119,17 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: pb.CountInputTokensRequest, context: Context
     ) -> pb.CountInputTokensResponse:
         """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         body = ProtoDecoder().params_to_dict(request.params)
-        return pb.CountInputTokensResponse(**await self.core.count_input_tokens(body, tenant))
+        count = await self.core.one_shot.count_input_tokens(body, tenant)
+        return pb.CountInputTokensResponse(**count)
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: Context
     ) -> pb.ListModelsResponse:
         """The configured models (``GET /v1/models``)."""
         self._caller(context)
-        listing = self.core.list_models()
+        listing = self.core.one_shot.list_models()
         return pb.ListModelsResponse(
             object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
         )
@@ -138,13 +137,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     async def GetModel(self, request: pb.GetModelRequest, context: Context) -> pb.GetModelResponse:
         """One configured model (``GET /v1/models/{model}``)."""
         self._caller(context)
-        return pb.GetModelResponse(model=pb.Model(**self.core.get_model(request.model)))
+        return pb.GetModelResponse(model=pb.Model(**self.core.one_shot.get_model(request.model)))
 
     async def StreamResponse(
         self, request: pb.StreamResponseRequest, context: Context
     ) -> AsyncGenerator[pb.StreamResponseResponse, None]:
         """Resume a background response's events after ``starting_after``."""
-        tenant, _ = self._caller(context)
+        tenant = self._caller(context).tenant
         starting_after = request.starting_after if request.HasField("starting_after") else -1
         if starting_after < -1:
             raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")

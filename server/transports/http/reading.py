@@ -11,13 +11,19 @@ from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenancy.request_budget import HTTP_COPIES, over_budget
 from bidi_responses.server.transports.admission import Caller, identify
 from bidi_responses.server.transports.http.errors import invalid_json, too_large
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 
-def caller(core: ResponsesCore, headers: Mapping[str, str]) -> Caller:
-    """(tenant, quota key) from ``Authorization``; ApiError 401 when keys are on and it is
-    missing or wrong."""
-    return identify(core.keys, headers.get("authorization"))
+def caller(core: ResponsesCore, headers: Mapping[str, str], peer: str | None = None) -> Caller:
+    """The caller named by ``Authorization``; ApiError 401 when keys are on and it is missing
+    or wrong."""
+    return identify(core.keys, headers.get("authorization"), peer)
+
+
+def peer_of(connection: HTTPConnection) -> str | None:
+    """The client's address as ``host:port`` (None when the server does not know it)."""
+    client = connection.client
+    return f"{client.host}:{client.port}" if client is not None else None
 
 
 async def read_json(core: ResponsesCore, request: Request) -> JSONValue:

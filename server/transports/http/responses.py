@@ -1,6 +1,6 @@
 """``/v1/responses`` over plain HTTP: create (JSON or SSE) and the stored-response routes.
 
-``POST /v1/responses`` runs one stateless create (``ResponsesCore.stateless``). With
+``POST /v1/responses`` runs one stateless create (``ResponsesCore.respond``). With
 ``"stream": true`` each event is one SSE frame written in one piece; otherwise the terminal
 event's response object is the JSON body. A continuation resolves ``previous_response_id``
 from the durable store. Retrieve, delete, input items and cancel map one-to-one onto core
@@ -14,13 +14,13 @@ import contextlib
 from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.schema import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import label_open_caller, shutting_down
+from bidi_responses.server.transports.admission import shutting_down
 from bidi_responses.server.transports.http.errors import (
     error_response,
     event_error_response,
     json_response,
 )
-from bidi_responses.server.transports.http.reading import caller, query_int, read_json
+from bidi_responses.server.transports.http.reading import caller, peer_of, query_int, read_json
 from bidi_responses.server.transports.http.sse import SseResponse, sse_stream
 from bidi_responses.server.transports.http.surface import background_create, background_stream
 from starlette.requests import Request
@@ -38,24 +38,22 @@ def _ended_early(core: ResponsesCore, what: str) -> ApiError:
 
 async def create(core: ResponsesCore, request: Request) -> Response:
     """Create a response: SSE when the body says ``"stream": true``, else one JSON object."""
-    who = caller(core, request.headers)
+    who = caller(core, request.headers, peer_of(request))
     if core.draining:
         raise shutting_down("requests")
     body = await read_json(core, request)
     if not isinstance(body, dict):
         raise ApiError("The request body must be a JSON object.", code="invalid_type")
-    label_open_caller(body, who)  # open server: the token's label stands in for a tenant
     if body.get("background") is True:
         return await background_create(core, body, who)
-    tenant, quota = who
     # Only the body decides: the SDK sends Accept: application/json even when streaming.
     streaming = body.get("stream") is True
-    # stateless() is an async generator; closing it early closes its session at once.
-    events = core.stateless(body, "http", tenant, quota)
+    # respond() is an async generator; closing it early stops the response at once.
+    events = core.respond(body, "http", who)
 
     def limit_headers() -> dict[str, str]:
         # Read once the request has been admitted: they count it.
-        return core.limiter.headers(quota or "anonymous")
+        return core.limiter.headers(who.quota_key)
 
     if not streaming:
         async with contextlib.aclosing(events):
@@ -100,7 +98,7 @@ def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
 
     async def retrieve(request: Request) -> Response:
         """``GET /v1/responses/{id}``."""
-        tenant, _ = caller(core, request.headers)
+        tenant = caller(core, request.headers).tenant
         response_id = request.path_params["response_id"]
         if request.query_params.get("stream", "").lower() in ("true", "1"):
             # Replaying a stream is a background-mode feature: a response that did not run in
@@ -117,12 +115,12 @@ def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
 
     async def delete(request: Request) -> Response:
         """``DELETE /v1/responses/{id}``."""
-        tenant, _ = caller(core, request.headers)
+        tenant = caller(core, request.headers).tenant
         return json_response(await core.delete_response(request.path_params["response_id"], tenant))
 
     async def input_items(request: Request) -> Response:
         """``GET /v1/responses/{id}/input_items`` with ``limit``, ``order`` and ``after``."""
-        tenant, _ = caller(core, request.headers)
+        tenant = caller(core, request.headers).tenant
         query = request.query_params
         page = await core.list_input_items(
             request.path_params["response_id"],
@@ -135,7 +133,7 @@ def stored_response_routes(core: ResponsesCore) -> list[BaseRoute]:
 
     async def cancel(request: Request) -> Response:
         """``POST /v1/responses/{id}/cancel``: stop an in-flight response from any transport."""
-        tenant, _ = caller(core, request.headers)
+        tenant = caller(core, request.headers).tenant
         return json_response(await core.cancel_response(request.path_params["response_id"], tenant))
 
     return [

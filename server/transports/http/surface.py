@@ -9,10 +9,10 @@ from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.schema import snapshot_of
 from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, label_open_caller
+from bidi_responses.server.transports.admission import Caller
 from bidi_responses.server.transports.errors import error_from_event
 from bidi_responses.server.transports.http.errors import json_response
-from bidi_responses.server.transports.http.reading import caller, query_int, read_json
+from bidi_responses.server.transports.http.reading import caller, peer_of, query_int, read_json
 from bidi_responses.server.transports.http.sse import event_log_response
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,26 +24,25 @@ def surface_routes(core: ResponsesCore) -> list[BaseRoute]:
 
     async def compact(request: Request) -> Response:
         """``POST /v1/responses/compact`` (accounted to the caller's tenant, as creates)."""
-        who = caller(core, request.headers)
+        who = caller(core, request.headers, peer_of(request))
         body = await read_json(core, request)
-        if isinstance(body, dict):
-            label_open_caller(body, who)  # open server: the token's label stands in
-        return json_response(await core.compact(body, "http", who[0]))
+        return json_response(await core.one_shot.compact(body, "http", who))
 
     async def input_tokens(request: Request) -> Response:
         """``POST /v1/responses/input_tokens``."""
-        tenant, _ = caller(core, request.headers)
-        return json_response(await core.count_input_tokens(await read_json(core, request), tenant))
+        tenant = caller(core, request.headers).tenant
+        body = await read_json(core, request)
+        return json_response(await core.one_shot.count_input_tokens(body, tenant))
 
     async def models(request: Request) -> Response:
         """``GET /v1/models``."""
         caller(core, request.headers)
-        return json_response(core.list_models())
+        return json_response(core.one_shot.list_models())
 
     async def model(request: Request) -> Response:
         """``GET /v1/models/{model}`` (model ids may contain ``/``)."""
         caller(core, request.headers)
-        return json_response(core.get_model(request.path_params["model"]))
+        return json_response(core.one_shot.get_model(request.path_params["model"]))
 
     return [
         Route("/v1/responses/compact", compact, methods=["POST"]),
@@ -59,15 +58,14 @@ async def background_create(core: ResponsesCore, body: JSONObject, who: Caller) 
     Without ``stream`` the body is the queued response; with it, its events as SSE, and a
     disconnect leaves the response running (resume with ``starting_after``).
     """
-    tenant, quota = who
-    first = await core.background.start(body, "http", tenant, quota)
+    first = await core.background.start(body, "http", who)
     if first["type"] == "error":
         raise error_from_event(first)
     response = snapshot_of(first)
     assert response is not None  # a background response begins with response.created
     if body.get("stream") is not True:
         return json_response(response)
-    return event_log_response(core.background.events(response["id"], -1, tenant))
+    return event_log_response(core.background.events(response["id"], -1, who.tenant))
 
 
 def background_stream(core: ResponsesCore, request: Request, tenant: str | None) -> Response:

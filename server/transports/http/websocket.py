@@ -18,12 +18,7 @@ from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.runs.record import error_event
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenancy.request_budget import WEBSOCKET_COPIES
-from bidi_responses.server.transports.admission import (
-    Caller,
-    label_open_caller,
-    quota_key,
-    shutting_down,
-)
+from bidi_responses.server.transports.admission import Caller, shutting_down
 from bidi_responses.server.transports.http.errors import (
     auth_headers,
     error_response,
@@ -31,7 +26,7 @@ from bidi_responses.server.transports.http.errors import (
     too_large,
 )
 from bidi_responses.server.transports.http.framing import ws_batch_frame, ws_frame
-from bidi_responses.server.transports.http.reading import caller
+from bidi_responses.server.transports.http.reading import caller, peer_of
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -76,12 +71,10 @@ class WebSocketMode:
         # upgrade, so a bad key gets a plain 401 (the SDK raises InvalidStatus).
         core = self._core
         try:
-            who = caller(core, websocket.headers)
+            who = caller(core, websocket.headers, peer_of(websocket))
             if core.draining:
                 raise shutting_down("requests")
-            client = websocket.client
-            peer = f"{client.host}:{client.port}" if client is not None else "unknown"
-            session = core.open_session("websocket", tenant=who[0], quota_key=quota_key(who, peer))
+            session = core.open_session("websocket", caller=who)
         except ApiError as error:
             core.metrics.error("websocket", error.status, error.code)
             await websocket.send_denial_response(error_response(error, auth_headers(error)))
@@ -158,7 +151,6 @@ class WebSocketMode:
             if isinstance(event, dict) and event.get("type") == "response.create":
                 # The socket always streams; clients (Codex, the SDK examples) still send it.
                 event.pop("stream", None)
-                label_open_caller(event, conn.caller)
             try:
                 await session.handle(event, received)
             finally:

@@ -1,0 +1,77 @@
+"""What a run and a stream get from the core: one typed bundle, built by the composition root
+(``core/root.py``), instead of the whole core.
+
+``RunDeps`` holds the long-lived parts (store, post-inference queue, limits, metrics, router,
+renderer, pipeline, compaction codec, the shared state tier); ``ServerState`` is the little
+that changes while the server runs (draining, the in-flight responses, failover counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bidi_responses.server.config import ServerConfig
+from bidi_responses.server.core.compaction import CompactionCodec
+from bidi_responses.server.core.lanes.state import MemoryBudget
+from bidi_responses.server.core.observability.counters import Counters
+from bidi_responses.server.core.observability.metrics import Metrics
+from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.routing import Router
+from bidi_responses.server.core.storage.backend import ResponseStore
+from bidi_responses.server.core.storage.handoff import StateTier
+from bidi_responses.server.core.storage.postinference import PostQueue
+from bidi_responses.server.core.tenancy.limits import TenantLimiter
+from bidi_responses.server.pipeline.base import Pipeline
+
+if TYPE_CHECKING:
+    from bidi_responses.server.core.runs.runner import ResponseRun
+
+
+def _failover() -> dict[str, int]:
+    return {"idempotent_replays": 0, "states_handed_off": 0, "states_restored": 0}
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What changes while the server runs, shared by the facade and every run."""
+
+    # Set when a drain begins: new responses are refused from then on.
+    draining: bool = False
+    # Responses that passed admission and have not ended, by id (cancel, retrieve, idempotency).
+    inflight: dict[str, ResponseRun] = field(default_factory=dict)
+    # Replica failover counters (GetStats ``failover``).
+    failover: dict[str, int] = field(default_factory=_failover)
+    # Turns whose chat template no longer kept the cached prompt as a prefix.
+    prompt_rerenders: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunDeps:
+    """Everything a run (and the stream that starts it) uses."""
+
+    config: ServerConfig
+    log: logging.Logger
+    store: ResponseStore
+    post: PostQueue
+    # A turn is acknowledged only once its write landed (a store shared by replicas).
+    ack_after_write: bool
+    # Where draining streams leave their cached states for other replicas (handoff.py).
+    state_tier: StateTier | None
+    limiter: TenantLimiter
+    metrics: Metrics
+    counters: Counters
+    router: Router
+    renderer: Renderer
+    pipeline: Pipeline
+    compaction: CompactionCodec
+    # The byte bound all stream caches share.
+    cache_budget: MemoryBudget
+    state: ServerState
+
+    def note_prompt_rerender(self, format_name: str) -> None:
+        """A chat template rendered earlier turns differently: the cached prompt tokens were
+        not a prefix of the new render (``continuation.render_whole``)."""
+        self.state.prompt_rerenders += 1
+        self.metrics.prompt_rerenders.labels(format_name).inc()
