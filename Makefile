@@ -13,7 +13,7 @@ TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain
+	handoff-bench node-deps interop burst drain report aiperf
 
 all: check test
 
@@ -128,8 +128,26 @@ PORT_FLAGS = $(if $(GRPC_PORT),--grpc-port $(GRPC_PORT)) $(if $(HTTP_PORT),--htt
 serve: $(INSTALLED)
 	$(VENV)/bin/bidi-responses serve $(PORT_FLAGS) $(SERVE_ARGS)
 
+# Every mode side by side; writes bench-out/ and regenerates docs/results.md and its plots
+# (docs/results/). The document picks up bench-out/aiperf.json when `make aiperf` ran first.
 compare: $(EXTRA)bench
-	$(VENV)/bin/bidi-responses compare --out bench-out
+	$(VENV)/bin/bidi-responses compare --out bench-out --doc docs/results.md
+
+# docs/results.md again from the last run's bench-out/results.json, measuring nothing.
+report: $(EXTRA)bench
+	$(VENV)/bin/bidi-responses compare --out bench-out --doc docs/results.md \
+		--from-results bench-out/results.json
+
+# NVIDIA's aiperf against the HTTP route, beside the project's own client on the same request
+# bodies (bench-out/aiperf.json). aiperf pins older prometheus-client, orjson and psutil than
+# the server, so it gets its own virtual environment (bench/aiperf-requirements.txt).
+AIPERF_VENV := .venv-aiperf
+$(AIPERF_VENV)/.installed: bench/aiperf-requirements.txt
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet -r bench/aiperf-requirements.txt
+	touch $@
+aiperf: $(EXTRA)bench $(AIPERF_VENV)/.installed
+	$(PY) -m bidi_responses.bench.aiperf_check --aiperf $(AIPERF_VENV)/bin/aiperf --out bench-out
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
