@@ -189,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         f"token, {args.tps:g} tok/s; a fresh server for each client"
     )
     if shutil.which(args.aiperf) is None:
-        result = {"error": f"aiperf not found at {args.aiperf} (make aiperf installs it)"}
+        result: dict[str, Any] = {
+            "error": f"aiperf not found at {args.aiperf} (make aiperf installs it)"
+        }
         result_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
         print(result["error"], file=sys.stderr)
         return 1

@@ -241,9 +241,9 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
             out[f"{prefix}.{key}.cpu"] = _spread(
                 top["server_cpu_ms_per_turn"] if top else None, cpu[0], cpu[1], 2, "ms"
             )
-    c1 = _rows(conc) and {
-        r["mode"]: r for r in conc["rows"] if agents and r["agents"] == agents[-1]
-    }
+    c1 = (
+        {r["mode"]: r for r in conc["rows"] if r["agents"] == agents[-1]} if conc and agents else {}
+    )
     out["conc.cpu_ratio"] = (
         _ratio(
             c1["grpc_connect"]["server_cpu_ms_per_turn"], c1["ws_cache"]["server_cpu_ms_per_turn"]
