@@ -72,8 +72,21 @@ def _markdown(table: Table, *, caption: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _tables(tables: Sequence[Table], *needles: str) -> str:
-    chosen = [t for t in tables if any(n in t.title for n in needles)]
+#: Words in the titles of the tables that sit beside a rollout table.
+_BESIDE = ("network projection ON PAPER", "pre-inference work")
+
+
+def _tables(tables: Sequence[Table], *needles: str, start: str = "") -> str:
+    """The tables whose title holds one of ``needles`` (or, with ``start``, the rollout tables
+    whose title begins with it), as Markdown."""
+    if start:
+        chosen = [
+            t
+            for t in tables
+            if t.title.startswith(start) and not any(b in t.title for b in _BESIDE)
+        ]
+    else:
+        chosen = [t for t in tables if any(n in t.title for n in needles)]
     return "\n\n".join(_markdown(t) for t in chosen) if chosen else "*(not run in this run)*"
 
 
@@ -119,6 +132,25 @@ def _aiperf(aiperf: JSONObject | None, head: dict[str, JSONObject]) -> str:
     return "\n".join(lines)
 
 
+def _per_message_us(rows: Sequence[JSONObject], mode: str) -> str:
+    """Server CPU per delta message of ``mode`` in the keep-up rows: the CPU difference between
+    merging off and the default window over the difference in delta events (one event per
+    message for modes that do not batch)."""
+    mine = {
+        ("default" if "default" in r["policy"] else r["policy"]): r
+        for r in rows
+        if r["mode"] == mode
+    }
+    off, default = mine.get("off"), mine.get("default")
+    if not off or not default:
+        return NA
+    messages = sum(off["deltas_per_response"]) - sum(default["deltas_per_response"])
+    if messages <= 0:
+        return NA
+    cpu = off["server_cpu_s"] - default["server_cpu_s"]
+    return f"{cpu / messages * 1e6:.0f} µs"
+
+
 def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
     """Every name the template may use, with its text for this run."""
     by_name = {s["name"]: s for s in report.summaries}
@@ -149,7 +181,7 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
         ["| # | mode | transport | history |", "|---|---|---|---|"]
         + [f"| {m.number} | {m.label} | {m.transport} | {m.history} |" for m in MODES.values()]
     )
-    out["table.headline"] = _tables(tables, "headline: ") if "headline" in by_name else "*(n/a)*"
+    out["table.headline"] = _tables(tables, start="headline: ")
     out["table.headline.pre"] = _tables(tables, "pre-inference work")
     out["table.network"] = _tables(tables, "network projection ON PAPER")
     out["table.history"] = _tables(tables, "history sweep")
@@ -267,6 +299,8 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
             out.setdefault(f"keep.{mode}.{tag}.share", NA)
             out.setdefault(f"keep.{mode}.{tag}.delivery", NA)
     out["keep.tps"] = _num(keep["params"]["tokens_per_second"] if keep else None, 0)
+    for mode in ("grpc_single", "ws_cache"):
+        out[f"keep.{mode}.per_message_us"] = _per_message_us(keep_rows, mode)
 
     steer = _rows(by_name.get("steer"))
     for key in ("ws_cache", "grpc_connect"):
