@@ -104,7 +104,7 @@ bench: $(EXTRA)test
 	$(PY) -m pytest -q tests/bench/test_micro.py --benchmark-enable
 	$(PY) -m bidi_responses.bench.post_inference --turns 25 --repeats 3
 
-# What compaction saves on the headline rollout (docs/results.md, "Compaction").
+# What compaction saves on the headline rollout (docs/results.md, "Measured context").
 bench-compaction: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.compaction --repeats 5
 
