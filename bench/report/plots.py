@@ -57,6 +57,9 @@ _STYLE = {
     "grpc_create": ("tab:purple", ":", "D"),
     "grpc_connect": ("tab:green", "-", "o"),
     "grpc_append": ("tab:olive", "-", "s"),
+    "grpc_single": ("tab:gray", "-.", "x"),
+    "grpc_slim": ("tab:pink", "-", "^"),
+    "ws_batched": ("navy", "-.", "v"),
 }
 
 
@@ -254,8 +257,10 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
             colors = [_STYLE.get(r["mode"], ("gray",))[0] for r in rows]
             ax.bar(range(len(rows)), values, yerr=err, capsize=3, color=colors)
             ax.set_xticks(range(len(rows)))
-            ax.set_xticklabels([f"{r['number']}\n{r['mode']}" for r in rows], fontsize=6)
-            ax.set_ylabel("server CPU per turn (ms), median; bars: min-max over repeats")
+            ax.set_xticklabels(
+                [f"{r['number']} {r['mode']}" for r in rows], fontsize=7, rotation=45, ha="right"
+            )
+            ax.set_ylabel("ms per turn (median; bars: min-max over repeats)")
             ax.set_title(title, fontsize=9)
             ax.grid(True, axis="y", alpha=0.3)
         fig.suptitle("Server CPU per turn by mode (all threads of the server process)")
