@@ -199,4 +199,4 @@ handoff-bench: $(EXTRA)cluster $(EXTRA)bench postgres
 	$(PY) -m bidi_responses.bench.handoff --history-tokens 100000 --repeats 5
 
 clean:
-	rm -rf $(VENV) node_modules build bench-out .bidi-responses
+	rm -rf $(VENV) $(AIPERF_VENV) node_modules build bench-out .bidi-responses
