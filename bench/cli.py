@@ -355,6 +355,8 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.time()
     load_start = _load()
+    # Read before the run: the commit measured is the one checked out when it started.
+    machine = machine_info()
     t0 = time.perf_counter()
     try:
         cells = run_compare(config)
@@ -367,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
         "command": config.command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
         "duration_s": round(elapsed, 1),
-        "machine": machine_info(),
+        "machine": machine,
         # The machine may be shared: its load around the run says how quiet it was.
         "load_average": {"start": load_start, "end": _load()},
         "allocator": (
