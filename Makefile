@@ -13,7 +13,7 @@ TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain bench-fairness bench-memory
+	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf
 
 all: check test
 
@@ -104,7 +104,7 @@ bench: $(EXTRA)test
 	$(PY) -m pytest -q tests/bench/test_micro.py --benchmark-enable
 	$(PY) -m bidi_responses.bench.post_inference --turns 25 --repeats 3
 
-# What compaction saves on the headline rollout (docs/results.md, "Compaction").
+# What compaction saves on the headline rollout (docs/results.md, "Measured context").
 bench-compaction: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.compaction --repeats 5
 
@@ -128,8 +128,26 @@ PORT_FLAGS = $(if $(GRPC_PORT),--grpc-port $(GRPC_PORT)) $(if $(HTTP_PORT),--htt
 serve: $(INSTALLED)
 	$(VENV)/bin/bidi-responses serve $(PORT_FLAGS) $(SERVE_ARGS)
 
+# Every mode side by side; writes bench-out/ and regenerates docs/results.md and its plots
+# (docs/results/). The document picks up bench-out/aiperf.json when `make aiperf` ran first.
 compare: $(EXTRA)bench
-	$(VENV)/bin/bidi-responses compare --out bench-out
+	$(VENV)/bin/bidi-responses compare --out bench-out --doc docs/results.md
+
+# docs/results.md again from the last run's bench-out/results.json, measuring nothing.
+report: $(EXTRA)bench
+	$(VENV)/bin/bidi-responses compare --out bench-out --doc docs/results.md \
+		--from-results bench-out/results.json
+
+# NVIDIA's aiperf against the HTTP route, beside the project's own client on the same request
+# bodies (bench-out/aiperf.json). aiperf pins older prometheus-client, orjson and psutil than
+# the server, so it gets its own virtual environment (bench/aiperf-requirements.txt).
+AIPERF_VENV := .venv-aiperf
+$(AIPERF_VENV)/.installed: bench/aiperf-requirements.txt
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet -r bench/aiperf-requirements.txt
+	touch $@
+aiperf: $(EXTRA)bench $(AIPERF_VENV)/.installed
+	$(PY) -m bidi_responses.bench.aiperf_check --aiperf $(AIPERF_VENV)/bin/aiperf --out bench-out
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
@@ -194,4 +212,4 @@ handoff-bench: $(EXTRA)cluster $(EXTRA)bench postgres
 	$(PY) -m bidi_responses.bench.handoff --history-tokens 100000 --repeats 5
 
 clean:
-	rm -rf $(VENV) node_modules build bench-out .bidi-responses
+	rm -rf $(VENV) $(AIPERF_VENV) node_modules build bench-out .bidi-responses

@@ -216,6 +216,20 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="also write the whole results document here (make compare: docs/results.md), "
+        "its plots in the folder named after it (docs/results/)",
+    )
+    p.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        help="measure nothing: rebuild the report, plots and document from a results.json "
+        "an earlier run wrote",
+    )
+    p.add_argument(
         "--smoke",
         action="store_true",
         help="a tiny configuration of everything (used by the test suite)",
@@ -318,7 +332,12 @@ def _smoke(config: CompareConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``compare`` handler: run, print the tables, write the files."""
-    from bidi_responses.bench.report import build_report, machine_info, write_outputs
+    from bidi_responses.bench.report import (
+        build_report,
+        machine_info,
+        write_document,
+        write_outputs,
+    )
     from bidi_responses.bench.run import MALLOC_TUNED, WorkerError, run_compare
 
     try:
@@ -327,12 +346,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = config.out_dir
+    if args.from_results is not None:
+        return _rerender(args, config)
     print(
         f"bidi-responses compare: modes {', '.join(m.key for m in config.modes)}; "
         f"sweeps {', '.join(config.sweeps)}; output in {out}/",
         flush=True,
     )
     started = time.time()
+    load_start = _load()
+    # Read before the run: the commit measured is the one checked out when it started.
+    machine = machine_info()
     t0 = time.perf_counter()
     try:
         cells = run_compare(config)
@@ -345,7 +369,9 @@ def run(args: argparse.Namespace) -> int:
         "command": config.command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
         "duration_s": round(elapsed, 1),
-        "machine": machine_info(),
+        "machine": machine,
+        # The machine may be shared: its load around the run says how quiet it was.
+        "load_average": {"start": load_start, "end": _load()},
         "allocator": (
             f"glibc malloc, GLIBC_TUNABLES={MALLOC_TUNED}"
             if config.malloc_tuned
@@ -361,8 +387,35 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(report.text())
     paths = write_outputs(report, out, plots=not args.no_plots)
+    paths.update(write_document(report, out, args.doc))
     print()
     print(f"finished in {elapsed:.0f} s; wrote:")
+    for path in paths.values():
+        print(f"  {path}")
+    return 0
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages, as text."""
+    import os
+
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _rerender(args: argparse.Namespace, config: CompareConfig) -> int:
+    """``--from-results``: the report, plots and document of an earlier run, measured again
+    by nothing (the document's prose or tables changed, the figures did not)."""
+    import json
+
+    from bidi_responses.bench.report import build_report, write_document, write_outputs
+    from bidi_responses.bench.run import CellResult
+
+    data = json.loads(args.from_results.read_text(encoding="utf-8"))
+    cells = [CellResult(**cell) for cell in data["cells"]]
+    report = build_report(cells, config, data["meta"])
+    paths = write_outputs(report, config.out_dir, plots=not args.no_plots)
+    paths.update(write_document(report, config.out_dir, args.doc))
+    print("wrote:")
     for path in paths.values():
         print(f"  {path}")
     return 0

@@ -23,12 +23,14 @@ Conventions, so every number means one thing:
 The package, one job per module: ``summaries`` (cells
 to per-mode figures), ``targets`` (the verdicts), ``network`` (the projection on paper),
 ``tables`` (text tables), ``assembly`` (the ``Report``), ``plots`` (PNG), ``files`` (every
-output file) and ``machine`` (what the run was measured on).
+output file), ``document`` (docs/results.md: ``results_template.md`` filled in with the run's
+figures) and ``machine`` (what the run was measured on).
 """
 
 from __future__ import annotations
 
 from bidi_responses.bench.report.assembly import Report, build_report
+from bidi_responses.bench.report.document import render_document, write_document
 from bidi_responses.bench.report.files import write_outputs
 from bidi_responses.bench.report.machine import machine_info
 from bidi_responses.bench.report.network import NETWORK_PROFILES, network_projection
@@ -45,7 +47,9 @@ __all__ = [
     "machine_info",
     "network_projection",
     "percentile",
+    "render_document",
     "summarize",
+    "write_document",
     "write_outputs",
     "write_plots",
 ]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from bidi_responses.bench.clients import MODES
 from bidi_responses.bench.report.assembly import Report
+from bidi_responses.bench.report.records import JSONObject
 from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
 
 if TYPE_CHECKING:
@@ -14,6 +15,28 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["write_plots"]
+
+Panel = tuple[str, list[JSONObject]]
+
+
+def _cpu_panels(report: Report) -> list[Panel]:
+    """(title, rows) of server CPU per turn: headline, small turns, the most agents."""
+    by_name = {s["name"]: s for s in report.summaries}
+    panels: list[Panel] = []
+    head = by_name.get("headline")
+    if head and head["rows"]:
+        panels.append(("headline turns (1,000 tok/s, 4k-token tool outputs)", head["rows"]))
+    hist = by_name.get("history")
+    if hist and hist["rows"]:
+        size = hist["params"]["sizes"][0]
+        rows = [r for r in hist["rows"] if r["history_target"] == size]
+        panels.append((f"small turns at {size // 1000}k history", rows))
+    conc = by_name.get("concurrency")
+    if conc and conc["rows"]:
+        most = conc["params"]["agents"][-1]
+        rows = [r for r in conc["rows"] if r["agents"] == most]
+        panels.append((f"{most} concurrent agents (1 worker)", rows))
+    return panels
 
 
 class _LineStyle(TypedDict):
@@ -34,6 +57,9 @@ _STYLE = {
     "grpc_create": ("tab:purple", ":", "D"),
     "grpc_connect": ("tab:green", "-", "o"),
     "grpc_append": ("tab:olive", "-", "s"),
+    "grpc_single": ("tab:gray", "-.", "x"),
+    "grpc_slim": ("tab:pink", "-", "^"),
+    "ws_batched": ("navy", "-.", "v"),
 }
 
 
@@ -214,6 +240,31 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
         )
         ax.legend(fontsize=7)
         paths["plot_keepup"] = save(fig, "keepup.png")
+
+    panels = _cpu_panels(report)
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5), squeeze=False)
+        for ax, (title, rows) in zip(axes[0], panels, strict=True):
+            values = [r["server_cpu_ms_per_turn"] for r in rows]
+            spans = [
+                r.get("server_cpu_ms_per_turn_range") or [v, v]
+                for r, v in zip(rows, values, strict=True)
+            ]
+            err = [
+                [v - lo for v, (lo, _) in zip(values, spans, strict=True)],
+                [hi - v for v, (_, hi) in zip(values, spans, strict=True)],
+            ]
+            colors = [_STYLE.get(r["mode"], ("gray",))[0] for r in rows]
+            ax.bar(range(len(rows)), values, yerr=err, capsize=3, color=colors)
+            ax.set_xticks(range(len(rows)))
+            ax.set_xticklabels(
+                [f"{r['number']} {r['mode']}" for r in rows], fontsize=7, rotation=45, ha="right"
+            )
+            ax.set_ylabel("ms per turn (median; bars: min-max over repeats)")
+            ax.set_title(title, fontsize=9)
+            ax.grid(True, axis="y", alpha=0.3)
+        fig.suptitle("Server CPU per turn by mode (all threads of the server process)")
+        paths["plot_cpu"] = save(fig, "server_cpu_per_turn.png")
 
     steer = by_name.get("steer")
     if steer and steer["rows"]:

@@ -92,6 +92,20 @@ def _fmt(value: JSONValue, digits: int = 1) -> str:
     return str(value)
 
 
+def _spread(value: JSONValue, low_high: JSONValue, digits: int = 1) -> str:
+    """``value [low-high]``: a median and its range over repeats (just the value without one)."""
+    text = _fmt(value, digits)
+    if isinstance(low_high, list) and len(low_high) == 2 and low_high[0] != low_high[1]:
+        text += f" [{_fmt(low_high[0], digits)}-{_fmt(low_high[1], digits)}]"
+    return text
+
+
+def _repeat_range(row: JSONObject) -> list[float] | None:
+    """The range of the per-repeat median overheads of a row (None with fewer than 2)."""
+    medians = row.get("overhead_repeat_medians_ms") or []
+    return [min(medians), max(medians)] if len(medians) > 1 else None
+
+
 def _kb(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value / 1024:.1f}"
 
@@ -109,11 +123,11 @@ def _rollout_table(s: JSONObject) -> Table:
         "mode",
         "e2e s (min-max)",
         "vs 1",
-        "ovh p50 ms",
+        "ovh p50 ms [repeats]",
         "ovh p99 ms",
         "API %",
         "TTFT p50 ms",
-        "srv CPU ms/turn",
+        "srv CPU ms/turn [repeats]",
         "cli CPU ms/turn",
         "KB up/turn",
         "KB down/turn",
@@ -129,11 +143,11 @@ def _rollout_table(s: JSONObject) -> Table:
                 r["label"],
                 f"{r['e2e_median_s']:.3f} ({r['e2e_min_s']:.3f}-{r['e2e_max_s']:.3f})",
                 f"{r['speedup_vs_http_new']:.2f}x" if "speedup_vs_http_new" in r else "-",
-                _fmt(r["overhead_p50_ms"], 2),
+                _spread(r["overhead_p50_ms"], _repeat_range(r), 2),
                 _fmt(r["overhead_p99_ms"], 2),
                 _fmt(r["api_share"] * 100, 1),
                 _fmt(r["ttft_p50_ms"], 1),
-                _fmt(r["server_cpu_ms_per_turn"], 1),
+                _spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
                 _fmt(r["client_cpu_ms_per_turn"], 1),
                 _kb(r["bytes_up_per_turn"]),
                 _kb(r["bytes_down_per_turn"]),
@@ -184,7 +198,8 @@ def _history_table(s: JSONObject) -> Table:
     title = (
         f"history sweep: median API overhead per turn (ms) of {p['small_turns']} small "
         f"turns ({p['small_tokens']}-token tool outputs) on a prefilled history, "
-        f"{p['repeats']} repeat(s); last column: growth largest/smallest"
+        f"{p['repeats']} repeat(s), [range of the per-repeat medians]; growth: "
+        "largest/smallest"
     )
     header = [
         "#",
@@ -203,12 +218,16 @@ def _history_table(s: JSONObject) -> Table:
                 str(MODES[key].number),
                 MODES[key].label,
                 *[
-                    _fmt(mine[size]["overhead_p50_ms"], 2) if size in mine else "-"
+                    _spread(mine[size]["overhead_p50_ms"], _repeat_range(mine[size]), 2)
+                    if size in mine
+                    else "-"
                     for size in sizes
                 ],
                 _fmt(s["growth"].get(key), 2),
                 _fmt(top.get("tokens_rendered_per_turn"), 0),
-                _fmt(top.get("server_cpu_ms_per_turn"), 1),
+                _spread(
+                    top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
+                ),
             ]
         )
     return Table(title, header, rows)
@@ -225,7 +244,8 @@ def _concurrency_table(s: JSONObject) -> Table:
         f"server with {workers} worker process{'es' if workers > 1 else ''}, "
         f"delta {window_label(window)}, "
         f"{w['tool_turns']} tool turns x {w['tool_output_tokens']} tokens each, agents "
-        f"spread over {p['processes']} client processes; p50 overhead ms in brackets"
+        f"spread over {p['processes']} client processes; [min-max over repeats], p50 "
+        "overhead ms in brackets"
     )
     header = [
         "#",
@@ -243,12 +263,15 @@ def _concurrency_table(s: JSONObject) -> Table:
                 str(MODES[key].number),
                 MODES[key].label,
                 *[
-                    f"{mine[n]['throughput_turns_s']:.1f} ({mine[n]['overhead_p50_ms']:.1f})"
+                    f"{_spread(mine[n]['throughput_turns_s'], mine[n]['throughput_range'], 1)} "
+                    f"({mine[n]['overhead_p50_ms']:.1f})"
                     if n in mine
                     else "-"
                     for n in agents
                 ],
-                _fmt(top.get("server_cpu_ms_per_turn"), 1),
+                _spread(
+                    top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
+                ),
                 _fmt(top.get("client_cpu_ms_per_turn"), 1),
             ]
         )
@@ -315,7 +338,7 @@ def _breakdown_table(s: JSONObject) -> Table:
             [
                 str(r["number"]),
                 MODES[r["mode"]].label,
-                _fmt(r["overhead_p50_ms"], 2),
+                _spread(r["overhead_p50_ms"], _repeat_range(r), 2),
                 _fmt(r["api_pre_p50_ms"], 2),
                 _fmt(r["api_post_p50_ms"], 2),
                 _fmt(r["outside_p50_ms"], 2),
@@ -323,7 +346,7 @@ def _breakdown_table(s: JSONObject) -> Table:
                 _fmt(r["events_per_turn"], 0),
                 _kb(r["bytes_up_per_turn"]),
                 _kb(r["bytes_down_per_turn"]),
-                _fmt(r["server_cpu_ms_per_turn"], 1),
+                _spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
                 _fmt(r["client_cpu_ms_per_turn"], 1),
             ]
         )

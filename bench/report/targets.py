@@ -134,7 +134,79 @@ def evaluate_targets(summaries: Sequence[JSONObject]) -> list[Target]:
             )
     targets += _issue11_targets(by_name, rows)
     targets += _steering_targets(by_name)
+    targets += _per_turn_cost_targets(by_name, rows)
     return targets
+
+
+def _per_turn_cost_targets(
+    by_name: dict[str, JSONObject], head: dict[str, JSONObject]
+) -> list[Target]:
+    """Connect's own per-turn costs against WebSocket mode's (medians, same run)."""
+    out: list[Target] = []
+    connect, ws = head.get("grpc_connect"), head.get("ws_cache")
+    if connect and ws and ws["server_cpu_ms_per_turn"]:
+        ratio = connect["server_cpu_ms_per_turn"] / ws["server_cpu_ms_per_turn"]
+        out.append(
+            _target(
+                "T12",
+                "server CPU per headline turn, Connect with the project's client <= 1.00x "
+                "WebSocket mode's",
+                ratio,
+                ratio <= 1.00,
+                f"{connect['server_cpu_ms_per_turn']:.2f} vs {ws['server_cpu_ms_per_turn']:.2f} "
+                f"ms: {ratio:.2f}x",
+            )
+        )
+    conc = by_name.get("concurrency")
+    if conc:
+        most = conc["params"]["agents"][-1]
+        top = {r["mode"]: r for r in conc["rows"] if r["agents"] == most}
+        if (
+            "grpc_connect" in top
+            and "ws_cache" in top
+            and top["ws_cache"]["server_cpu_ms_per_turn"]
+        ):
+            c, w = top["grpc_connect"], top["ws_cache"]
+            ratio = c["server_cpu_ms_per_turn"] / w["server_cpu_ms_per_turn"]
+            out.append(
+                _target(
+                    "T13",
+                    f"server CPU per turn at {most} agents, Connect <= 1.10x WebSocket mode's",
+                    ratio,
+                    ratio <= 1.10,
+                    f"{c['server_cpu_ms_per_turn']:.2f} vs {w['server_cpu_ms_per_turn']:.2f} ms: "
+                    f"{ratio:.2f}x; {c['throughput_turns_s']:.0f} vs "
+                    f"{w['throughput_turns_s']:.0f} turns/s",
+                )
+            )
+    hist = by_name.get("history")
+    if hist:
+        size = hist["params"]["sizes"][0]
+        small = {r["mode"]: r for r in hist["rows"] if r["history_target"] == size}
+        if "grpc_connect" in small and "ws_cache" in small:
+            c, w = small["grpc_connect"]["overhead_p50_ms"], small["ws_cache"]["overhead_p50_ms"]
+            out.append(
+                _target(
+                    "T14",
+                    f"small-turn overhead at {size // 1000}k history, Connect <= WebSocket mode",
+                    c / w if w else None,
+                    c <= w,
+                    f"{c:.2f} vs {w:.2f} ms",
+                )
+            )
+    if connect and ws and connect.get("messages_per_turn") and ws.get("messages_per_turn"):
+        ratio = connect["messages_per_turn"] / ws["messages_per_turn"]
+        out.append(
+            _target(
+                "T15",
+                "wire messages per headline turn, Connect <= half of WebSocket mode's frames",
+                ratio,
+                ratio <= 0.5,
+                f"{connect['messages_per_turn']:.1f} vs {ws['messages_per_turn']:.1f}: "
+                f"{ratio:.2f}x",
+            )
+        )
+    return out
 
 
 def _steering_targets(by_name: dict[str, JSONObject]) -> list[Target]:

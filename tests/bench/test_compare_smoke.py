@@ -9,11 +9,13 @@ the new input). Timings are not asserted: they depend on the machine.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bidi_responses.bench.clients import MODES
+from bidi_responses.bench.report.document import PLACEHOLDER, SECTIONS
 
 from tests.conftest import run_cli
 
@@ -30,6 +32,8 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
         "--no-progress",
         "--out",
         str(out),
+        "--doc",
+        str(out / "doc" / "results.md"),
     )
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     return out, results, proc.stdout
@@ -55,6 +59,11 @@ def test_files_and_table(smoke: tuple[Path, dict[str, Any], str]) -> None:
         "headline.png",
         "keepup.png",
         "steering.png",
+        "server_cpu_per_turn.png",
+        "results.md",
+        "doc/results.md",
+        "doc/results/server_cpu_per_turn.png",
+        "doc/results/headline.png",
     ):
         path = out / name
         assert path.is_file() and path.stat().st_size > 0, name
@@ -177,3 +186,47 @@ def test_steering_rows(smoke: tuple[Path, dict[str, Any], str]) -> None:
     network = stdout.index("network projection ON PAPER")
     steering = stdout.index("steering: 3 responses per mode")
     assert network < steering < stdout.index("pre-inference work", network)
+
+
+def test_the_document_has_every_section_and_no_placeholder(
+    smoke: tuple[Path, dict[str, Any], str],
+) -> None:
+    out, results, _ = smoke
+    doc = (out / "doc" / "results.md").read_text(encoding="utf-8")
+    headings = [line[3:] for line in doc.splitlines() if line.startswith("## ")]
+    assert headings == list(SECTIONS)
+    assert not PLACEHOLDER.search(doc) and "{{" not in doc and "}}" not in doc
+    # Figures of this run are in it, with their spread, and every plot it links exists.
+    head = _rows(results, "headline")
+    assert f"{head['grpc_connect']['e2e_median_s']:.3f}" in doc
+    assert "| T12 |" in doc and "| T15 |" in doc
+    for link in PLOT_LINK.findall(doc):
+        assert (out / "doc" / link).is_file(), link
+    # The copy in the output folder links the plots beside it.
+    beside = (out / "results.md").read_text(encoding="utf-8")
+    for link in PLOT_LINK.findall(beside):
+        assert (out / link).is_file(), link
+
+
+def test_the_document_rebuilds_from_results_json(
+    smoke: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    """--from-results measures nothing and writes the same document from the same run."""
+    out, _, _ = smoke
+    again = tmp_path / "again.md"
+    run_cli(
+        "compare",
+        "--from-results",
+        str(out / "results.json"),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+        "--doc",
+        str(again),
+    )
+    assert again.read_text(encoding="utf-8") == (out / "doc" / "results.md").read_text(
+        encoding="utf-8"
+    )
+
+
+PLOT_LINK = re.compile(r"!\[[^\]]*\]\(([^)]+\.png)\)")

@@ -307,7 +307,7 @@ class ResponseRun:
         state = self.state = base.state
         history = base.history
         reused = 0
-        limits = core.config.limits
+        limits = deps.config.limits
         size = request_chars(request, limits) + (item_chars(history) if history else 0)
 
         self.route, stats.route_resolved = self.lane.route(deps.router, request.model)
@@ -472,7 +472,7 @@ class ResponseRun:
             self.record.stats.items_validated += len(items)
             previous = self.state.tokens
             reused = len(previous)
-            limits = self.core.config.limits
+            limits = self.deps.config.limits
             added = await offload(item_chars(items), limits, self._append_items, items)
             self.record.stats.tokens_rendered += added
             if self.renderer.whole_conversation:  # a new array: was the old one kept?
