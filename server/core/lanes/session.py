@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.client_events import (
     AppendEvent,
     CancelEvent,
@@ -120,6 +121,9 @@ class Session:
         self._closed = False
         self._stopping = False
         self.opened_at = time.monotonic()
+        # How engine output becomes deltas for the responses this stream starts (a transport
+        # may set a coarser delta window its client asked for).
+        self.streaming: StreamingConfig = core.config.streaming
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -445,6 +449,7 @@ class Session:
             quota_key=self.quota_key,
             hooks=self,
             steering=explicit_steering,
+            streaming=self.streaming,
         )
         self._started[ticket.number] = run
         self._ticket_of[run] = ticket

@@ -15,6 +15,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.ids import assign_ids, new_id
 from bidi_responses.server.core.api.input_items import parse_input
@@ -99,8 +100,11 @@ class ResponseRun:
         quota_key: str = "anonymous",
         hooks: RunHooks | None = None,
         steering: list[Item] | None = None,
+        streaming: StreamingConfig | None = None,
     ) -> None:
         self.core = core
+        # How engine output becomes deltas (the stream's delta window, if its client chose one).
+        self.streaming = streaming or core.config.streaming
         self.lane = lane
         self.hooks = hooks
         # Queued steering input this explicit continuation commits, before its own input (named
@@ -484,7 +488,7 @@ class ResponseRun:
                 self.route.engine,
                 engine_request,
                 streamer,
-                self.core.config.streaming,
+                self.streaming,
                 self.stop,
             )
         except BaseException:
