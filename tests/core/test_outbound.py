@@ -187,7 +187,7 @@ async def test_an_unread_session_sends_one_merged_delta_per_item(
     engine_and_core: tuple[ScriptedEngine, ScriptedCore],
 ) -> None:
     engine, core = engine_and_core
-    core.config.streaming.coalesce_deltas = False  # one delta event per engine delta
+    core.config.streaming.max_delta_chars = 1  # the engine stream merges nothing: one event each
     engine.turns.append(Turn(deltas=("Hel", "lo", " wor", "ld")))
     session = core.open_session("test")
     try:

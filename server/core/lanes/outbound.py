@@ -73,8 +73,11 @@ class Outbox(asyncio.Queue[OutEvent | None]):
     """The outbound queue of one stream (``None`` ends it): an ``asyncio.Queue`` that merges a
     delta into the delta still waiting at its tail (see the module's docstring)."""
 
-    def __init__(self, maxsize: int = 0, *, max_merged_chars: int = 65_536) -> None:
+    def __init__(
+        self, maxsize: int = 0, *, merge: bool = True, max_merged_chars: int = 65_536
+    ) -> None:
         super().__init__(maxsize)
+        self.merge = merge  # StreamingConfig.coalesce_deltas
         self.max_merged_chars = max_merged_chars
         #: Deltas merged into one waiting before them (each saved a message).
         self.merged = 0
@@ -126,7 +129,7 @@ class Outbox(asyncio.Queue[OutEvent | None]):
                 if item is None:
                     self._held.clear()
             self._changed.set()
-        if item is not None and queue:
+        if self.merge and item is not None and queue:
             tail = queue[-1]
             if tail is not None:
                 both = merged(tail, item, self.max_merged_chars)

@@ -86,7 +86,9 @@ class Session:
         self.end_error: ApiError | None = None
         limits = core.config.limits
         # Deltas still waiting in it are merged when the writer falls behind (outbound.py).
-        self._out = Outbox(limits.outbound_queue_events)
+        self._out = Outbox(
+            limits.outbound_queue_events, merge=core.config.streaming.coalesce_deltas
+        )
         self._lanes: dict[str, Lane] = {}
         self._runs: set[asyncio.Task[None]] = set()
         # One cache per stream, serving every lane (a create on one lane can fork another's).
