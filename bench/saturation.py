@@ -11,6 +11,9 @@ the server kept up. Transports and clients:
 - ``connect``: Connect from stock generated stubs that set no options (one event a message);
 - ``connect_batched``: Connect with ``DeliveryOptions.batch_events``.
 
+Connect streams share one channel (one HTTP/2 connection) per client process; WebSocket and
+SSE open a connection per stream.
+
 Every stream is also checked: all the tokens arrived (usage and the engine's answer length),
 its deltas concatenate to ``output_text.done`` (merged deltas included), and its sequence
 numbers increase. Clients run in ``--client-processes`` processes, so that the client's own
@@ -71,6 +74,12 @@ class StreamResult:
         engine starts at once: no time to first token)."""
         span = self.end - self.sent
         return self.tokens / span if span > 0 and self.sent else 0.0
+
+    @property
+    def streaming_rate(self) -> float:
+        """Tokens per second once streaming, first delta to terminal event."""
+        span = self.end - self.first_delta
+        return self.tokens / span if span > 0 and self.first_delta else 0.0
 
     def correct(self, answer_tokens: int) -> bool:
         """Every token arrived and the deltas rebuild the text exactly."""
@@ -170,7 +179,7 @@ def _pb_event(event: pb.ConnectResponse) -> dict[str, Any]:
     return data
 
 
-async def _connect(address: ServerAddress, stream: int, batched: bool) -> StreamResult:
+async def _connect(channel: grpc.aio.Channel, stream: int, batched: bool) -> StreamResult:
     seen = _Seen()
     request = pb.ConnectRequest(response_create=params_to_pb(_body(stream)))
     if batched:
@@ -178,18 +187,17 @@ async def _connect(address: ServerAddress, stream: int, batched: bool) -> Stream
     finished = asyncio.Event()
 
     async def requests() -> AsyncIterator[pb.ConnectRequest]:
-        seen.result.sent = time.perf_counter()
         yield request
         await finished.wait()  # half-close once the answer is in
 
-    async with grpc.aio.insecure_channel(f"{address.host}:{address.grpc_port}") as channel:
-        call = pb_grpc.ResponsesServiceStub(channel).Connect(requests())
-        async for message in call:
-            seen.result.messages += 1
-            if any(seen.event(_pb_event(e)) for e in unbatch(message)):
-                finished.set()
-                break
-        call.cancel()
+    seen.result.sent = time.perf_counter()  # the call opens and sends its create now
+    call = pb_grpc.ResponsesServiceStub(channel).Connect(requests())
+    async for message in call:
+        seen.result.messages += 1
+        if any(seen.event(_pb_event(e)) for e in unbatch(message)):
+            finished.set()
+            break
+    call.cancel()
     return seen.result
 
 
@@ -198,7 +206,15 @@ async def run_streams(
 ) -> list[StreamResult]:
     """Run ``streams`` at once on ``transport``, starting at wall-clock ``start_at``."""
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as http:
+    target = f"{address.host}:{address.grpc_port}"
+    # One gRPC channel (HTTP/2 connection) per client process, as a gRPC client would have,
+    # connected before the streams start.
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        grpc.aio.insecure_channel(target) as channel,
+    ):
+        if transport.startswith("connect"):
+            await channel.channel_ready()
         await asyncio.sleep(max(start_at - time.time(), 0))  # every client process at once
 
         async def one(stream: int) -> StreamResult:
@@ -206,22 +222,24 @@ async def run_streams(
                 return await _websocket(address, stream)
             if transport == "sse":
                 return await _sse(address, stream, http)
-            return await _connect(address, stream, transport == "connect_batched")
+            return await _connect(channel, stream, transport == "connect_batched")
 
         return list(await asyncio.gather(*(one(s) for s in streams)))
 
 
 def _client_process(
     address: ServerAddress, transport: str, streams: list[int], start_at: float
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], float]:
+    """One client process's streams, and the CPU seconds it spent on them."""
     results = asyncio.run(run_streams(address, transport, streams, start_at))
-    return [asdict(r) for r in results]
+    return [asdict(r) for r in results], time.process_time()
 
 
 def measure(
     address: ServerAddress, transport: str, streams: int, processes: int, timeout_s: float
-) -> list[StreamResult]:
-    """``streams`` streams on ``transport`` from ``processes`` client processes."""
+) -> tuple[list[StreamResult], float]:
+    """``streams`` streams on ``transport`` from ``processes`` client processes; the results
+    and the client processes' CPU seconds."""
     shares = [list(range(i, streams, processes)) for i in range(processes)]
     start_at = time.time() + 1.0 + 0.2 * processes  # after every process has imported
     with ProcessPoolExecutor(processes) as pool:
@@ -230,8 +248,9 @@ def measure(
             for share in shares
             if share
         ]
-        rows = [row for future in futures for row in future.result(timeout=timeout_s)]
-    return [StreamResult(**row) for row in rows]
+        done = [future.result(timeout=timeout_s) for future in futures]
+    rows = [row for share, _ in done for row in share]
+    return [StreamResult(**row) for row in rows], sum(cpu for _, cpu in done)
 
 
 def summary(
@@ -246,6 +265,9 @@ def summary(
         "median_tok_s": rate,
         "median_share": rate / engine_tps,
         "min_tok_s": min(rates),
+        # From the first delta on: what the stream carried once its answer had started.
+        "median_streaming_tok_s": median([r.streaming_rate for r in results]),
+        "median_ttft_s": median([r.first_delta - r.sent for r in results if r.first_delta]),
         "total_tok_s": sum(r.tokens for r in results)
         / max(max(r.end for r in results) - min(r.sent for r in results), 1e-9),
         "messages_per_stream": median([float(r.messages) for r in results]),
@@ -274,12 +296,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             assert address is not None
             for streams in args.streams:
                 for transport in args.transports:
-                    results = measure(
+                    server_cpu = server.cpu_seconds()
+                    results, client_cpu = measure(
                         address, transport, streams, args.client_processes, args.timeout
                     )
                     row = summary(
                         transport, streams, results, args.tokens_per_second, args.answer_tokens
                     )
+                    row["server_cpu_s"] = server.cpu_seconds() - server_cpu
+                    row["client_cpu_s"] = client_cpu
                     rows.append(row)
                     print(_line(row), flush=True)
     return rows
@@ -288,9 +313,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 def _line(row: dict[str, Any]) -> str:
     return (
         f"N={row['streams']:<4} {row['transport']:<16} median {row['median_tok_s']:7.0f} tok/s "
-        f"({row['median_share'] * 100:5.1f}%), min {row['min_tok_s']:6.0f}, total "
+        f"({row['median_share'] * 100:5.1f}%), min {row['min_tok_s']:6.0f}, streaming "
+        f"{row['median_streaming_tok_s']:5.0f}, TTFT {row['median_ttft_s'] * 1000:5.0f} ms, total "
         f"{row['total_tok_s'] / 1000:6.1f}k tok/s, {row['messages_per_stream']:6.0f} msgs/stream, "
-        f"{row['correct']}/{row['streams']} correct"
+        f"{row['correct']}/{row['streams']} correct, CPU s server {row['server_cpu_s']:.1f} "
+        f"client {row['client_cpu_s']:.1f}"
     )
 
 
