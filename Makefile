@@ -13,7 +13,7 @@ TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain
+	handoff-bench node-deps interop burst drain saturation
 
 all: check test
 
@@ -130,6 +130,13 @@ serve: $(INSTALLED)
 
 compare: $(EXTRA)bench
 	$(VENV)/bin/bidi-responses compare --out bench-out
+
+# Saturation: N streams at once, each a 2,000-token answer from a 1,000 tok/s sim engine, on
+# one server; the median stream's delivered tok/s per transport and client (WebSocket, SSE,
+# stock Connect, batched Connect). Its smoke version is tests/bench/test_saturation_smoke.py.
+SATURATION_ARGS ?= --streams 50,100,200
+saturation: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.saturation $(SATURATION_ARGS)
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
