@@ -12,6 +12,10 @@ from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.runs.record import OutEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai import omit
+from openai._models import construct_type
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
 
@@ -205,3 +209,14 @@ async def test_an_unread_session_sends_one_merged_delta_per_item(
     assert done["text"] == "Hello world"
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(numbers) and numbers[-1] == len(events) - 1 + 3  # 3 merged away
+    # The openai SDK's stream accumulator takes the merged delta and its numbering as is.
+    state: ResponseStreamState[None] = ResponseStreamState(input_tools=omit, text_format=omit)
+    snapshots = [
+        handled.snapshot
+        for event in events
+        for handled in state.handle_event(
+            cast(Any, construct_type(type_=ResponseStreamEvent, value=event))
+        )
+        if handled.type == "response.output_text.delta"
+    ]
+    assert snapshots == ["Hello world"]

@@ -42,7 +42,6 @@ from bidi_responses.server.core.api.schema import (
 )
 from bidi_responses.server.core.lanes import continuation
 from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.lanes.lifecycle import (
     Action,
     Emit,
@@ -53,6 +52,7 @@ from bidi_responses.server.core.lanes.lifecycle import (
     StopAtBoundary,
     Ticket,
 )
+from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.runs.record import OutEvent, answers_to, error_event
 from bidi_responses.server.core.runs.runner import ResponseRun
