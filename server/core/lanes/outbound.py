@@ -18,7 +18,8 @@ A lane may also be *held* while more of the same step is known to follow without
 the engine or the client: once an engine segment finished, the response's done events are
 followed by its terminal event (or ``response.done``) as soon as post-inference made it
 durable. A batching writer (``take``) then waits for that event before it takes a batch that
-holds the lane's events, so the step leaves in one message. The hold ends with the lane's next
+starts with the lane's events, so the step leaves in one message; other lanes' events are
+never held back by it. The hold ends with the lane's next
 terminal, ``response.done`` or ``error`` event, or when its run ends; never on a timer.
 """
 
@@ -97,29 +98,26 @@ class Outbox(asyncio.Queue[OutEvent | None]):
 
     async def take(self, max_events: int) -> list[OutEvent | None]:
         """The next events, in order: waits for the first, then takes what is ready behind it
-        (at most ``max_events``; a ``None`` ends the list). While a lane with events waiting
-        is held, waits for the rest of its step first."""
+        (at most ``max_events``; a ``None`` ends the list). If the first event's lane is held,
+        waits for the rest of its step first; a list of another lane's events stops before a
+        held lane's, which go with the rest of their step next time."""
         first = await self.get()
         if first is None:
             return [None]
         batch: list[OutEvent | None] = [first]
-        while self._held and self._waiting_on_hold(first):
+        queue = self._queue  # type: ignore[attr-defined]
+        while first.lane in self._held and None not in queue:
             self._changed.clear()
             await self._changed.wait()
-        while len(batch) < max_events and not self.empty():
-            event = self.get_nowait()
-            batch.append(event)
+        held = self._held
+        while len(batch) < max_events and queue:
+            event = queue[0]
+            if event is not None and event.lane != first.lane and event.lane in held:
+                break
+            batch.append(self.get_nowait())
             if event is None:
                 break
         return batch
-
-    def _waiting_on_hold(self, first: OutEvent) -> bool:
-        """Whether a held lane has events waiting (``first`` included), and no end is queued."""
-        queue = self._queue  # type: ignore[attr-defined]
-        held = self._held
-        if None in queue:
-            return False
-        return first.lane in held or any(out.lane in held for out in queue)
 
     def _put(self, item: OutEvent | None) -> None:
         queue = self._queue  # type: ignore[attr-defined]
