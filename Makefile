@@ -13,7 +13,7 @@ TYPED := server client bench cluster tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf
+	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation
 
 all: check test
 
@@ -148,6 +148,13 @@ $(AIPERF_VENV)/.installed: bench/aiperf-requirements.txt
 	touch $@
 aiperf: $(EXTRA)bench $(AIPERF_VENV)/.installed
 	$(PY) -m bidi_responses.bench.aiperf_check --aiperf $(AIPERF_VENV)/bin/aiperf --out bench-out
+
+# Saturation: N streams at once, each a 2,000-token answer from a 1,000 tok/s sim engine, on
+# one server; the median stream's delivered tok/s per transport and client (WebSocket, SSE,
+# stock Connect, batched Connect). Its smoke version is tests/bench/test_saturation_smoke.py.
+SATURATION_ARGS ?= --streams 50,100,200
+saturation: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.saturation $(SATURATION_ARGS)
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000

@@ -61,6 +61,7 @@ class AsyncResponsesClient:
         batch_events: bool = True,
         snapshots: str = "full",
         json_tool_schemas: bool = False,
+        delta_window_ms: int = 0,
     ) -> None:
         """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
         a tenant derived from it (as over HTTP).
@@ -72,11 +73,16 @@ class AsyncResponsesClient:
         ``json_tool_schemas`` sends function schemas as JSON text and asks for them so in the
         echoes (``FunctionTool.parameters_json``): cheaper than Structs on both sides, and
         needed for schemas nested past protobuf's depth limit. It needs a server that knows
-        the field (older ones ignore it and see no schema).
+        the field (older ones ignore it and see no schema). ``delta_window_ms`` asks for a
+        coarser delta window on Connect streams (fewer, larger deltas; an item's first delta
+        and its end are never delayed); 0 keeps the server's.
         """
         self._json_parameters = json_tool_schemas
         self._delivery = delivery_options(
-            batch_events=batch_events, snapshots=snapshots, json_tool_schemas=json_tool_schemas
+            batch_events=batch_events,
+            snapshots=snapshots,
+            json_tool_schemas=json_tool_schemas,
+            delta_window_ms=delta_window_ms,
         )
         self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.ResponsesServiceStub(self._channel)

@@ -34,15 +34,21 @@ _SNAPSHOT_DETAIL = {"full": pb.SNAPSHOT_DETAIL_FULL, "slim": pb.SNAPSHOT_DETAIL_
 
 
 def delivery_options(
-    *, batch_events: bool, snapshots: str, json_tool_schemas: bool = False
+    *,
+    batch_events: bool,
+    snapshots: str,
+    json_tool_schemas: bool = False,
+    delta_window_ms: int = 0,
 ) -> pb.DeliveryOptions:
-    """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim")."""
+    """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim";
+    ``delta_window_ms`` 0: the server's window)."""
     if snapshots not in _SNAPSHOT_DETAIL:
         raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
     return pb.DeliveryOptions(
         batch_events=batch_events,
         snapshot_detail=_SNAPSHOT_DETAIL[snapshots],
         tool_parameters_json=json_tool_schemas,
+        delta_window_ms=delta_window_ms,
     )
 
 

@@ -99,6 +99,8 @@ class StreamingConfig:
     concatenate deltas, so the text they rebuild is unchanged; fewer messages cost less on
     transports with a high per-message price (grpc.aio: ~90 µs of server CPU per message, so
     one stream at 4,000 tokens/s needs the 2 ms window to stay under a quarter of a core).
+    The same switch merges an item's deltas that wait in a stream's outbound queue behind a
+    writer that fell behind (``lanes/outbound.py``), on every transport.
     """
 
     coalesce_deltas: bool = True

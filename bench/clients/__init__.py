@@ -18,9 +18,10 @@ only differences are what each design sends and how:
 10   grpc_slim       as 7, with slim snapshots (no echoed instructions and tools)
 11   ws_batched      as 4, with batched frames (non-standard: a JSON array of the events
                      ready together per frame; a reference, no hosted-API client reads it)
+12   grpc_window     as 10, with a 20 ms delta window (``DeliveryOptions.delta_window_ms``)
 ===  ==============  =========================================================================
 
-The gRPC modes use the project's client, which asks for batched messages (modes 6-8, 10);
+The gRPC modes use the project's client, which asks for batched messages (modes 6-8, 10, 12);
 mode 9 turns that off.
 
 HTTP uses aiohttp (an efficient async client, measured here at 2-3x

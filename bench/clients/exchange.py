@@ -46,8 +46,8 @@ class Exchange:
     t_first_delta: float | None = None
     t_last_delta: float | None = None
     events: int = 0
-    #: Transport messages (gRPC messages, WebSocket frames) that carried the events; None
-    #: where the client cannot see them (SSE, CreateResponse).
+    #: Transport messages (gRPC messages, WebSocket frames, SSE events) that carried the
+    #: events; None where the client cannot see them (CreateResponse).
     messages: int | None = None
     deltas: int = 0
     final: JSONObject = field(default_factory=dict)

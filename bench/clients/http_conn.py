@@ -26,7 +26,7 @@ class HttpConn:
 
     async def create(self, body: JSONObject) -> Exchange:
         """One POST; the connection is reused or not according to the session's connector."""
-        ex = Exchange(t_send=time.perf_counter())
+        ex = Exchange(t_send=time.perf_counter(), messages=0)  # SSE events
         payload = orjson.dumps({**body, "stream": True})
         async with self._session.post(
             self._url, data=payload, headers={"Content-Type": "application/json"}
@@ -51,6 +51,7 @@ class HttpConn:
                         data = line[5:].strip()
                         if data == b"[DONE]":
                             continue
+                        ex.messages = (ex.messages or 0) + 1
                         if ex.observe(orjson.loads(data)):
                             done = True
                             # Before the connection closes (mode 1 closes it per turn).

@@ -51,6 +51,7 @@ class ClientKit:
                 f"{self.server.host}:{self.server.grpc_port}",
                 batch_events=self.mode.batch,
                 snapshots="slim" if self.mode.slim else "full",
+                delta_window_ms=self.mode.delta_window_ms,
             )
         return self
 

@@ -24,6 +24,8 @@ class ModeInfo:
     batch: bool = False
     #: gRPC slim snapshots (``SNAPSHOT_DETAIL_SLIM``).
     slim: bool = False
+    #: gRPC ``DeliveryOptions.delta_window_ms`` (0: the server's window).
+    delta_window_ms: int = 0
 
     @property
     def stateful(self) -> bool:
@@ -45,6 +47,16 @@ MODES: dict[str, ModeInfo] = {
         ModeInfo(9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain"),
         ModeInfo(10, "grpc_slim", "gRPC Connect, slim snapshots", "grpc", "chain", True, True),
         ModeInfo(11, "ws_batched", "WebSocket, batched frames (non-standard)", "ws", "chain", True),
+        ModeInfo(
+            12,
+            "grpc_window",
+            "gRPC Connect, slim, 20 ms delta window",
+            "grpc",
+            "chain",
+            True,
+            True,
+            20,
+        ),
     )
 }
 

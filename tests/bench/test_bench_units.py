@@ -30,7 +30,7 @@ def test_resolve_modes() -> None:
     assert [m.key for m in resolve_modes("all")] == list(MODES)
     assert [m.number for m in resolve_modes("7,ws_cache,1,7")] == [7, 4, 1]
     with pytest.raises(ValueError, match="unknown mode"):
-        resolve_modes("12")
+        resolve_modes("13")
 
 
 def test_workload_is_deterministic_and_sized() -> None:

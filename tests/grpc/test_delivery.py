@@ -7,6 +7,7 @@ what an old client that never sets ``delivery`` receives, and what a batch looks
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,8 +16,13 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.codec import EventDecoder, ProtoEncoder, params_to_pb, unbatch
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.runs.record import OutEvent
-from bidi_responses.server.transports.grpc.delivery import Outbound
+from bidi_responses.server.transports.grpc.delivery import (
+    MAX_DELTA_WINDOW_MS,
+    Delivery,
+    Outbound,
+)
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -102,7 +108,13 @@ async def test_batches_carry_ready_events_in_order(
     assert len(messages) < len(events)
     decoder = EventDecoder()
     decoded = [decoder.event(e) for e in events]
-    assert [e["sequence_number"] for e in decoded] == list(range(len(decoded)))
+    # Strictly increasing; a gap only where waiting deltas were merged (outbound.py).
+    numbers = [e["sequence_number"] for e in decoded]
+    assert numbers[0] == 0 and all(a < b for a, b in itertools.pairwise(numbers))
+    # The end of the segment is one step: the last item's done events travel with the
+    # terminal event, even though post-inference runs between them.
+    last = [e.WhichOneof("event") for e in unbatch(messages[-1])]
+    assert last[-2:] == ["response_output_item_done", "response_completed"]
     # The same engine output as without batching (the sim is seeded): same calls.
     assert _same_calls(decoded[-1], EventDecoder().event(single[-1]))
 
@@ -257,3 +269,33 @@ def test_an_event_the_encoder_cannot_map_becomes_an_error_event_on_its_lane() ->
     assert first["type"] == "error" and first["stream_id"] == "a"
     assert first["status"] == 500 and first["error"]["code"] == "server_error"
     assert second == ok
+
+
+async def test_a_client_chosen_delta_window_sends_fewer_coarser_deltas(
+    server_factory: ServerFactory, tmp_path: Any
+) -> None:
+    # 400 tokens at 1,000 tokens/s: the default 2 ms window sends about one delta per two
+    # tokens; a 100 ms window at most one per 100 ms of generation (and never delays the first).
+    config = make_config(tmp_path, tokens_per_second=1000, answer_tokens=400, tool_rounds=0)
+    running = await server_factory(config)
+    body = {"model": "sim-model", "input": "explain the fix"}
+    async with (
+        asyncio.timeout(30),
+        grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel,
+    ):
+        stub = pb_grpc.ResponsesServiceStub(channel)
+        coarse = _flat(await _one_turn(stub, pb.DeliveryOptions(delta_window_ms=100), body))
+    decoder = EventDecoder()
+    events = [decoder.event(e) for e in coarse]
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert "".join(deltas) == done["text"] and len(done["text"]) > 400
+    assert 1 < len(deltas) <= 40  # 400 tokens at the default window: about 200 deltas
+
+
+def test_delta_window_is_bounded_by_the_server() -> None:
+    streaming = StreamingConfig()
+    delivery = Delivery.from_pb(pb.DeliveryOptions(delta_window_ms=10_000), streaming)
+    assert delivery.delta_window_ms == MAX_DELTA_WINDOW_MS
+    assert delivery.streaming(streaming).delta_window_ms == MAX_DELTA_WINDOW_MS
+    assert Delivery.from_pb(pb.DeliveryOptions(), streaming).streaming(streaming) is streaming

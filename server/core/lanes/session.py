@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import cast
 
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.client_events import (
     AppendEvent,
     CancelEvent,
@@ -51,6 +52,7 @@ from bidi_responses.server.core.lanes.lifecycle import (
     StopAtBoundary,
     Ticket,
 )
+from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.record import OutEvent, answers_to, error_event
@@ -76,7 +78,10 @@ class Session:
         # Why the server ended the stream (age limit, drain), for the transport's final status.
         self.end_error: ApiError | None = None
         limits = deps.config.limits
-        self._out: asyncio.Queue[OutEvent | None] = asyncio.Queue(limits.outbound_queue_events)
+        # Deltas still waiting in it are merged when the writer falls behind (outbound.py).
+        self._out = Outbox(
+            limits.outbound_queue_events, merge=deps.config.streaming.coalesce_deltas
+        )
         self._lanes: dict[str, Lane] = {}
         self._runs: set[asyncio.Task[None]] = set()
         # One cache per stream, serving every lane (a create on one lane can fork another's).
@@ -109,6 +114,9 @@ class Session:
         self._closed = False
         self._stopping = False
         self.opened_at = time.monotonic()
+        # How engine output becomes deltas for the responses this stream starts (a transport
+        # may set a coarser delta window its client asked for).
+        self.streaming: StreamingConfig = deps.config.streaming
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -236,24 +244,22 @@ class Session:
         """Server events in order, as lists of what is ready when the transport asks.
 
         Waits only for the first event of a list; the rest are the events already queued
-        behind it (at most ``max_events`` in all). Nothing is held back to fill a list.
+        behind it (at most ``max_events`` in all). Nothing is held back to fill a list, except
+        the rest of a step known to follow without waiting for the engine (``Outbox.take``).
         """
-        queue = self._out
         while True:
-            first = await queue.get()
-            if first is None:
-                return
-            batch = [first]
-            ended = False
-            while len(batch) < max_events and not queue.empty():
-                event = queue.get_nowait()
-                if event is None:
-                    ended = True
-                    break
-                batch.append(event)
-            yield batch
+            batch = await self._out.take(max_events)
+            ended = batch[-1] is None
+            ready = [out for out in batch if out is not None]
+            if ready:
+                yield ready
             if ended:
                 return
+
+    def hold(self, lane: str) -> None:
+        """More of ``lane``'s step follows at once (an engine segment finished): a batching
+        writer waits for it (``Outbox.hold``)."""
+        self._out.hold(lane)
 
     # -- client events -----------------------------------------------------------------------
 
@@ -426,12 +432,13 @@ class Session:
             self.deps,
             lane,
             body,
-            partial(self.emit, ticket.lane),
+            _LaneEmit(self, ticket.lane),
             self.transport,
             received,
             caller=self.caller,
             hooks=self,
             steering=explicit_steering,
+            streaming=self.streaming,
         )
         self._started[ticket.number] = run
         self._ticket_of[run] = ticket
@@ -447,6 +454,7 @@ class Session:
         """A run's task is done (however it ended, even cancelled before it ever ran): act on
         what the machine answered to its end, after the run's own last event."""
         actions = self._settle(run, ticket)
+        self._out.release(ticket.lane)  # a step held by the run ends with it
         del self._started[ticket.number]
         del self._ticket_of[run]
         if actions and not self._stopping:
@@ -497,6 +505,23 @@ class Session:
     def resumed(self, run: ResponseRun) -> list[Item]:
         steers = self.machine.resumed(run.id)
         return [item for steer in steers for item in steer.items]  # type: ignore[misc]
+
+
+class _LaneEmit:
+    """A run's way to emit on its lane; ``hold`` marks that more of the step follows at once
+    (streaming.py calls it when an engine segment finished)."""
+
+    __slots__ = ("_lane", "_session")
+
+    def __init__(self, session: Session, lane: str) -> None:
+        self._session = session
+        self._lane = lane
+
+    async def __call__(self, data: ServerEvent) -> None:
+        await self._session.emit(self._lane, data)
+
+    def hold(self) -> None:
+        self._session.hold(self._lane)
 
 
 def _status_of(run: ResponseRun) -> RunStatus:

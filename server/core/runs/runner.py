@@ -16,6 +16,7 @@ import asyncio
 import time
 from typing import Protocol
 
+from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.ids import assign_ids, new_id
 from bidi_responses.server.core.api.input_items import parse_input
@@ -99,8 +100,11 @@ class ResponseRun:
         caller: Caller = ANONYMOUS,
         hooks: RunHooks | None = None,
         steering: list[Item] | None = None,
+        streaming: StreamingConfig | None = None,
     ) -> None:
         self.deps = deps
+        # How engine output becomes deltas (the stream's delta window, if its client chose one).
+        self.streaming = streaming or deps.config.streaming
         self.lane = lane
         self.hooks = hooks
         # Queued steering input this explicit continuation commits, before its own input (named
@@ -500,7 +504,7 @@ class ResponseRun:
                 self.route.engine,
                 engine_request,
                 streamer,
-                self.deps.config.streaming,
+                self.streaming,
                 self.stop,
             )
         except BaseException:

@@ -164,10 +164,13 @@ async def stream_segment(
                 if not produced:
                     # Nothing sampled yet in this segment: the boundary is now, and waiting
                     # for the engine's first item would only delay the successor.
-                    return EngineFinish(
+                    finish = EngineFinish(
                         "steered", streamer.tokens, 0, time.perf_counter() - started
                     )
-                return await _boundary(queue, pending, streamer, started)
+                else:
+                    finish = await _boundary(queue, pending, streamer, started)
+                _step_follows(streamer.emit)
+                return finish
             event = pending if pending is not None else await queue.get()
             pending = None
             if isinstance(event, _Wake):
@@ -187,6 +190,7 @@ async def stream_segment(
             elif isinstance(event, ItemEnd):
                 await streamer.end(incomplete=event.incomplete)
             elif isinstance(event, EngineFinish):
+                _step_follows(streamer.emit)
                 return event
             elif isinstance(event, _Failure):
                 raise event.exc
@@ -201,6 +205,15 @@ async def stream_segment(
             producer.cancel()
         with contextlib.suppress(BaseException):  # already reported through the queue
             await producer
+
+
+def _step_follows(emit: Emit) -> None:
+    """The segment is over: what follows (the terminal event or ``response.done``, after
+    post-inference) waits for neither the engine nor the client, so a batching writer may wait
+    for it and send the segment's last events with it (``Outbox.hold``)."""
+    hold = getattr(emit, "hold", None)
+    if hold is not None:
+        hold()
 
 
 async def _boundary(

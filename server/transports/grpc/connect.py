@@ -149,13 +149,15 @@ async def _read_requests(
             if request.HasField("delivery"):
                 # Applies to everything the session emits from here on.
                 try:
-                    outbound.use(Delivery.from_pb(request.delivery, streaming))
+                    delivery = Delivery.from_pb(request.delivery, streaming)
                 except ApiError as error:
                     core.request_bytes.release(size)
                     await session.emit(
                         request.stream_id, error_event(error.status, error.to_error_object())
                     )
                     continue
+                outbound.use(delivery)
+                session.streaming = delivery.streaming(streaming)
                 if request.WhichOneof("event") is None:
                     core.request_bytes.release(size)
                     continue  # options only

@@ -6,6 +6,7 @@ the client asked for it (``batch_events``), within the server's bounds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from bidi_responses.v1 import responses_pb2 as pb
 
 log = logging.getLogger("bidi_responses.grpc")
 
+#: The coarsest delta window a client may choose (``DeliveryOptions.delta_window_ms``).
+MAX_DELTA_WINDOW_MS = 100
+
 
 @dataclass(slots=True)
 class Delivery:
@@ -28,6 +32,8 @@ class Delivery:
     max_bytes: int = 0
     slim: bool = False
     json_parameters: bool = False  # DeliveryOptions.tool_parameters_json
+    # DeliveryOptions.delta_window_ms (None: the server's window).
+    delta_window_ms: float | None = None
 
     @classmethod
     def from_pb(cls, options: pb.DeliveryOptions, streaming: StreamingConfig) -> Delivery:
@@ -48,12 +54,22 @@ class Delivery:
             max_events = streaming.max_batch_events
             if options.max_batch_events:
                 max_events = min(max_events, options.max_batch_events)
+        window = None
+        if options.delta_window_ms:
+            window = float(min(options.delta_window_ms, MAX_DELTA_WINDOW_MS))
         return cls(
             max(max_events, 1),
             streaming.max_batch_bytes,
             detail == pb.SNAPSHOT_DETAIL_SLIM,
             options.tool_parameters_json,
+            window,
         )
+
+    def streaming(self, server: StreamingConfig) -> StreamingConfig:
+        """The server's streaming settings with this delivery's delta window, if it has one."""
+        if self.delta_window_ms is None or not server.coalesce_deltas:
+            return server
+        return dataclasses.replace(server, delta_window_ms=self.delta_window_ms)
 
     def messages(self, encoder: ProtoEncoder, ready: Iterable[OutEvent]) -> list[bytes]:
         """The events that are ready, as serialized ``ConnectResponse`` messages (batched if
