@@ -196,6 +196,11 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     check_store_url(config.store.url)
     if is_postgres_url(config.store.url):
         _require_extra("asyncpg", "postgres", "a PostgreSQL store")
+    for route in config.models.values():
+        if route.engine == "completions" and route.completions.tokenizer:
+            # An open model's own tokenizer and chat template.
+            _require_extra("tokenizers", "models", "an open model's tokenizer")
+            _require_extra("jinja2", "models", "an open model's chat template")
     if args.cache_responses is not None:
         config.cache.max_responses = args.cache_responses
     if args.delta_window_ms is not None:

@@ -135,6 +135,18 @@ async def test_serve_relays_to_an_upstream_given_by_flags(
     [
         ("asyncpg", ["--store-url", "postgresql://u@127.0.0.1:9/db"], "postgres"),
         ("opentelemetry", ["--otel-tracing"], "otel"),
+        (
+            "tokenizers",
+            [
+                "--engine",
+                "completions",
+                "--backend-url",
+                "http://127.0.0.1:9/v1",
+                "--route-setting",
+                "completions.tokenizer='model/tokenizer.json'",
+            ],
+            "models",
+        ),
     ],
 )
 def test_a_choice_without_its_extra_names_the_extra(
