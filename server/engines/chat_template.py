@@ -35,7 +35,12 @@ import tiktoken
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.api.jsonshape import plain_numbers
-from bidi_responses.server.core.rendering.render import Renderer, RenderMemo, TokenArray
+from bidi_responses.server.core.rendering.render import (
+    Renderer,
+    RenderMemo,
+    TokenArray,
+    common_prefix,
+)
 from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -228,21 +233,6 @@ class TemplateMemo:
         return sys.getsizeof(self.text) + 72 * len(self.splits)
 
 
-def _common_text(a: str, b: str) -> int:
-    """Length of the longest common prefix of two strings (C-speed slice compares)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 class TemplateRenderer(Renderer):
     """Renders conversations with the model's chat template and tokenizer.
 
@@ -301,7 +291,7 @@ class TemplateRenderer(Renderer):
         # against full tokenization); other tokenizers (SentencePiece's "prepend a space to
         # the first piece") are tokenized whole every turn, which is always exact.
         if memo is not None and self.tokenizer.byte_level:
-            same = _common_text(memo.text, text)
+            same = common_prefix(memo.text, text)
             # The last added token that lies wholly in the unchanged text: tokenization
             # restarts there, so the tokens before it stand.
             ends = [end for _, end, _ in memo.splits]

@@ -15,7 +15,7 @@ from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.input_items import parse_input
 from bidi_responses.server.core.api.items import Item, JSONObject
 from bidi_responses.server.core.api.tools import parse_tools
-from bidi_responses.server.core.lanes.state import common_prefix
+from bidi_responses.server.core.rendering.render import common_prefix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

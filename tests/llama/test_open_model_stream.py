@@ -20,7 +20,7 @@ import httpx
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.lanes.state import common_prefix
+from bidi_responses.server.core.rendering.render import common_prefix
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.template_format import TemplateSettings, build_template_format
 from prometheus_client.parser import text_string_to_metric_families

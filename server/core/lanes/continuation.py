@@ -21,11 +21,15 @@ from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.state import (
     ConversationState,
     Prefix,
-    common_prefix,
     object_bytes,
     observe,
 )
-from bidi_responses.server.core.rendering.render import Renderer, TokenArray, note_call
+from bidi_responses.server.core.rendering.render import (
+    Renderer,
+    TokenArray,
+    common_prefix,
+    note_call,
+)
 from bidi_responses.server.core.storage.handoff import decode_state, encode_state
 from bidi_responses.server.core.storage.history import stored_history
 

@@ -103,23 +103,6 @@ class ConversationState:
         return rendered
 
 
-def common_prefix(a: TokenArray, b: TokenArray) -> int:
-    """The length of the longest common prefix of two token arrays (C-speed slice compares)."""
-    if a is b:
-        return len(a)
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 class MemoryBudget:
     """One byte budget over every stream's cache, with least-recently-used eviction.
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 import orjson
 import tiktoken
@@ -39,6 +39,8 @@ from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering import tokenizer
 
 TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
+#: What ``common_prefix`` compares: token arrays, or rendered texts.
+Prefixable = TypeVar("Prefixable", str, "array[int]")
 
 
 class RenderMemo(Protocol):
@@ -193,3 +195,21 @@ def note_call(item: Item, call_names: dict[str, str]) -> None:
     """Remember the function name behind a call id, for rendering its output later."""
     if item["type"] == "function_call" or item["type"] == "custom_tool_call":
         call_names[item["call_id"]] = item.get("name", "")
+
+
+def common_prefix(a: Prefixable, b: Prefixable) -> int:
+    """The length of the longest common prefix of two token arrays, or of two strings
+    (C-speed slice compares)."""
+    if a is b:
+        return len(a)
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

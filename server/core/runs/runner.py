@@ -36,12 +36,11 @@ from bidi_responses.server.core.lanes.append import AppendWait
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.state import (
     ConversationState,
-    common_prefix,
     object_bytes,
     observe,
 )
 from bidi_responses.server.core.observability.metrics import ResponseMetrics
-from bidi_responses.server.core.rendering.render import Renderer
+from bidi_responses.server.core.rendering.render import Renderer, common_prefix
 from bidi_responses.server.core.routing import Route
 from bidi_responses.server.core.runs.account import RunAccount
 from bidi_responses.server.core.runs.deps import RunDeps
