@@ -139,7 +139,13 @@ async def _read_requests(
                 continue
             try:
                 request = decode_request(pb.ConnectRequest, raw, "Connect")
-                tool_keys = decoder.tool_keys(raw)  # finds repeated tools by their bytes
+                # A create's tools, found again by their bytes; other messages (appends of
+                # tool outputs, steers) are not parsed a second time.
+                tool_keys = (
+                    decoder.tool_keys(raw)
+                    if request.HasField("response_create") and request.response_create.tools
+                    else None
+                )
             except ApiError as error:
                 core.request_bytes.release(size)
                 await session.emit("", error_event(400, error.to_error_object()))
