@@ -26,12 +26,9 @@ import tokenizers
 
 from tests.engines.model_files import CHATML, train_tokenizer
 from tests.llama.tiny_gguf import (
-    N_CTX,
     N_EMBD,
-    N_FF,
-    N_HEAD,
-    N_LAYER,
     _byte_to_unicode,
+    llama_writer,
     write_tensors,
 )
 
@@ -87,17 +84,7 @@ def write_open_model(path: Path, *, seed: int = 0) -> Path:
         output[following] = embed[current] * 4.0
     output[end] = (embed[answer[-1]] + embed[call[2]]) * 4.0
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("bidi-responses tiny open model")
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(n_vocab)
+    writer = llama_writer(path, "bidi-responses tiny open model", n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2")

@@ -85,17 +85,7 @@ def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) 
     for current, following in itertools.pairwise(chain):
         output[following] = embed[current] * 4.0
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("bidi-responses tiny test model")
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(n_vocab)
+    writer = llama_writer(path, "bidi-responses tiny test model", n_vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-4o")
@@ -108,6 +98,22 @@ def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) 
 
     write_tensors(writer, embed, output, rng, np.float16)
     return path
+
+
+def llama_writer(path: Path, name: str, n_vocab: int) -> gguf.GGUFWriter:
+    """A GGUF writer for the tiny llama architecture, its hyperparameters written."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(name)
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+    return writer
 
 
 def write_tensors(
