@@ -5,58 +5,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
 from bidi_responses.server.core.api.schema import ServerEvent
 from bidi_responses.server.core.lanes.session import Session
 
-from tests.core.fake_engine import Call, ScriptedCore, ScriptedEngine, Turn
+from tests.core.fake_engine import Call, ScriptedEngine, Turn
+from tests.core.session_events import (
+    SHELL,
+    TERMINAL,
+    TIMEOUT_S,
+    EngineAndCore,
+    Event,
+)
+from tests.core.session_events import create as _create
+from tests.core.session_events import session_of as _session
+from tests.core.session_events import until as _until
 
 pytestmark = pytest.mark.timeout(60)
-
-TIMEOUT_S = 20
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-SHELL = {
-    "type": "function",
-    "name": "shell",
-    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
-}
-
-EngineAndCore = tuple[ScriptedEngine, ScriptedCore]
-Event = dict[str, Any]
 
 
 def _json(event: ServerEvent) -> Event:
     """An event as a client reads it: plain JSON."""
     return cast(Event, event)
-
-
-def _create(**body: Any) -> Event:
-    return {"type": "response.create", "model": "sim-model", "input": "hi", **body}
-
-
-@asynccontextmanager
-async def _session(core: ScriptedCore) -> AsyncIterator[Session]:
-    """A stream session on ``core`` for at most ``TIMEOUT_S``, closed after."""
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            yield session
-    finally:
-        await core.close_session(session)
-
-
-async def _until(session: Session, done: Callable[[Event], bool]) -> list[Event]:
-    """The session's events up to and including the first one ``done`` accepts."""
-    seen: list[Event] = []
-    async for out in session.events():
-        seen.append(_json(out.data))
-        if done(_json(out.data)):
-            return seen
-    raise AssertionError(f"the session ended first; saw {[e['type'] for e in seen]}")
 
 
 async def _until_terminal(session: Session) -> list[Event]:

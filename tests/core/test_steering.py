@@ -5,54 +5,26 @@ an output boundary, its automatic successor runs, the pending path waits for too
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.lanes.session import Session
 
-from tests.core.fake_engine import Call, ScriptedCore, ScriptedEngine, Turn
+from tests.core.fake_engine import Call, ScriptedEngine, Turn
+from tests.core.session_events import (
+    SHELL,
+    TERMINAL,
+    EngineAndCore,
+    Event,
+)
+from tests.core.session_events import create as _create
+from tests.core.session_events import session_of as _session
+from tests.core.session_events import until as _until
 
 pytestmark = pytest.mark.timeout(60)
-
-TIMEOUT_S = 20
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-SHELL = {
-    "type": "function",
-    "name": "shell",
-    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
-}
-EngineAndCore = tuple[ScriptedEngine, ScriptedCore]
-Event = dict[str, Any]
-
-
-def _create(**body: Any) -> Event:
-    return {"type": "response.create", "model": "sim-model", "input": "hi", **body}
 
 
 def _steer(target: str, text: Any = "use tabs, not spaces") -> Event:
     return {"type": "response.steer", "previous_response_id": target, "input": text}
-
-
-@asynccontextmanager
-async def _session(core: ScriptedCore) -> AsyncIterator[Session]:
-    session = core.open_session("test")
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            yield session
-    finally:
-        await core.close_session(session)
-
-
-async def _until(session: Session, done: Callable[[Event], bool]) -> list[Event]:
-    seen: list[Event] = []
-    async for out in session.events():
-        event = cast(Event, out.data)
-        seen.append(event)
-        if done(event):
-            return seen
-    raise AssertionError(f"the session ended first; saw {[e['type'] for e in seen]}")
 
 
 def _conversation(engine: ScriptedEngine, index: int) -> list[Any]:
