@@ -74,9 +74,9 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="all",
         help="modes by number or key, comma-separated (default all): 1 http_new, "
         "2 http_keepalive, 3 http_store, 4 ws_cache, 5 ws_append, "
-        "6 grpc_create, 7 grpc_connect, 8 grpc_append, 9 grpc_single (batching off), "
-        "10 grpc_slim (slim snapshots), 11 ws_batched (non-standard batched frames), "
-        "12 grpc_window (slim, 20 ms delta window)",
+        "6 grpc_create, 7 grpc_connect, 8 grpc_append, 9 grpc_single (batching and the "
+        "client's window off: a stock client), 10 grpc_slim (slim snapshots), 11 ws_batched "
+        "(non-standard batched frames), 12 grpc_tokens (the server's 2 ms delta window)",
     )
     p.add_argument(
         "--sweeps",

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 from bidi_responses.client.channel import (
     CHANNEL_OPTIONS,
+    DEFAULT_DELTA_WINDOW_MS,
     ConnectCall,
     accept_deep_replies,
     delivery_options,
@@ -61,7 +62,7 @@ class AsyncResponsesClient:
         batch_events: bool = True,
         snapshots: str = "full",
         json_tool_schemas: bool = False,
-        delta_window_ms: int = 0,
+        delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
     ) -> None:
         """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
         a tenant derived from it (as over HTTP).
@@ -73,9 +74,9 @@ class AsyncResponsesClient:
         ``json_tool_schemas`` sends function schemas as JSON text and asks for them so in the
         echoes (``FunctionTool.parameters_json``): cheaper than Structs on both sides, and
         needed for schemas nested past protobuf's depth limit. It needs a server that knows
-        the field (older ones ignore it and see no schema). ``delta_window_ms`` asks for a
-        coarser delta window on Connect streams (fewer, larger deltas; an item's first delta
-        and its end are never delayed); 0 keeps the server's.
+        the field (older ones ignore it and see no schema). ``delta_window_ms`` is the delta
+        window asked for on Connect streams: 20 ms by default (fewer, larger deltas; an item's
+        first delta and its end are never delayed); 0 keeps the server's (2 ms by default).
         """
         self._json_parameters = json_tool_schemas
         self._delivery = delivery_options(

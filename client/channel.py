@@ -29,6 +29,13 @@ CHANNEL_OPTIONS = (
 #: One Connect call on the typed stub (mypy-protobuf).
 ConnectCall = grpc.aio.StreamStreamCall[pb.ConnectRequest, pb.ConnectResponse]
 
+#: The delta window this client asks for unless told otherwise (``DeliveryOptions``). An agent
+#: loop reads whole items, and a reader of the text sees 50 updates a second; one message per
+#: 20 ms instead of one per two tokens saves most of a stream's per-message cost on both sides.
+#: An item's first delta and its end are never delayed, so time to first token and turn time
+#: are unchanged.
+DEFAULT_DELTA_WINDOW_MS = 20
+
 
 _SNAPSHOT_DETAIL = {"full": pb.SNAPSHOT_DETAIL_FULL, "slim": pb.SNAPSHOT_DETAIL_SLIM}
 
@@ -38,10 +45,10 @@ def delivery_options(
     batch_events: bool,
     snapshots: str,
     json_tool_schemas: bool = False,
-    delta_window_ms: int = 0,
+    delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
 ) -> pb.DeliveryOptions:
     """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim";
-    ``delta_window_ms`` 0: the server's window)."""
+    ``delta_window_ms`` 0: the server's window, one delta per token or two)."""
     if snapshots not in _SNAPSHOT_DETAIL:
         raise ValueError(f"snapshots must be 'full' or 'slim', not {snapshots!r}")
     return pb.DeliveryOptions(

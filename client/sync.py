@@ -14,6 +14,7 @@ from typing import Literal, TypeVar
 
 from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loop
 from bidi_responses.client.aio import AsyncResponsesClient
+from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
 from bidi_responses.client.stream import ConnectStream
 from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput, SteerAck
 
@@ -103,9 +104,10 @@ class ResponsesClient:
         batch_events: bool = True,
         snapshots: str = "full",
         json_tool_schemas: bool = False,
+        delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
     ) -> None:
-        """See ``AsyncResponsesClient`` for ``batch_events``, ``snapshots`` and
-        ``json_tool_schemas``."""
+        """See ``AsyncResponsesClient`` for ``batch_events``, ``snapshots``,
+        ``json_tool_schemas`` and ``delta_window_ms``."""
         self._loop = _LoopThread()
 
         async def make() -> AsyncResponsesClient:
@@ -115,6 +117,7 @@ class ResponsesClient:
                 batch_events=batch_events,
                 snapshots=snapshots,
                 json_tool_schemas=json_tool_schemas,
+                delta_window_ms=delta_window_ms,
             )
 
         self._client = self._loop.run(make())

@@ -14,15 +14,17 @@ only differences are what each design sends and how:
  6   grpc_create     gRPC CreateResponse (server-streaming) per turn, full history
  7   grpc_connect    gRPC Connect stream, new input + previous_response_id (stream cache)
  8   grpc_append     gRPC Connect, one response: response_done / response_append per call
- 9   grpc_single     as 7, one event per gRPC message (batching off: what a stock client gets)
+ 9   grpc_single     as 7, one event per gRPC message and the server's 2 ms delta window (what
+                     a stock client that sets no options gets)
 10   grpc_slim       as 7, with slim snapshots (no echoed instructions and tools)
 11   ws_batched      as 4, with batched frames (non-standard: a JSON array of the events
                      ready together per frame; a reference, no hosted-API client reads it)
-12   grpc_window     as 10, with a 20 ms delta window (``DeliveryOptions.delta_window_ms``)
+12   grpc_tokens     as 7, with the server's 2 ms delta window instead of the client's 20 ms
+                     (``DeliveryOptions.delta_window_ms``: a delta every token or two)
 ===  ==============  =========================================================================
 
-The gRPC modes use the project's client, which asks for batched messages (modes 6-8, 10, 12);
-mode 9 turns that off.
+The gRPC modes use the project's client, which asks for batched messages and a 20 ms delta window
+(modes 6-8, 10); mode 9 turns both off, mode 12 only the window.
 
 HTTP uses aiohttp (an efficient async client, measured here at 2-3x
 faster than httpx). The WebSocket client is the ``websockets`` library with compression off,

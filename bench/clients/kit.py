@@ -47,11 +47,12 @@ class ClientKit:
         elif self.mode.transport == "grpc":
             from bidi_responses.client.aio import AsyncResponsesClient
 
+            window = self.mode.delta_window_ms
             self._grpc = AsyncResponsesClient(
                 f"{self.server.host}:{self.server.grpc_port}",
                 batch_events=self.mode.batch,
                 snapshots="slim" if self.mode.slim else "full",
-                delta_window_ms=self.mode.delta_window_ms,
+                **({} if window is None else {"delta_window_ms": window}),
             )
         return self
 

@@ -24,8 +24,9 @@ class ModeInfo:
     batch: bool = False
     #: gRPC slim snapshots (``SNAPSHOT_DETAIL_SLIM``).
     slim: bool = False
-    #: gRPC ``DeliveryOptions.delta_window_ms`` (0: the server's window).
-    delta_window_ms: int = 0
+    #: gRPC ``DeliveryOptions.delta_window_ms`` (None: the client's default, 20 ms; 0: the
+    #: server's window).
+    delta_window_ms: int | None = None
 
     @property
     def stateful(self) -> bool:
@@ -44,18 +45,19 @@ MODES: dict[str, ModeInfo] = {
         ModeInfo(6, "grpc_create", "gRPC CreateResponse, full history", "grpc", "full", True),
         ModeInfo(7, "grpc_connect", "gRPC Connect, stream cache", "grpc", "chain", True),
         ModeInfo(8, "grpc_append", "gRPC Connect, append mode", "grpc", "append", True),
-        ModeInfo(9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain"),
+        # What a stock client that sets no options gets: no batching, the server's window.
+        ModeInfo(9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain", False, False, 0),
         ModeInfo(10, "grpc_slim", "gRPC Connect, slim snapshots", "grpc", "chain", True, True),
         ModeInfo(11, "ws_batched", "WebSocket, batched frames (non-standard)", "ws", "chain", True),
         ModeInfo(
             12,
-            "grpc_window",
-            "gRPC Connect, slim, 20 ms delta window",
+            "grpc_tokens",
+            "gRPC Connect, batched, the server's 2 ms window",
             "grpc",
             "chain",
             True,
-            True,
-            20,
+            False,
+            0,
         ),
     )
 }

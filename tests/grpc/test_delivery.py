@@ -299,3 +299,28 @@ def test_delta_window_is_bounded_by_the_server() -> None:
     assert delivery.delta_window_ms == MAX_DELTA_WINDOW_MS
     assert delivery.streaming(streaming).delta_window_ms == MAX_DELTA_WINDOW_MS
     assert Delivery.from_pb(pb.DeliveryOptions(), streaming).streaming(streaming) is streaming
+
+
+async def test_the_project_client_asks_for_a_20_ms_window_unless_told_otherwise(
+    server_factory: ServerFactory, tmp_path: Any
+) -> None:
+    # 400 tokens at 1,000 tokens/s take 400 ms: a 20 ms window sends at most about 20 deltas
+    # after the first; the server's 2 ms window (delta_window_ms=0) about one per two tokens.
+    config = make_config(tmp_path, tokens_per_second=1000, answer_tokens=400, tool_rounds=0)
+    running = await server_factory(config)
+    target = f"127.0.0.1:{running.grpc_port}"
+    body: dict[str, Any] = {"model": "sim-model", "input": "explain the fix"}
+
+    async def deltas_of(client: AsyncResponsesClient) -> tuple[list[str], str]:
+        async with client, client.connect() as stream:
+            events = [e async for e in stream.create_events(**body)]
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        done = next(e for e in events if e["type"] == "response.output_text.done")
+        return deltas, done["text"]
+
+    async with asyncio.timeout(30):
+        default, text = await deltas_of(AsyncResponsesClient(target))
+        fine, fine_text = await deltas_of(AsyncResponsesClient(target, delta_window_ms=0))
+    assert "".join(default) == text and "".join(fine) == fine_text and len(text) > 400
+    assert 1 < len(default) <= 40
+    assert len(fine) > 100
