@@ -46,7 +46,9 @@ MODES: dict[str, ModeInfo] = {
         ModeInfo(7, "grpc_connect", "gRPC Connect, stream cache", "grpc", "chain", True),
         ModeInfo(8, "grpc_append", "gRPC Connect, append mode", "grpc", "append", True),
         # What a stock client that sets no options gets: no batching, the server's window.
-        ModeInfo(9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain", False, False, 0),
+        ModeInfo(
+            9, "grpc_single", "gRPC Connect, one event/message", "grpc", "chain", False, False, 0
+        ),
         ModeInfo(10, "grpc_slim", "gRPC Connect, slim snapshots", "grpc", "chain", True, True),
         ModeInfo(11, "ws_batched", "WebSocket, batched frames (non-standard)", "ws", "chain", True),
         ModeInfo(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 import traceback
@@ -118,7 +119,9 @@ async def _cmd_agents(cmd: AgentsCommand, progress: Callable[[], None]) -> Agent
 
 async def _cmd_keepup(cmd: KeepupCommand, progress: Callable[[], None]) -> KeepupResult:
     """Long text answers on one stream: how fast do deltas arrive, against the engine rate."""
-    mode = MODES[cmd["mode"]]
+    # The sweep compares the server's delta policies; the client's own window would override
+    # them on Connect, so it keeps the server's.
+    mode = dataclasses.replace(MODES[cmd["mode"]], delta_window_ms=0)
     server = cmd["server"]
     results: list[KeepupResponse] = []
     t0 = time.perf_counter()
