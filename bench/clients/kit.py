@@ -47,12 +47,14 @@ class ClientKit:
         elif self.mode.transport == "grpc":
             from bidi_responses.client.aio import AsyncResponsesClient
 
+            from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
+
             window = self.mode.delta_window_ms
             self._grpc = AsyncResponsesClient(
                 f"{self.server.host}:{self.server.grpc_port}",
                 batch_events=self.mode.batch,
                 snapshots="slim" if self.mode.slim else "full",
-                **({} if window is None else {"delta_window_ms": window}),
+                delta_window_ms=DEFAULT_DELTA_WINDOW_MS if window is None else window,
             )
         return self
 
