@@ -8,8 +8,8 @@ from typing import TypeAlias
 
 # Free JSON (items, events, request parameters), shaped as the Responses API documents it: the
 # client passes it through and reads only the fields it names. One alias with the codec's.
-from bidi_responses.codec.structs import JSONObject as JSONObject
-from bidi_responses.codec.structs import JSONValue as JSONValue
+from bidi_responses.schema import JSONObject as JSONObject
+from bidi_responses.schema import JSONValue as JSONValue
 
 #: A create's ``input``: a user message's text, or the items to add.
 ResponseInput: TypeAlias = str | Sequence[JSONObject]

@@ -48,13 +48,7 @@ from bidi_responses.codec.settings import (
     usage_to_pb,
 )
 from bidi_responses.codec.steering import input_items_to_pb, steer_to_dict, steer_to_pb
-from bidi_responses.codec.structs import (
-    JSONObject,
-    JSONValue,
-    dict_to_struct,
-    restore_integers,
-    struct_to_dict,
-)
+from bidi_responses.codec.structs import dict_to_struct, restore_integers, struct_to_dict
 from bidi_responses.codec.tools import (
     ProtoTools,
     tool_choice_to_dict,
@@ -71,6 +65,7 @@ from bidi_responses.codec.wire import (
     unbatch,
     wire_bytes,
 )
+from bidi_responses.schema import JSONObject, JSONValue
 
 __all__ = [
     "API_MAX_DEPTH",

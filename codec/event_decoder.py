@@ -21,7 +21,7 @@ from bidi_responses.codec.steering import (
     steer_failed_to_dict,
     steer_pending_to_dict,
 )
-from bidi_responses.codec.structs import JSONObject
+from bidi_responses.schema import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 

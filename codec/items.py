@@ -7,7 +7,8 @@ JSON's ``type`` discriminator is the protobuf ``oneof`` case (``"function_call"`
 from __future__ import annotations
 
 from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import JSONMapping, JSONObject, dict_to_struct, struct_to_dict
+from bidi_responses.codec.structs import dict_to_struct, struct_to_dict
+from bidi_responses.schema import JSONMapping, JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 
 

@@ -21,13 +21,13 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
-from bidi_responses.codec.structs import JSONMapping, JSONObject, JSONValue
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tool_echoes_to_dicts,
     tools_to_pb,
 )
+from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
 
 # The optional echoed fields of a Response, set only when not null (slim snapshots leave the

@@ -10,10 +10,10 @@ from typing import Any, cast
 import httpx
 import pytest
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import Item, JSONObject
 from bidi_responses.server.core.api.tools import parse_tools
 from bidi_responses.server.core.rendering.render import common_prefix
 from hypothesis import HealthCheck, given, settings

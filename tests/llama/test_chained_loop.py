@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.api.items import Item
+from bidi_responses.schema import Item
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format

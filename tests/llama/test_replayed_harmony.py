@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import cast
 
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.schema import Item
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.items import Item
 from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
