@@ -26,6 +26,7 @@ from bidi_responses.codec.event_encoder import ProtoEncoder
 from bidi_responses.codec.injection import inject_to_dict, inject_to_pb
 from bidi_responses.codec.items import (
     canonical_item,
+    checked_item_to_dict,
     function_call_to_dict,
     function_call_to_pb,
     item_to_dict,
@@ -82,6 +83,7 @@ __all__ = [
     "batch_bytes",
     "batch_messages",
     "canonical_item",
+    "checked_item_to_dict",
     "decode_message",
     "deep_messages",
     "dict_to_struct",
