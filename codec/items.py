@@ -110,9 +110,9 @@ def item_to_dict(item: pb.Item) -> JSONObject:
 def checked_item_to_dict(item: pb.Item) -> Item:
     """An item a server sent (its output, a stored input item, a compaction) as the API's
     ``Item``: the server's core built or checked it, so it is one of the API's kinds with the
-    API's values. The codec's one assertion of the item types, on the server's word; an item
-    of a kind newer than this proto decodes as ``{}``, so read ``type`` with ``.get`` where a
-    newer server may be met."""
+    API's values. With ``response_to_dict``, the codec's only assertion of the API's types,
+    both on the server's word; an item of a kind newer than this proto decodes as ``{}``, so
+    read ``type`` with ``.get`` where a newer server may be met."""
     return cast(Item, item_to_dict(item))
 
 
