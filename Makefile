@@ -9,7 +9,7 @@ EXTRA := $(VENV)/.installed-
 BUF := node_modules/.bin/buf
 # The list of modules the strict editable install links; rewritten only when it changes.
 MODULES := build/modules.txt
-TYPED := server client bench cluster tests
+TYPED := server client bench cluster schema tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
@@ -22,7 +22,7 @@ all: check test
 # removed needs a new link, so the install depends on the module list.
 $(MODULES): FORCE
 	@mkdir -p $(@D)
-	@find server client bench cluster codec protos \( -name '*.py' -o -name '*.proto' -o -name py.typed \) \
+	@find server client bench cluster codec schema protos \( -name '*.py' -o -name '*.proto' -o -name py.typed \) \
 		-not -name '*_pb2*' -not -path 'protos/bidi_responses/v1/__init__.py' | LC_ALL=C sort > $@.new
 	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
 
@@ -83,11 +83,11 @@ node-deps: $(BUF) $(NODE_SDK)
 # mypy --strict over the installed package (through the editable install's link tree) and the tests.
 typecheck: $(EXTRA)test
 	$(VENV)/bin/mypy -p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench \
-		-p bidi_responses.cluster -p bidi_responses.codec -p tests
+		-p bidi_responses.cluster -p bidi_responses.codec -p bidi_responses.schema -p tests
 
 lint: $(EXTRA)test lint-proto breaking-proto typecheck
-	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec
-	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec
+	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec schema
+	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec schema
 
 # Lint and types; `make test` runs the suite. CI runs both.
 check: lint

@@ -4,6 +4,8 @@
 * ``ResponsesClient``: the blocking wrapper.
 * ``run_agent_loop``: runs tools and continues with ``previous_response_id`` or append mode.
 * ``Conversation``: a chain of turns that survives replica drains and deaths behind a proxy.
+* ``Response`` and its typed items (``Item``, ``FunctionCallItem``, ...): the API's types, the
+  server's own (``bidi_responses.schema``).
 """
 
 from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
@@ -12,14 +14,32 @@ from bidi_responses.client.failover import Conversation, run_resilient_agent
 from bidi_responses.client.stream import ConnectStream, StreamLane
 from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
 from bidi_responses.client.types import NoSuccessor, Response, ResponsesError, SteerAck, Usage
+from bidi_responses.schema import (
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Item,
+    MessageItem,
+    OutputTextPart,
+    ReasoningItem,
+    ResponseObject,
+)
 
 __all__ = [
     "AgentResult",
     "AsyncResponsesClient",
     "ConnectStream",
+    "ContentPart",
     "Conversation",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "Item",
+    "MessageItem",
     "NoSuccessor",
+    "OutputTextPart",
+    "ReasoningItem",
     "Response",
+    "ResponseObject",
     "ResponsesClient",
     "ResponsesError",
     "SteerAck",

@@ -18,6 +18,7 @@ from typing import Literal
 
 from bidi_responses.client.stream import ConnectStream
 from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput
+from bidi_responses.schema import FunctionCallItem, FunctionCallOutputItem
 
 ToolFunction = Callable[[JSONObject], "str | Awaitable[str]"]
 
@@ -35,7 +36,7 @@ class AgentResult:
         return sum(len(turn.function_calls) for turn in self.turns[:-1])
 
 
-async def _call_tool(functions: Mapping[str, ToolFunction], call: JSONObject) -> str:
+async def _call_tool(functions: Mapping[str, ToolFunction], call: FunctionCallItem) -> str:
     function = functions.get(call["name"])
     if function is None:
         return json.dumps({"error": f"unknown tool {call['name']}"})
@@ -50,8 +51,8 @@ async def _call_tool(functions: Mapping[str, ToolFunction], call: JSONObject) ->
 
 
 async def run_tools(
-    functions: Mapping[str, ToolFunction], calls: Sequence[JSONObject]
-) -> list[JSONObject]:
+    functions: Mapping[str, ToolFunction], calls: Sequence[FunctionCallItem]
+) -> list[FunctionCallOutputItem]:
     """Run each call's function; return the ``function_call_output`` items."""
     return [
         {

@@ -32,14 +32,15 @@ from bidi_responses.client.types import JSONObject, JSONValue, Response
 from bidi_responses.codec import (
     EventDecoder,
     canonical_item,
+    checked_item_to_dict,
     deep_messages,
     flat_message_to_dict,
-    item_to_dict,
     item_to_pb,
     params_to_pb,
     unbatch,
     usage_to_dict,
 )
+from bidi_responses.schema import InputItemList
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
@@ -171,7 +172,7 @@ class AsyncResponsesClient:
 
     async def list_input_items(
         self, response_id: str, *, limit: int = 20, order: str = "desc", after: str = ""
-    ) -> JSONObject:
+    ) -> InputItemList:
         """One page of a stored response's input items (OpenAI list shape)."""
         reply = await self._unary(
             self._stub.ListInputItems,
@@ -181,7 +182,7 @@ class AsyncResponsesClient:
         )
         return {
             "object": "list",
-            "data": [item_to_dict(i) for i in reply.data],
+            "data": [checked_item_to_dict(i) for i in reply.data],
             "first_id": reply.first_id or None,
             "last_id": reply.last_id or None,
             "has_more": reply.has_more,
@@ -230,7 +231,7 @@ class AsyncResponsesClient:
             "id": reply.id,
             "object": reply.object,
             "created_at": reply.created_at,
-            "output": [item_to_dict(i) for i in reply.output],
+            "output": [checked_item_to_dict(i) for i in reply.output],
             "usage": usage_to_dict(reply.usage),
         }
 

@@ -30,6 +30,7 @@ from bidi_responses.client.types import (
     ResponseInput,
     ResponsesError,
 )
+from bidi_responses.schema import FunctionCallItem, FunctionCallOutputItem
 
 # Error codes after which the same turn is sent again on a new stream.
 RETRYABLE_CODES = frozenset(
@@ -133,7 +134,7 @@ async def run_resilient_agent(
     model: str,
     input: ResponseInput,
     tools: Sequence[JSONObject],
-    tool_output: Callable[[JSONObject], str],
+    tool_output: Callable[[FunctionCallItem], str],
     turns: int,
     **params: JSONValue,
 ) -> list[Response]:
@@ -143,7 +144,7 @@ async def run_resilient_agent(
     response = await conversation.create(model=model, input=input, tools=tools, **params)
     responses = [response]
     while len(responses) < turns and response.function_calls:
-        outputs = [
+        outputs: list[FunctionCallOutputItem] = [
             {"type": "function_call_output", "call_id": c["call_id"], "output": tool_output(c)}
             for c in response.function_calls
         ]

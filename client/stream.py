@@ -19,6 +19,7 @@ from bidi_responses.client.channel import ConnectCall, status_error
 from bidi_responses.client.steering import Steering, SuccessorQueue
 from bidi_responses.client.types import (
     TERMINAL_EVENTS,
+    JSONMapping,
     JSONObject,
     JSONValue,
     NoSuccessor,
@@ -255,7 +256,7 @@ class ConnectStream:
             return await self._collect(self._create_messages(stream_id, params))
 
     async def append_events(
-        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
+        self, response_id: str, input: Sequence[JSONMapping], *, stream_id: str = ""
     ) -> AsyncGenerator[JSONObject, None]:
         """Send ``response.append`` (tool outputs) and yield events until the next pause/end."""
         await self._send_append(response_id, input, stream_id)
@@ -263,14 +264,14 @@ class ConnectStream:
             yield self._decoder.event(message)
 
     async def append(
-        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
+        self, response_id: str, input: Sequence[JSONMapping], *, stream_id: str = ""
     ) -> Response:
         """Append tool outputs and wait for the next ``response.done`` or the terminal event."""
         await self._send_append(response_id, input, stream_id)
         return await self._collect(self._until_turn_ends(stream_id))
 
     async def _send_append(
-        self, response_id: str, input: Sequence[JSONObject], stream_id: str
+        self, response_id: str, input: Sequence[JSONMapping], stream_id: str
     ) -> None:
         with deep_messages():
             request = pb.ConnectRequest(

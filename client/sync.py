@@ -16,7 +16,15 @@ from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loo
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
 from bidi_responses.client.stream import ConnectStream
-from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput, SteerAck
+from bidi_responses.client.types import (
+    JSONMapping,
+    JSONObject,
+    JSONValue,
+    Response,
+    ResponseInput,
+    SteerAck,
+)
+from bidi_responses.schema import InputItemList
 
 T = TypeVar("T")
 
@@ -50,7 +58,7 @@ class SyncConnectStream:
         return self._loop.run(self._stream.create(stream_id=stream_id, **params))
 
     def append(
-        self, response_id: str, input: Sequence[JSONObject], *, stream_id: str = ""
+        self, response_id: str, input: Sequence[JSONMapping], *, stream_id: str = ""
     ) -> Response:
         """See ConnectStream.append."""
         return self._loop.run(self._stream.append(response_id, input, stream_id=stream_id))
@@ -155,7 +163,7 @@ class ResponsesClient:
 
     def list_input_items(
         self, response_id: str, *, limit: int = 20, order: str = "desc", after: str = ""
-    ) -> JSONObject:
+    ) -> InputItemList:
         """A page of input items."""
         return self._loop.run(
             self._client.list_input_items(response_id, limit=limit, order=order, after=after)

@@ -1,18 +1,39 @@
-"""Types at the client's boundary: plain dataclasses and JSON-shaped dicts, no protobuf."""
+"""Types at the client's boundary: plain dataclasses and the API's typed dicts, no protobuf.
+
+A Response and its items are the server's own types (``bidi_responses.schema``): ``output`` is
+a ``list[Item]``, narrowed by ``item["type"]``. Events and request parameters stay free JSON
+(``JSONObject``), shaped as the Responses API documents them: the client passes them through
+and reads only the fields it names.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, TypeGuard
 
-# Free JSON (items, events, request parameters), shaped as the Responses API documents it: the
-# client passes it through and reads only the fields it names. One alias with the codec's.
-from bidi_responses.codec.structs import JSONObject as JSONObject
-from bidi_responses.codec.structs import JSONValue as JSONValue
+from bidi_responses.schema import (
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Item,
+    MessageItem,
+    OutputTextPart,
+    RequiredInputStub,
+    ResponseError,
+    ResponseObject,
+    ResponseStatus,
+    SafetyFlagObject,
+    SteerError,
+    UsageObject,
+)
+from bidi_responses.schema import JSONMapping as JSONMapping
+from bidi_responses.schema import JSONObject as JSONObject
+from bidi_responses.schema import JSONValue as JSONValue
 
-#: A create's ``input``: a user message's text, or the items to add.
-ResponseInput: TypeAlias = str | Sequence[JSONObject]
+#: A create's ``input``: a user message's text, or the items to add (``Item``s, such as
+#: ``Response.call_output``'s, or JSON of their shape, such as ``{"role", "content": "text"}``).
+ResponseInput: TypeAlias = str | Sequence[JSONMapping]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -52,9 +73,9 @@ class NoSuccessor(ResponsesError):
         self.event = event
 
     @property
-    def required_input(self) -> list[JSONObject]:
+    def required_input(self) -> list[RequiredInputStub]:
         """The results the continuation must carry (``response.steer.pending`` only)."""
-        required: list[JSONObject] = self.event.get("required_input") or []
+        required: list[RequiredInputStub] = self.event.get("required_input") or []
         return required
 
 
@@ -69,7 +90,8 @@ class SteerAck:
     #: The steer's id (``steer_...``); None when it was refused at once.
     id: str | None
     #: ``{"code", "message", "type"}`` when refused.
-    error: JSONObject | None
+    error: SteerError | None
+    #: The steering input handed back as it was sent (empty when accepted).
     input: list[JSONObject]
     raw: JSONObject = field(repr=False)
 
@@ -102,7 +124,7 @@ class Usage:
     total_tokens: int
 
     @classmethod
-    def from_dict(cls, usage: JSONObject | None) -> Usage | None:
+    def from_dict(cls, usage: UsageObject | None) -> Usage | None:
         """From the JSON usage object (None stays None)."""
         if not usage:
             return None
@@ -119,23 +141,26 @@ class Response:
     """A finished (or paused, in append mode) response."""
 
     id: str
-    status: str
-    output: list[JSONObject]
+    status: ResponseStatus
+    #: The output items, narrowed by ``item["type"]``.
+    output: list[Item]
     usage: Usage | None
-    stats: JSONObject
+    #: The server's counters of this response (``StatsObject``); empty when it sent none.
+    stats: JSONMapping
     previous_response_id: str | None
-    error: JSONObject | None
+    error: ResponseError | None
     incomplete_reason: str | None
-    safety_flags: list[JSONObject]
-    raw: JSONObject = field(repr=False)
-    pending_calls: list[JSONObject] = field(default_factory=list)
+    safety_flags: list[SafetyFlagObject]
+    raw: ResponseObject = field(repr=False)
+    #: Append mode: the calls a paused response (``response.done``) waits on.
+    pending_calls: list[FunctionCallItem] = field(default_factory=list)
 
     @classmethod
     def from_dict(
-        cls, response: JSONObject, pending_calls: list[JSONObject] | None = None
+        cls, response: ResponseObject, pending_calls: list[FunctionCallItem] | None = None
     ) -> Response:
         """From the JSON Response object."""
-        incomplete = response.get("incomplete_details") or {}
+        incomplete = response.get("incomplete_details")
         return cls(
             id=response["id"],
             status=response["status"],
@@ -144,7 +169,7 @@ class Response:
             stats=response.get("stats") or {},
             previous_response_id=response.get("previous_response_id"),
             error=response.get("error"),
-            incomplete_reason=incomplete.get("reason"),
+            incomplete_reason=incomplete.get("reason") if incomplete else None,
             safety_flags=response.get("safety_flags") or [],
             raw=response,
             pending_calls=pending_calls or [],
@@ -157,13 +182,13 @@ class Response:
         return self.status == "incomplete" and self.incomplete_reason == "steered"
 
     @property
-    def function_calls(self) -> list[JSONObject]:
+    def function_calls(self) -> list[FunctionCallItem]:
         """The function_call items of the output (or the pending calls in append mode)."""
         if self.pending_calls:
             return self.pending_calls
-        return [item for item in self.output if item.get("type") == "function_call"]
+        return [item for item in self.output if _is_function_call(item)]
 
-    def call_output(self, output: str, index: int = 0) -> JSONObject:
+    def call_output(self, output: str, index: int = 0) -> FunctionCallOutputItem:
         """The input item answering function call ``index`` with ``output`` (the next turn's
         input in a tool loop)."""
         call_id = self.function_calls[index]["call_id"]
@@ -175,7 +200,21 @@ class Response:
         return "".join(
             part.get("text", "")
             for item in self.output
-            if item.get("type") == "message"
+            if _is_message(item)
             for part in item.get("content", ())
-            if part.get("type") == "output_text"
+            if _is_output_text(part)
         )
+
+
+# ``.get("type")`` rather than ``["type"]``: an item of a kind newer than this client's proto
+# decodes as ``{}`` (``codec.checked_item_to_dict``), and is skipped rather than a KeyError.
+def _is_function_call(item: Item) -> TypeGuard[FunctionCallItem]:
+    return item.get("type") == "function_call"
+
+
+def _is_message(item: Item) -> TypeGuard[MessageItem]:
+    return item.get("type") == "message"
+
+
+def _is_output_text(part: ContentPart) -> TypeGuard[OutputTextPart]:
+    return part.get("type") == "output_text"

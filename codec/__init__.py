@@ -26,6 +26,7 @@ from bidi_responses.codec.event_encoder import ProtoEncoder
 from bidi_responses.codec.injection import inject_to_dict, inject_to_pb
 from bidi_responses.codec.items import (
     canonical_item,
+    checked_item_to_dict,
     function_call_to_dict,
     function_call_to_pb,
     item_to_dict,
@@ -48,13 +49,7 @@ from bidi_responses.codec.settings import (
     usage_to_pb,
 )
 from bidi_responses.codec.steering import input_items_to_pb, steer_to_dict, steer_to_pb
-from bidi_responses.codec.structs import (
-    JSONObject,
-    JSONValue,
-    dict_to_struct,
-    restore_integers,
-    struct_to_dict,
-)
+from bidi_responses.codec.structs import dict_to_struct, restore_integers, struct_to_dict
 from bidi_responses.codec.tools import (
     ProtoTools,
     tool_choice_to_dict,
@@ -71,6 +66,7 @@ from bidi_responses.codec.wire import (
     unbatch,
     wire_bytes,
 )
+from bidi_responses.schema import JSONObject, JSONValue
 
 __all__ = [
     "API_MAX_DEPTH",
@@ -87,6 +83,7 @@ __all__ = [
     "batch_bytes",
     "batch_messages",
     "canonical_item",
+    "checked_item_to_dict",
     "decode_message",
     "deep_messages",
     "dict_to_struct",

@@ -21,7 +21,7 @@ from bidi_responses.codec.steering import (
     steer_failed_to_dict,
     steer_pending_to_dict,
 )
-from bidi_responses.codec.structs import JSONObject
+from bidi_responses.schema import JSONObject, ResponseObject
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
@@ -41,7 +41,7 @@ class EventDecoder:
     """Decodes ConnectResponse messages into the JSON events a WebSocket client would see."""
 
     @staticmethod
-    def response(r: pb.Response) -> JSONObject:
+    def response(r: pb.Response) -> ResponseObject:
         """A Response message as the JSON Response object."""
         return response_to_dict(r)
 

@@ -33,7 +33,6 @@ from bidi_responses.codec.steering import (
     steer_failed_to_pb,
     steer_pending_to_pb,
 )
-from bidi_responses.codec.structs import JSONMapping
 from bidi_responses.codec.turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
 from bidi_responses.codec.wire import (
     LENGTH_DELIMITED,
@@ -42,6 +41,7 @@ from bidi_responses.codec.wire import (
     field_number,
     tag,
 )
+from bidi_responses.schema import JSONMapping
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 

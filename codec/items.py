@@ -2,12 +2,20 @@
 
 JSON's ``type`` discriminator is the protobuf ``oneof`` case (``"function_call"`` <->
 ``Item.function_call``); kinds without a typed case travel whole as ``Item.other``.
+
+Decoding copies what the wire holds and checks nothing, so ``item_to_dict`` gives free JSON: a
+client's input on the server is checked by the core next, and input handed back (a refused
+steer) is the client's own. The items a server sends are the API's ``Item`` (its core built or
+checked each one): ``checked_item_to_dict`` reads them as that type.
 """
 
 from __future__ import annotations
 
+from typing import cast
+
 from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import JSONMapping, JSONObject, dict_to_struct, struct_to_dict
+from bidi_responses.codec.structs import dict_to_struct, struct_to_dict
+from bidi_responses.schema import Item, JSONMapping, JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 
 
@@ -66,7 +74,8 @@ def part_to_pb(part: JSONMapping) -> pb.ContentPart:
 
 
 def item_to_dict(item: pb.Item) -> JSONObject:
-    """An Item message as the JSON item (an unset oneof gives ``{}``, rejected by the core)."""
+    """An Item message as the JSON item, as sent (an unset oneof gives ``{}``, rejected by the
+    core); ``checked_item_to_dict`` for the items a server sends."""
     kind = item.WhichOneof("item")
     if kind == "message":
         m = item.message
@@ -96,6 +105,15 @@ def item_to_dict(item: pb.Item) -> JSONObject:
     if kind == "other":
         return struct_to_dict(item.other)
     return {}
+
+
+def checked_item_to_dict(item: pb.Item) -> Item:
+    """An item a server sent (its output, a stored input item, a compaction) as the API's
+    ``Item``: the server's core built or checked it, so it is one of the API's kinds with the
+    API's values. With ``response_to_dict``, the codec's only assertion of the API's types,
+    both on the server's word; an item of a kind newer than this proto decodes as ``{}``, so
+    read ``type`` with ``.get`` where a newer server may be met."""
+    return cast(Item, item_to_dict(item))
 
 
 def function_call_to_dict(call: pb.FunctionCallItem) -> JSONObject:
@@ -168,8 +186,9 @@ def item_to_pb(item: JSONMapping) -> pb.Item:
     return pb.Item(other=dict_to_struct(item))
 
 
-def canonical_item(item: JSONObject) -> JSONObject:
-    """Fill the shorthand forms JSON allows (``{"role","content":"text"}``)."""
+def canonical_item(item: JSONMapping) -> JSONMapping:
+    """Fill the shorthand forms JSON allows (``{"role","content":"text"}``); an ``Item`` comes
+    back as it is."""
     if item.get("type") is None and "role" in item:
         item = {"type": "message", **item}
     if item.get("type") == "message" and isinstance(item.get("content"), str):

@@ -17,13 +17,13 @@ from bidi_responses.codec.settings import (
     text_to_dict,
     text_to_pb,
 )
-from bidi_responses.codec.structs import JSONObject
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tools_to_dicts,
     write_tools,
 )
+from bidi_responses.schema import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 
 # The optional scalar fields of ResponseCreateParams: present in JSON iff set in protobuf.

@@ -7,7 +7,7 @@ same in every snapshot (``response_echo_to_pb``), so the echo is serialized once
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 from bidi_responses.codec.depth import deep
 from bidi_responses.codec.items import item_to_dict, item_to_pb
@@ -21,13 +21,13 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
-from bidi_responses.codec.structs import JSONMapping, JSONObject, JSONValue
 from bidi_responses.codec.tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tool_echoes_to_dicts,
     tools_to_pb,
 )
+from bidi_responses.schema import JSONMapping, JSONObject, JSONValue, ResponseObject
 from bidi_responses.v1 import responses_pb2 as pb
 
 # The optional echoed fields of a Response, set only when not null (slim snapshots leave the
@@ -103,8 +103,11 @@ def response_progress_to_pb(r: JSONMapping, slim: bool) -> pb.Response:
     return response
 
 
-def response_to_dict(r: pb.Response) -> JSONObject:
-    """A Response message as the JSON Response object."""
+def response_to_dict(r: pb.Response) -> ResponseObject:
+    """A Response message as the JSON Response object.
+
+    Typed as the API's ``ResponseObject`` on the server's word, as ``checked_item_to_dict``
+    reads its items: a server's core built it. Only a server sends a Response."""
     result: JSONObject = {
         "id": r.id,
         "object": r.object or "response",
@@ -148,7 +151,7 @@ def response_to_dict(r: pb.Response) -> JSONObject:
     }
     if r.HasField("stats"):
         result["stats"] = stats_to_dict(r.stats)
-    return result
+    return cast(ResponseObject, result)
 
 
 _OptionalField = Literal[

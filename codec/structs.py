@@ -8,18 +8,9 @@ a parse that stops at protobuf's default depth, which tool schemas exceed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeAlias
-
 from bidi_responses.codec.depth import deep
+from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from google.protobuf import struct_pb2
-
-#: Free JSON: any value JSON can hold. ``Any`` because its shape is the client's to choose.
-JSONValue: TypeAlias = Any
-#: A JSON object.
-JSONObject: TypeAlias = dict[str, JSONValue]
-#: A JSON object as read, typed or not (a TypedDict of the core is one).
-JSONMapping: TypeAlias = Mapping[str, JSONValue]
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> JSONObject:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.engines.completions import CompletionsConfig
 from bidi_responses.server.engines.sim import SimConfig
 from bidi_responses.server.engines.upstream import UpstreamConfig

@@ -558,7 +558,7 @@ class _GrpcLanes:
 
     async def create(self, body: Body) -> Outcome:
         try:
-            return Outcome(response=(await self.stream.create(**body)).raw)
+            return Outcome(response=dict((await self.stream.create(**body)).raw))
         except ResponsesError as error:
             return _from_error(error.code, error.param)
 
@@ -605,7 +605,7 @@ class _GrpcLanes:
                 if event["type"] in _TERMINAL:
                     successor = Response.from_dict(event["response"])
             assert successor is not None
-            outcome.follow.append(successor.raw)
+            outcome.follow.append(dict(successor.raw))
         except NoSuccessor as none:
             if none.event.get("type") == "response.steer.pending":
                 seen.append("response.steer.pending")
@@ -735,7 +735,7 @@ async def grpc_connect(server: RunningServer) -> AsyncIterator[Run]:
                     return Outcome(response={"object": "list", "data": await client.list_models()})
                 if op in STREAM_OPS:
                     return await STREAM_OPS[op](_GrpcLanes(stream), body)
-                return Outcome(response=(await stream.create(**body)).raw)
+                return Outcome(response=dict((await stream.create(**body)).raw))
             except ResponsesError as error:
                 return _from_error(error.code, error.param)
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import NotRequired, TypedDict, TypeGuard, cast
 
 import orjson
+from bidi_responses.schema import CompactionItem, Item, MessageItem, part_text
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import CompactionItem, Item, MessageItem, part_text
 
 _VERSION = 1
 _TAG_BYTES = 32

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import time
 
+from bidi_responses.schema import (
+    CompactionResponse,
+    InputTokensCount,
+    Item,
+    JSONObject,
+    JSONValue,
+    MessageItem,
+    ModelList,
+    ModelObject,
+)
 from bidi_responses.server.core.api.errors import ApiError, shown
 from bidi_responses.server.core.api.fields import opt_str, optional_model, required_model
 from bidi_responses.server.core.api.ids import new_id
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue, MessageItem
 from bidi_responses.server.core.api.jsonshape import check_json_shape
 from bidi_responses.server.core.api.requests import parse_create
-from bidi_responses.server.core.api.schema import (
-    CompactionResponse,
-    InputTokensCount,
-    ModelList,
-    ModelObject,
-)
 from bidi_responses.server.core.compaction import is_kept
 from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars

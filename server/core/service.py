@@ -13,15 +13,15 @@ import os
 from collections.abc import AsyncGenerator, Callable
 
 import tiktoken
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.errors import ApiError, not_found, shown
-from bidi_responses.server.core.api.items import JSONObject
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
     DeletedResponse,
     InputItemList,
+    JSONObject,
     ResponseObject,
     ServerEvent,
 )
+from bidi_responses.server.config import ServerConfig
+from bidi_responses.server.core.api.errors import ApiError, not_found, shown
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.observability.counters import ServerStats
 from bidi_responses.server.core.root import CoreParts, EngineFactory, compose

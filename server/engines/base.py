@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 # Free JSON (a tool's JSON schema, an upstream's event, a backend's chunk): engines check
 # what they read of it.
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
+from bidi_responses.schema import Item, JSONObject, JSONValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,8 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import tiktoken
+from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.api.jsonshape import plain_numbers
 from bidi_responses.server.core.rendering.render import (
     Renderer,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import aiohttp
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineFinish
 from bidi_responses.server.engines.http_backend import (
     RetryableError,

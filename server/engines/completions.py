@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import tiktoken
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineRequest
 from bidi_responses.server.engines.completion_stream import StreamState, finish, read_completion
 from bidi_responses.server.engines.http_backend import (

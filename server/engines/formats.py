@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import tiktoken
-from bidi_responses.server.core.api.items import FunctionCallItem
+from bidi_responses.schema import FunctionCallItem
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.engines.base import EngineEvent, EngineRequest

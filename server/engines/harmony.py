@@ -28,7 +28,7 @@ from typing import Any
 import openai_harmony as oh
 import orjson
 import tiktoken
-from bidi_responses.server.core.api.items import Item, part_text
+from bidi_responses.schema import Item, part_text
 from bidi_responses.server.core.api.jsonshape import canonical_json, plain_numbers
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.render import Renderer, TokenArray

@@ -11,7 +11,7 @@ import os
 
 import aiohttp
 import orjson
-from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.engines.base import EngineError
 
 __all__ = [

@@ -14,7 +14,7 @@ import random
 import uuid
 from collections.abc import Mapping, Sequence
 
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 
 __all__ = ["FILLER_WORDS", "SchemaSampler", "Slot", "schema_instance"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 import tiktoken
-from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.base import EngineEvent, EngineRequest
 from bidi_responses.server.engines.prefix_cache import PrefixCache

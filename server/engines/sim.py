@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import tiktoken
-from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest, FunctionSpec

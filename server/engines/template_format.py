@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tiktoken
-from bidi_responses.server.core.api.items import Item, JSONValue
+from bidi_responses.schema import Item, JSONValue
 from bidi_responses.server.engines.base import EngineRequest
 from bidi_responses.server.engines.chat_template import ChatTemplate, TemplateRenderer
 from bidi_responses.server.engines.formats import ChatFormat, CompletionParserLike

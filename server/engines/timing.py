@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.engines.base import (
     Delta,
     EngineEvent,

@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.engines.base import (
     EngineAffinity,
     EngineError,

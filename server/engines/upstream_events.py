@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bidi_responses.server.core.api.items import JSONObject
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.engines.base import (
     Delta,
     EngineError,

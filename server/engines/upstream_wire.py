@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 import orjson
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.engines.base import EngineError, EngineEvent
 from bidi_responses.server.engines.http_backend import (
     RetryableError,

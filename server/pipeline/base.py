@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, Protocol, TypeAlias, TypeVar
 
+from bidi_responses.schema import Item, JSONObject, JSONValue, SafetyFlagObject
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
 from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.api.schema import SafetyFlagObject
 from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.core.observability.logsafe import printable
 

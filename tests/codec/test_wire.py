@@ -14,8 +14,8 @@ from bidi_responses.codec import (
     field_bytes,
     wire_bytes,
 )
-from bidi_responses.codec.structs import JSONValue
 from bidi_responses.codec.wire import read_varint, varint
+from bidi_responses.schema import JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import given
 from hypothesis import strategies as st

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import cast
 
 import pytest
-from bidi_responses.server.core.api.items import ContentPart, part_text
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
+    ContentPart,
     ErrorObject,
     Outcome,
     ResponseObject,
     ServerEvent,
+    part_text,
     snapshot_of,
     terminal_response,
 )

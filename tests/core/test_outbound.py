@@ -7,7 +7,7 @@ import asyncio
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.api.schema import ServerEvent
+from bidi_responses.schema import ServerEvent
 from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.runs.record import OutEvent
 from hypothesis import given, settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
-from bidi_responses.server.core.api.items import Item, JSONObject
+from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.core.compaction import CompactionCodec
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.rendering.render import Renderer

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any, cast
 
-from bidi_responses.server.core.api.schema import ResponseEvent
+from bidi_responses.schema import ResponseEvent
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.runs.runner import ResponseRun

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.core.api.schema import ServerEvent
+from bidi_responses.schema import ServerEvent
 from bidi_responses.server.core.lanes.session import Session
 
 from tests.core.fake_engine import Call, ScriptedEngine, Turn

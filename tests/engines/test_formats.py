@@ -7,7 +7,7 @@ from typing import Any
 
 import openai_harmony as oh
 import pytest
-from bidi_responses.server.core.api.items import part_text
+from bidi_responses.schema import part_text
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart

@@ -5,8 +5,8 @@ fingerprints only), as openai-harmony's own renderer keeps it."""
 from __future__ import annotations
 
 import openai_harmony as oh
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.requests import parse_create
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.harmony import HarmonyRenderer, developer_message, load_harmony

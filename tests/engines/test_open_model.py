@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.config import load_config
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import Item, JSONObject
 from bidi_responses.server.core.rendering.render import common_prefix
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines import build_engine

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import ResponseObject
 from bidi_responses.server.core.storage.journal import Journal, StorageUnavailable
 from bidi_responses.server.core.storage.postinference import PostJob, PostQueue
 from bidi_responses.server.core.storage.sqlite_store import Store

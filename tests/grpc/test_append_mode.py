@@ -6,7 +6,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, ResponsesError, run_agent_loop
+from bidi_responses.client import (
+    AsyncResponsesClient,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    ResponsesError,
+    run_agent_loop,
+)
 from bidi_responses.codec import item_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -14,7 +20,7 @@ from tests.conftest import SHELL_TOOL, ServerFactory, collect_until_terminal, ma
 from tests.grpc.conftest import open_stream, pause_for_tool_outputs
 
 
-def _outputs(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _outputs(calls: list[FunctionCallItem]) -> list[FunctionCallOutputItem]:
     return [
         {"type": "function_call_output", "call_id": c["call_id"], "output": "ok"} for c in calls
     ]

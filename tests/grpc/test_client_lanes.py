@@ -23,7 +23,11 @@ async def test_creates_on_a_busy_lane_wait_their_turn(server_factory: ServerFact
         assert [t.status for t in turns] == ["completed"] * 3
         assert len({t.id for t in turns}) == 3
         # Each turn ran after the previous one ended: none overlapped on the lane.
-        ends = [t.raw["completed_at"] for t in turns]
+        ends: list[int] = []
+        for turn in turns:
+            end = turn.raw["completed_at"]
+            assert end is not None
+            ends.append(end)
         assert ends == sorted(ends)
 
 

@@ -8,8 +8,15 @@ import statistics
 from typing import Any
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, Response, ResponsesError
+from bidi_responses.client import (
+    AsyncResponsesClient,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Response,
+    ResponsesError,
+)
 from bidi_responses.codec import params_to_pb
+from bidi_responses.schema import JSONMapping
 from bidi_responses.server.app import RunningServer
 from bidi_responses.v1 import responses_pb2 as pb
 
@@ -20,7 +27,7 @@ from tests.workload import tool_output
 INSTRUCTIONS = "You are a coding agent. Use exec_command to inspect and fix the repository."
 
 
-def _output_for(call: dict[str, Any], turn: int, tokens: int = 2000) -> dict[str, Any]:
+def _output_for(call: FunctionCallItem, turn: int, tokens: int = 2000) -> FunctionCallOutputItem:
     return {
         "type": "function_call_output",
         "call_id": call["call_id"],
@@ -57,7 +64,7 @@ async def test_25_turn_loop_renders_only_new_input(server_factory: ServerFactory
                 )
                 stateful.append(response)
 
-        history: list[dict[str, Any]] = [
+        history: list[JSONMapping] = [
             {"type": "message", "role": "user", "content": "Fix the failing test."}
         ]
         stateless: list[Response] = []

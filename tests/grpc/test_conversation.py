@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 from bidi_responses.bench.ports import free_port
 from bidi_responses.client import (
     AsyncResponsesClient,
     Conversation,
+    FunctionCallItem,
+    FunctionCallOutputItem,
     ResponsesError,
     run_resilient_agent,
 )
@@ -23,7 +24,7 @@ from tests.conftest import SHELL_TOOL, ServerFactory, make_config
 pytestmark = pytest.mark.timeout(60)
 
 
-def _output(call: dict[str, Any]) -> list[dict[str, Any]]:
+def _output(call: FunctionCallItem) -> list[FunctionCallOutputItem]:
     return [{"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]
 
 

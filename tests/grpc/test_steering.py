@@ -70,7 +70,8 @@ async def test_bad_steering_input_is_refused_naming_the_field(
         tool_output = [{"type": "function_call_output", "call_id": "c1", "output": "ok"}]
         target, ack = await _steer_at(stream, "response.created", tool_output, input="hi")
         assert not ack.accepted and ack.id is None
-        assert ack.code == "invalid_input" and "input[0]" in (ack.error or {})["message"]
+        assert ack.code == "invalid_input"
+        assert ack.error is not None and "input[0]" in ack.error["message"]
         assert ack.input == tool_output
         # Nothing was queued: the target was not steered, and no successor follows it.
         assert target.status == "completed"

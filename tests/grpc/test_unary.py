@@ -5,9 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client import AsyncResponsesClient, Item, ResponsesError
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
+
+
+def _text(item: Item) -> str:
+    """The text of a one-part user message."""
+    assert item["type"] == "message"
+    part = item["content"][0]
+    assert part["type"] == "input_text"
+    return part["text"]
 
 
 async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -> None:
@@ -21,14 +29,15 @@ async def test_get_list_delete_a_stored_response(client: AsyncResponsesClient) -
         after = ""
         while True:
             page = await client.list_input_items(created.id, limit=3, order="asc", after=after)
-            seen += [item["content"][0]["text"] for item in page["data"]]
+            seen += [_text(item) for item in page["data"]]
             assert page["first_id"] == page["data"][0]["id"]
             if not page["has_more"]:
                 break
+            assert page["last_id"] is not None
             after = page["last_id"]
         assert seen == [f"message {i}" for i in range(7)]
         newest = await client.list_input_items(created.id, limit=1)
-        assert newest["data"][0]["content"][0]["text"] == "message 6"
+        assert _text(newest["data"][0]) == "message 6"
 
         assert await client.delete(created.id) is True
         with pytest.raises(ResponsesError) as caught:

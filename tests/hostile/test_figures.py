@@ -10,10 +10,10 @@ from typing import Any, cast
 import httpx
 import pytest
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import Item, JSONObject
 from bidi_responses.server.core.api.tools import parse_tools
 from bidi_responses.server.core.rendering.render import common_prefix
 from hypothesis import HealthCheck, given, settings
@@ -226,7 +226,7 @@ async def test_max_output_tokens_marks_the_message_incomplete(client: AsyncRespo
     # The fast sim answers ~30 tokens after 3 tool rounds; with tools absent it answers at once.
     assert response.status == "incomplete"
     assert response.raw["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert response.raw["output"][-1]["status"] == "incomplete"
+    assert response.output[-1].get("status") == "incomplete"
     assert response.usage is not None and response.usage.output_tokens <= 16
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, cast
 
 from bidi_responses.client import AsyncResponsesClient
-from bidi_responses.server.core.api.items import Item
+from bidi_responses.schema import FunctionCallOutputItem, Item, MessageItem
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
@@ -26,12 +25,7 @@ TURNS = 10
 ASSISTANT_START = 2  # <|start|>assistant, which the engine appends to every prompt
 
 
-def _items(conversation: list[dict[str, Any]]) -> list[Item]:
-    """Items as the client holds them (plain JSON), rendered as the server keeps them."""
-    return cast(list[Item], conversation)
-
-
-def _user(n: int) -> dict[str, Any]:
+def _user(n: int) -> MessageItem:
     return {
         "type": "message",
         "role": "user",
@@ -45,7 +39,7 @@ async def test_ten_turn_chain_sends_only_new_tokens(
     running = await server_factory(llama_config(tmp_path, llama_backend))
     renderer = Renderer(load_encoding())
     instructions = "You are a careful build engineer."
-    conversation: list[dict[str, Any]] = []
+    conversation: list[Item] = []
     prompts: list[int] = []
     cached: list[int] = []
     prefilled: list[float] = []
@@ -72,7 +66,7 @@ async def test_ten_turn_chain_sends_only_new_tokens(
             assert response.output_text == "Hello world."
             stats = response.stats
             conversation += new_input
-            expected = renderer.render_conversation(instructions, [], _items(conversation))
+            expected = renderer.render_conversation(instructions, [], conversation)
             assert stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
             prompts.append(stats["engine_prompt_tokens"])
             cached.append(stats["engine_cached_tokens"])
@@ -87,7 +81,7 @@ async def test_ten_turn_chain_sends_only_new_tokens(
 
     for turn in range(1, TURNS):
         new_items = conversation[2 * turn - 1 : 2 * turn + 1]  # previous output, new input
-        new_tokens = len(renderer.render_conversation(None, [], _items(new_items)))
+        new_tokens = len(renderer.render_conversation(None, [], new_items))
         # The prompt grows by exactly the new tokens...
         assert prompts[turn] - prompts[turn - 1] == new_tokens, turn
         # ...and the backend served all it had seen from its cache, and more each turn.
@@ -112,7 +106,7 @@ async def test_harmony_route_renders_gpt_oss_prompts_and_calls_tools(
     running = await server_factory(llama_config(tmp_path, llama_backend, harmony=harmony))
     renderer = build_format("harmony", load_encoding()).renderer
     instructions = "Use the shell."
-    conversation: list[dict[str, Any]] = []
+    conversation: list[Item] = []
     address = f"127.0.0.1:{running.grpc_port}"
     async with (
         asyncio.timeout(60),
@@ -133,7 +127,11 @@ async def test_harmony_route_renders_gpt_oss_prompts_and_calls_tools(
         assert call["name"] == "exec_command"
         assert call["arguments"] == "Hello world."
         conversation += [_user(0), *first.output]
-        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+        output: FunctionCallOutputItem = {
+            "type": "function_call_output",
+            "call_id": call["call_id"],
+            "output": "ok",
+        }
         second = await stream.create(
             model="harmony",
             instructions=instructions,
@@ -146,6 +144,6 @@ async def test_harmony_route_renders_gpt_oss_prompts_and_calls_tools(
         conversation.append(output)
     # The second prompt is exactly openai-harmony's render of the conversation, and the
     # backend reused the first turn's tokens from its cache.
-    expected = renderer.render_conversation(instructions, [SHELL], _items(conversation))
+    expected = renderer.render_conversation(instructions, [SHELL], conversation)
     assert second.stats["engine_prompt_tokens"] == len(expected) + ASSISTANT_START
     assert second.stats["engine_cached_tokens"] >= first.stats["engine_prompt_tokens"]

@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import httpx
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.schema import Item
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.items import Item
 from bidi_responses.server.core.rendering.render import common_prefix
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.template_format import TemplateSettings, build_template_format

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import cast
 
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.schema import FunctionCallOutputItem, Item
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.items import Item
 from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
@@ -51,7 +50,11 @@ async def test_recorded_gpt_oss_tool_turn_through_the_stream(
             assert call["name"] == "exec_command"
             assert call["arguments"] == '{"cmd":"ls -la","workdir":"/tmp"}'
             assert first.stats["engine_cached_tokens"] == 7
-            output = {"type": "function_call_output", "call_id": call["call_id"], "output": "a b"}
+            output: FunctionCallOutputItem = {
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+                "output": "a b",
+            }
             second = await stream.create(
                 model="gpt-oss", tools=[SHELL_TOOL], input=[output], previous_response_id=first.id
             )
@@ -62,7 +65,7 @@ async def test_recorded_gpt_oss_tool_turn_through_the_stream(
         "role": "user",
         "content": [{"type": "input_text", "text": "List the files."}],
     }
-    conversation = [user_item, *cast(list[Item], first.output), cast(Item, output)]
+    conversation: list[Item] = [user_item, *first.output, output]
     # A gRPC Struct keeps no key order: the schema reaches the model with its keys sorted
     # (JSON transports keep the client's order).
     tool = {**SHELL_TOOL, "parameters": canonical_json(SHELL_TOOL["parameters"])}

@@ -9,8 +9,8 @@ import string
 from typing import Any, cast
 
 import pytest
+from bidi_responses.schema import Item
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import Item
 from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline import Flag, StageInput, iter_texts

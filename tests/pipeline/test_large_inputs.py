@@ -8,7 +8,7 @@ import itertools
 import threading
 
 import pytest
-from bidi_responses.server.core.api.items import Item
+from bidi_responses.schema import Item
 from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.lanes.state import CarriedState
 from bidi_responses.server.pipeline import Flag, Pipeline, StageInput

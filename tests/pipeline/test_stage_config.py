@@ -133,7 +133,7 @@ def test_model_stage_in_a_process_pool() -> None:
 
     stage = ModelClassifier(executor="process", threshold=0.5)
     try:
-        from bidi_responses.server.core.api.items import Item
+        from bidi_responses.schema import Item
         from bidi_responses.server.core.api.requests import CreateRequest
         from bidi_responses.server.pipeline import StageInput
 

@@ -14,8 +14,7 @@ from typing import cast
 import asyncpg
 import pytest
 from bidi_responses.cluster.postgres import TempPostgres
-from bidi_responses.server.core.api.items import Item, JSONObject
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import Item, JSONObject, ResponseObject
 from bidi_responses.server.core.storage.backend import ResponseStore, open_store
 from bidi_responses.server.core.storage.pg_store import MIGRATIONS, PostgresStore
 from bidi_responses.server.core.storage.sqlite_store import Store

@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ConnectStream, Response
 from bidi_responses.cluster.postgres import TempPostgres
+from bidi_responses.schema import ResponseObject
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.api.schema import ResponseObject
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.storage.handoff import decode_state, encode_state
 

@@ -17,7 +17,12 @@ from typing import Any
 import asyncpg
 import pytest
 from bidi_responses.bench.ports import free_port
-from bidi_responses.client import AsyncResponsesClient, ResponsesError
+from bidi_responses.client import (
+    AsyncResponsesClient,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    ResponsesError,
+)
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer
 
@@ -28,7 +33,7 @@ from tests.store.conftest import fresh_database
 pytestmark = pytest.mark.timeout(90)
 
 
-def _output(call: dict[str, Any], text: str = "ok") -> list[dict[str, Any]]:
+def _output(call: FunctionCallItem, text: str = "ok") -> list[FunctionCallOutputItem]:
     return [{"type": "function_call_output", "call_id": call["call_id"], "output": text}]
 
 
@@ -68,7 +73,7 @@ async def test_stored_response_api_is_the_same_on_each_backend(
             # Cursor paging, newest first by default, then oldest first.
             page = await client.list_input_items(first.id, limit=2)
             assert page["has_more"] and len(page["data"]) == 2
-            rest = await client.list_input_items(first.id, limit=10, after=page["last_id"])
+            rest = await client.list_input_items(first.id, limit=10, after=page["last_id"] or "")
             desc = [i["id"] for i in page["data"] + rest["data"]]
             assert not rest["has_more"] and len(desc) == 5
             asc = await client.list_input_items(first.id, limit=10, order="asc")

@@ -1,2 +1,3 @@
-"""The API's shapes: items, the Response and its events, client events, and the checked parsing
-of a request into them. Nothing here does I/O or keeps state between requests."""
+"""The server's side of the API: the checked parsing of a request and its items into the shared
+types (``bidi_responses.schema``), client events, tools, errors and ids. Nothing here does I/O or
+keeps state between requests."""

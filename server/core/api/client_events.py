@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 CLIENT_EVENT_TYPES = (

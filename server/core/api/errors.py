@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from bidi_responses.server.core.api.schema import ErrorObject
+from bidi_responses.schema import ErrorObject
 
 #: Client text an error message quotes (an id, a name, a value) is cut to this many characters.
 ECHO_CHARS = 100

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Literal, TypeVar, overload
 
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
 
 _Name = TypeVar("_Name", bound=str)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from bidi_responses.server.core.api.items import Item
+from bidi_responses.schema import Item
 
 # The id prefix of each item kind the server names.
 _ID_PREFIX = {

@@ -12,10 +12,7 @@ from collections.abc import Callable
 from typing import cast
 
 import orjson
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
-from bidi_responses.server.core.api.fields import closed, json_type, opt_str, text, too_long
-from bidi_responses.server.core.api.items import (
+from bidi_responses.schema import (
     CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -26,6 +23,9 @@ from bidi_responses.server.core.api.items import (
     PassthroughItem,
     ReasoningItem,
 )
+from bidi_responses.server.config import Limits
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
+from bidi_responses.server.core.api.fields import closed, json_type, opt_str, text, too_long
 
 # Each normalizer builds the item as plain JSON while it checks it, and returns it as its kind
 # (a ``cast``: this module is where raw JSON becomes a checked item).

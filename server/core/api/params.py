@@ -12,15 +12,16 @@ import re
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
-from bidi_responses.server.core.api.fields import closed, json_type
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
+    JSONObject,
     JSONSchemaFormat,
+    JSONValue,
     ReasoningConfig,
     TextConfig,
     TextFormat,
 )
+from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
+from bidi_responses.server.core.api.fields import closed, json_type
 
 #: Checks a JSON schema, raising ApiError naming ``where`` (``tools.check_schema``).
 SchemaCheck = Callable[[JSONValue, str], None]

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bidi_responses.schema import (
+    Item,
+    JSONObject,
+    JSONValue,
+    ReasoningConfig,
+    TextConfig,
+    ToolChoice,
+)
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api import params
 from bidi_responses.server.core.api.errors import ApiError, invalid, shown
 from bidi_responses.server.core.api.fields import opt_bool, opt_number, opt_str, required_model
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue
 from bidi_responses.server.core.api.jsonshape import plain_numbers
-from bidi_responses.server.core.api.schema import ReasoningConfig, TextConfig, ToolChoice
 from bidi_responses.server.core.api.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
 
 

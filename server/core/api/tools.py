@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
+from bidi_responses.schema import JSONObject, JSONValue, ToolChoice, ToolChoiceMode
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.errors import invalid, missing, shown
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
 from bidi_responses.server.core.api.jsonshape import canonical_json
-from bidi_responses.server.core.api.schema import ToolChoice, ToolChoiceMode
 from bidi_responses.server.engines.base import FunctionSpec
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from bidi_responses.schema import FunctionCallItem, Item
 from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.api.items import FunctionCallItem, Item
 
 
 class AppendWait:

@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.api.items import Item, JSONObject
+from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.core.api.jsonshape import plain_numbers
 from bidi_responses.server.core.api.params import response_format
 from bidi_responses.server.core.api.requests import CreateRequest

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.requests import CreateRequest, parse_create
 from bidi_responses.server.core.api.tools import ToolSet
 from bidi_responses.server.core.lanes.state import ResponseCache

@@ -33,16 +33,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, TypeAlias
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
     FailedSteer,
+    JSONObject,
+    JSONValue,
     RequiredInputStub,
     ResponseSteerAcceptedEvent,
     ResponseSteerFailedEvent,
     ResponseSteerPendingEvent,
     ServerEvent,
 )
+from bidi_responses.server.core.api.errors import ApiError
 
 # Responses that ended on a stream, remembered so that a steer for one gets
 # ``response_already_completed`` rather than ``response_not_found``.

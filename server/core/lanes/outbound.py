@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from bidi_responses.server.core.api.schema import ServerEvent
+from bidi_responses.schema import ServerEvent
 from bidi_responses.server.core.runs.record import OutEvent
 
 # The delta events that may be merged, with the fields (besides the lane) that must match.

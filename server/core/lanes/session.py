@@ -19,6 +19,16 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import cast
 
+from bidi_responses.schema import (
+    FunctionCallItem,
+    Item,
+    JSONObject,
+    JSONValue,
+    ResponseInjectCreatedEvent,
+    ResponseInjectFailedEvent,
+    ServerEvent,
+    WarningEvent,
+)
 from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.client_events import (
     AppendEvent,
@@ -32,14 +42,7 @@ from bidi_responses.server.core.api.client_events import (
 )
 from bidi_responses.server.core.api.errors import ApiError, server_error
 from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.api.items import FunctionCallItem, Item, JSONObject, JSONValue
 from bidi_responses.server.core.api.jsonshape import check_json_shape
-from bidi_responses.server.core.api.schema import (
-    ResponseInjectCreatedEvent,
-    ResponseInjectFailedEvent,
-    ServerEvent,
-    WarningEvent,
-)
 from bidi_responses.server.core.lanes import continuation
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.lifecycle import (

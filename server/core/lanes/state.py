@@ -17,8 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from bidi_responses.server.core.api.items import Item, JSONObject
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import Item, JSONObject, ResponseObject
 from bidi_responses.server.core.rendering.render import Renderer, RenderMemo, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its

@@ -34,7 +34,7 @@ from typing import Protocol, TypeAlias, TypeVar
 
 import orjson
 import tiktoken
-from bidi_responses.server.core.api.items import Item, JSONObject, JSONValue, part_text
+from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
 from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering import tokenizer
 

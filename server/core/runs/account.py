@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import Item, ResponseObject
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.runs.outcome import ledger_row, stored_response
 from bidi_responses.server.core.runs.record import ResponseRecord, ResponseStats, Usage

@@ -18,10 +18,9 @@ import contextlib
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
+from bidi_responses.schema import JSONObject, ServerEvent, snapshot_of
 from bidi_responses.server.config import BackgroundConfig
 from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.api.items import JSONObject
-from bidi_responses.server.core.api.schema import ServerEvent, snapshot_of
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES
 from bidi_responses.server.core.tenancy.caller import Caller
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import ParamSpec, TypeVar
 
 import orjson
+from bidi_responses.schema import Item
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import Item
 from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.pipeline.base import iter_texts
 

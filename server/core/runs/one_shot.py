@@ -19,10 +19,9 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
+from bidi_responses.schema import ErrorEvent, JSONObject, ServerEvent
 from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.api.jsonshape import check_json_shape
-from bidi_responses.server.core.api.schema import ErrorEvent, ServerEvent
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.runs.deps import RunDeps
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES, answers_to, error_event

@@ -4,8 +4,7 @@ terminal event and one cut short by its stream's end write the same rows."""
 
 from __future__ import annotations
 
-from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import Item, ResponseObject
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.runs.record import ResponseRecord, Usage
 from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse

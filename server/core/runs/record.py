@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
     ErrorEvent,
     ErrorObject,
+    Item,
     Outcome,
     ResponseError,
     ResponseObject,
@@ -26,6 +25,7 @@ from bidi_responses.server.core.api.schema import (
     TerminalEvent,
     UsageObject,
 )
+from bidi_responses.server.core.api.requests import CreateRequest
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 

@@ -16,14 +16,12 @@ import asyncio
 import time
 from typing import Protocol
 
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.ids import assign_ids, new_id
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import FunctionCallItem, Item, JSONObject, JSONValue
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
     ErrorObject,
+    FunctionCallItem,
+    Item,
+    JSONObject,
+    JSONValue,
     Outcome,
     RequiredInputStub,
     ResponseCreatedEvent,
@@ -31,6 +29,11 @@ from bidi_responses.server.core.api.schema import (
     ResponseError,
     ResponseInProgressEvent,
 )
+from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.ids import assign_ids, new_id
+from bidi_responses.server.core.api.input_items import parse_input
+from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.lanes import continuation
 from bidi_responses.server.core.lanes.append import AppendWait
 from bidi_responses.server.core.lanes.lane import Lane

@@ -15,21 +15,24 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.api.items import Item, JSONObject, OutputItem, OutputTextPart
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.api.schema import (
+from bidi_responses.schema import (
     ContentPartAddedEvent,
     ContentPartDoneEvent,
     FunctionCallArgumentsDeltaEvent,
     FunctionCallArgumentsDoneEvent,
+    Item,
+    JSONObject,
+    OutputItem,
     OutputItemAddedEvent,
     OutputItemDoneEvent,
     OutputTextDeltaEvent,
     OutputTextDoneEvent,
+    OutputTextPart,
     ResponseEvent,
 )
+from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.core.api.ids import new_id
+from bidi_responses.server.core.api.requests import CreateRequest
 from bidi_responses.server.core.lanes.state import ConversationState
 from bidi_responses.server.core.runs.record import EventSequence, ResponseRecord
 from bidi_responses.server.engines.base import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.api.schema import Outcome
+from bidi_responses.schema import Outcome
 from bidi_responses.server.core.lanes import continuation
 from bidi_responses.server.core.runs.record import terminal_event
 from bidi_responses.server.core.storage.postinference import PostJob, StorageUnavailable

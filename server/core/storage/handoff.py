@@ -26,7 +26,7 @@ from array import array
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from bidi_responses.server.core.api.items import JSONValue
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.core.lanes.state import ConversationState
 
 _VERSION = 1

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from bidi_responses.schema import Item, ResponseObject
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.errors import previous_response_not_found
 from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.api.schema import ResponseObject
 from bidi_responses.server.core.storage.backend import ResponseStore
 
 

@@ -24,8 +24,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import orjson
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.storage.backend import ResponseStore
 from bidi_responses.server.core.storage.journal import Journal, Segment, StorageUnavailable
 from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse

@@ -13,8 +13,7 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.api.items import Item
-from bidi_responses.server.core.api.schema import ResponseObject
+from bidi_responses.schema import Item, ResponseObject
 
 # The columns a stored response is written with and read back from, in both schemas.
 RESPONSE_INSERT_COLUMNS = (

@@ -10,9 +10,8 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from bidi_responses.codec import ProtoDecoder
+from bidi_responses.schema import JSONObject, snapshot_of
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject
-from bidi_responses.server.core.api.schema import snapshot_of
 from bidi_responses.server.core.runs.record import TERMINAL_TYPES, OutEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller, shutting_down

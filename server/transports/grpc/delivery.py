@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bidi_responses.codec import EVENT_FIELD, ProtoEncoder, batch_messages, field_bytes
+from bidi_responses.schema import ServerEvent
 from bidi_responses.server.config import StreamingConfig
 from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.schema import ServerEvent
 from bidi_responses.server.core.runs.record import OutEvent, error_event
 from bidi_responses.v1 import responses_pb2 as pb
 

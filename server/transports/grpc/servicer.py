@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_to_pb, usage_to_pb
+from bidi_responses.schema import JSONObject
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller
 from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream

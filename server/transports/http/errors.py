@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.core.api.errors import ApiError, server_error, shown
-from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.core.observability.metrics import Metrics
 from starlette.exceptions import HTTPException
 from starlette.requests import Request

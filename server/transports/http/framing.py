@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from bidi_responses.server.core.api.items import JSONObject, JSONValue
+from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.core.runs.record import OutEvent
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import orjson
+from bidi_responses.schema import JSONValue
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONValue
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.core.tenancy.request_budget import HTTP_COPIES, over_budget
 from bidi_responses.server.transports.admission import Caller, identify

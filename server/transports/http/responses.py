@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
+from bidi_responses.schema import terminal_response
 from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.api.schema import terminal_response
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import shutting_down
 from bidi_responses.server.transports.http.errors import (

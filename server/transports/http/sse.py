@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
-from bidi_responses.server.core.api.items import JSONValue
-from bidi_responses.server.core.api.schema import ServerEvent
+from bidi_responses.schema import JSONValue, ServerEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
 from starlette.responses import StreamingResponse

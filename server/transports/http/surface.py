@@ -5,9 +5,8 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 
 from __future__ import annotations
 
+from bidi_responses.schema import JSONObject, snapshot_of
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.items import JSONObject
-from bidi_responses.server.core.api.schema import snapshot_of
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.admission import Caller
 from bidi_responses.server.transports.errors import error_from_event

@@ -1,22 +1,18 @@
 """The Response object and the server events, one ``TypedDict`` per event type.
 
-The core builds each event once as one of these JSON shapes (``core.runs.record``,
-``core.runs.streaming``); WebSocket and SSE write it as JSON and gRPC maps it by field name, so
-nothing here knows a wire. ``ServerEvent`` is every event a stream can carry; narrow it with
-``event["type"]``.
+The server's core builds each event once as one of these JSON shapes
+(``server.core.runs.record``, ``server.core.runs.streaming``); WebSocket and SSE write it as
+JSON and gRPC maps it by field name, so nothing here knows a wire. The client reads a Response
+back as the same ``ResponseObject`` (``codec.responses``). ``ServerEvent`` is every event a
+stream can carry; narrow it with ``event["type"]``.
 """
 
 from __future__ import annotations
 
 from typing import Literal, NotRequired, TypeAlias, TypedDict
 
-from bidi_responses.server.core.api.items import (
-    FunctionCallItem,
-    Item,
-    JSONObject,
-    JSONValue,
-    OutputTextPart,
-)
+from bidi_responses.schema.items import FunctionCallItem, Item, OutputTextPart
+from bidi_responses.schema.json_types import JSONObject, JSONValue
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "incomplete", "cancelled"]
 #: How a response ends, as its terminal event says it.
@@ -180,9 +176,11 @@ class ResponseObject(TypedDict):
     safety_identifier: str | None
     prompt_cache_key: str | None
     metadata: dict[str, str]
-    user: str | None
+    # The server always sets the two below; a Response read over gRPC lacks ``user`` (the
+    # proto's Response has no such field), and a Response message may leave ``stats`` unset.
+    user: NotRequired[str | None]
     safety_flags: list[SafetyFlagObject]
-    stats: StatsObject
+    stats: NotRequired[StatsObject]
 
 
 class DeletedResponse(TypedDict):

@@ -1,9 +1,9 @@
-"""The conversation items the service handles, one ``TypedDict`` per kind.
+"""The conversation items, one ``TypedDict`` per kind, as the server and the client both see them.
 
-These are the canonical forms the core keeps after checking a client's input
-(``core.api.requests``) or building the model's output (``core.runs.streaming``): the Responses
-API's
-JSON shapes, so that transports serialize them as they are. ``type`` (and ``role``/``status``)
+These are the canonical forms the server's core keeps after checking a client's input
+(``server.core.api.requests``) or building the model's output (``server.core.runs.streaming``):
+the Responses API's JSON shapes, so that transports serialize them as they are, and the client
+reads them back as the same types (``codec.items``). ``type`` (and ``role``/``status``)
 are ``Literal`` types, so a check of ``item["type"]`` narrows an ``Item`` to its kind.
 
 Only genuinely free JSON (function arguments' schemas, annotations, tools an item carries
@@ -12,13 +12,9 @@ along) is typed ``JSONValue``/``JSONObject``.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
+from typing import Literal, NotRequired, TypeAlias, TypedDict
 
-#: Any JSON value: used only where the API itself leaves the shape open (JSON schemas,
-#: metadata of unknown tools, annotations). Everything with a known shape has its own type.
-JSONValue: TypeAlias = Any
-#: A JSON object of free shape (see ``JSONValue``).
-JSONObject: TypeAlias = dict[str, JSONValue]
+from bidi_responses.schema.json_types import JSONObject
 
 Role = Literal["user", "assistant", "system", "developer"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -117,7 +113,7 @@ class ReasoningItem(TypedDict):
 
 
 class CompactionItem(TypedDict):
-    """A compacted stretch of conversation: a server-sealed token (``core.compaction``)."""
+    """A compacted stretch of conversation: a server-sealed token (``server.core.compaction``)."""
 
     type: Literal["compaction"]
     encrypted_content: str
