@@ -46,7 +46,6 @@ class ClientKit:
             )
         elif self.mode.transport == "grpc":
             from bidi_responses.client.aio import AsyncResponsesClient
-
             from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
 
             window = self.mode.delta_window_ms
