@@ -31,12 +31,12 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     def _caller(self, context: Context) -> Caller:
         return caller_of(self.core.keys, context)
 
-    # Pre-serialized (see registration.PRE_SERIALIZED): these yield encoded bytes.
-    def Connect(  # type: ignore[override]
+    # Pre-serialized (see registration.PRE_SERIALIZED): these send encoded bytes.
+    async def Connect(  # type: ignore[override]
         self, request_iterator: AsyncIterator[bytes], context: Context
-    ) -> AsyncGenerator[bytes, None]:
-        """The stateful stream (``connect.py``)."""
-        return connect_stream(self.core, self._streams, request_iterator, context)
+    ) -> None:
+        """The stateful stream (``connect.py``), written with ``context.write``."""
+        await connect_stream(self.core, self._streams, request_iterator, context)
 
     def CreateResponse(  # type: ignore[override]
         self, request: bytes, context: Context
