@@ -39,8 +39,6 @@ PRE_SERIALIZED = frozenset({"Connect", "CreateResponse"})
 
 UnaryMethod = Callable[[Any, Context], Awaitable[Message]]
 StreamMethod = Callable[[Any, Context], AsyncGenerator[Any, None]]
-# A streaming method that writes its messages itself (``context.write``).
-WritingMethod = Callable[[Any, Context], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
@@ -106,17 +104,6 @@ def _stream(
     return handler
 
 
-def _writing(metrics: Metrics, method: WritingMethod, name: str) -> Any:
-    """A bidirectional-streaming handler that reads and writes through its context."""
-
-    @functools.wraps(method)
-    async def handler(request_iterator: Any, context: Context) -> None:
-        async with _statuses(metrics, context, name):
-            await method(request_iterator, context)
-
-    return handler
-
-
 def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     """Register every method of ``ResponsesService`` with a raw-bytes request deserializer."""
     metrics = servicer.core.metrics
@@ -131,9 +118,7 @@ def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
         decoded = None if name in PRE_SERIALIZED else request_class
         if method.client_streaming and method.server_streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                _writing(metrics, impl, name)
-                if inspect.iscoroutinefunction(impl)
-                else _stream(metrics, budget, impl, None, name),
+                _stream(metrics, budget, impl, None, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
