@@ -1,9 +1,10 @@
 """A stream's session: the asyncio driver of its lanes, cache, in-flight responses and limits.
 
-Transports create one Session per Connect call or WebSocket connection, feed it client events
-as JSON-shaped dicts (``handle``) or typed events (``handle_event``) and write out what it
-produces (``events``). The session never raises into the transport: a bad event becomes an
-``error`` (or ``response.steer.failed``) event and the stream goes on.
+The stream driver (``transports/streams``) opens one Session per Connect call or WebSocket
+connection, feeds it typed client events (``handle_event``; ``handle`` takes the JSON form)
+and writes out what it produces (``events``, ``event_batches``). The session never raises into
+the transport: a bad event becomes an ``error`` (or ``response.steer.failed``) event and the
+stream goes on.
 
 The lane rules live in ``lifecycle.LaneMachine`` (sans-I/O); the session feeds it the client's
 events and what its runs report, and carries out its actions: start a run as a task, emit an
