@@ -9,6 +9,7 @@ for named lanes. Errors are the nested ``error`` event on the socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,16 +119,19 @@ class WebSocketWire:
         if error.code == "write_timeout":
             # A client that stopped reading: "policy violation", with a reason.
             timeout = self._limits.write_timeout_s
-            await self.websocket.close(
-                WS_CLOSE_POLICY, f"write timeout: nothing read for {timeout:g} s"
-            )
+            await self._close(WS_CLOSE_POLICY, f"write timeout: nothing read for {timeout:g} s")
             return
         # The session ended from the server side: the age limit (its error event was the
         # last frame) or a drain at shutdown.
         await self.close()
 
     async def close(self) -> None:
-        await self.websocket.close(self.close_code, self.close_reason)
+        await self._close(self.close_code, self.close_reason)
+
+    async def _close(self, code: int, reason: str) -> None:
+        # The client may have gone meanwhile: then there is nobody left to tell.
+        with contextlib.suppress(Exception):
+            await self.websocket.close(code, reason)
 
 
 class WebSocketMode:

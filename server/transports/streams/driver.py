@@ -104,13 +104,23 @@ class StreamDriver(Generic[Message, Frame]):
             await core.close_session(session)  # cancels in-flight engine work
 
     async def _read(self) -> None:
-        """Feed the client's messages to the session until it sends no more."""
+        """Feed the client's messages to the session until it sends no more; then, if the
+        client can still read, let the session finish its in-flight responses."""
+        try:
+            await self._read_messages()
+        except Exception:
+            # A fault on the server's side: end the input rather than leave the stream open.
+            log.exception("%s: reading the client's messages failed", self.session.transport)
+        if self.wire.half_close:
+            await self.session.finish()
+
+    async def _read_messages(self) -> None:
         session, wire = self.session, self.wire
         budget = self.core.request_bytes
         while True:
             message = await wire.receive()
             if message is None:
-                break
+                return
             received = time.perf_counter()
             size = wire.size(message)
             try:
@@ -123,6 +133,9 @@ class StreamDriver(Generic[Message, Frame]):
                 continue
             try:
                 decoded = wire.decode(message)
+            except BaseException:
+                budget.release(size)
+                raise
             finally:
                 # An idle stream must not keep its last message (it may be megabytes of input
                 # that the cache budget does not see) alive in this frame.
@@ -137,8 +150,6 @@ class StreamDriver(Generic[Message, Frame]):
             finally:
                 budget.release(size)
             del decoded
-        if wire.half_close:
-            await session.finish()
 
     async def _refuse(self, refusal: Refusal) -> None:
         session = self.session
