@@ -121,7 +121,7 @@ def _direct(request: pb.ConnectRequest, limits: Limits) -> tuple[str, Any]:
         return "refused", (decoded.lane, decoded.event())
     assert isinstance(decoded, Incoming)
     typed = decoded.event
-    answering = decoded.answers_to
+    answering = decoded.raw
     if answering is None:
         # The session answers for a typed create from its body (Session._answers_for).
         assert isinstance(typed, CreateEvent)

@@ -146,7 +146,7 @@ class StreamDriver(Generic[Message, Frame]):
                     await self._refuse(decoded)
                 continue
             try:
-                await session.handle_event(decoded.event, received, decoded.answers_to)
+                await session.handle_event(decoded.event, received, decoded.raw)
             finally:
                 budget.release(size)
             del decoded

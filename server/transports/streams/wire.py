@@ -24,7 +24,7 @@ class Incoming:
     sent, or the few fields ``record.answers_to`` reads; None: the typed event says it)."""
 
     event: ClientEvent
-    answers_to: JSONValue = None
+    raw: JSONValue = None
 
 
 @dataclass(frozen=True, slots=True)
