@@ -1,4 +1,10 @@
-"""The server's request decoder: ``ConnectRequest`` -> the WebSocket-mode client event.
+"""The request decoder: ``ConnectRequest`` -> the WebSocket-mode client event, and the tools'
+bytes of a create.
+
+The server's Connect turns a request straight into the core's typed client event
+(``server/transports/grpc/connect_events.py``, with this package's item and params converters);
+``client_event`` is the JSON form of the same message, which the codec's tests and benchmarks
+compare against.
 
 A stream sends the same tools every turn: each tool is converted once while it stays in
 ``codec.tools``' cache, found by its bytes, which ``tool_keys`` reads out of the request as it

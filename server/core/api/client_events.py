@@ -1,10 +1,11 @@
 """Client events, typed once at the core's edge.
 
-WebSocket mode and Connect hand the session JSON-shaped events (``Session.handle``);
-``parse_client_event`` turns one into a typed event, raising ``ApiError`` naming the field for
-what is wrong with the envelope. A steer is the exception: its problems are answered with
-``response.steer.failed`` rather than an ``error`` event, so ``parse_steer`` returns them as
-data (``SteerEvent.problem``).
+WebSocket mode's JSON events are typed by ``parse_json_event`` (the shape checks, the lane,
+then ``parse_client_event``), which raises ``EventRefused`` naming the field and the lane its
+error goes to; Connect's protobuf messages become the same typed events in the gRPC transport
+(``transports/grpc/connect_events.py``), with the same checks. A steer is the exception: its
+problems are answered with ``response.steer.failed`` rather than an ``error`` event, so
+``parse_steer`` returns them as data (``SteerEvent.problem``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TypeAlias
 
 from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.api.errors import ApiError, server_error
 from bidi_responses.server.core.api.input_items import parse_input
+from bidi_responses.server.core.api.jsonshape import check_json_shape
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 CLIENT_EVENT_TYPES = (
@@ -94,6 +96,17 @@ class InjectEvent:
 ClientEvent: TypeAlias = CreateEvent | AppendEvent | CancelEvent | SteerEvent | InjectEvent
 
 
+class EventRefused(Exception):
+    """A client event that cannot be typed: the error to answer, on the lane it goes to
+    (``""`` when the lane itself is in doubt). Raised from a server fault (``__cause__``), the
+    error is a generic 500."""
+
+    def __init__(self, lane: str, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.lane = lane
+        self.error = error
+
+
 def lane_of(event: JSONObject) -> str:
     """The event's lane (``""``: the default lane); ApiError for a bad ``stream_id``."""
     raw = event.get("stream_id")
@@ -101,14 +114,36 @@ def lane_of(event: JSONObject) -> str:
         raise ApiError(
             "Invalid 'stream_id': expected a string.", code="invalid_type", param="stream_id"
         )
-    if raw and not _STREAM_ID.fullmatch(raw):
+    return lane_named(raw or "")
+
+
+def lane_named(stream_id: str) -> str:
+    """The lane a ``stream_id`` string names; ApiError unless it follows the rule."""
+    if stream_id and not _STREAM_ID.fullmatch(stream_id):
         # The hosted WebSocket mode's rule; "" stays the default lane (proto3 default).
         raise ApiError(
             "Invalid 'stream_id': expected 1 to 256 characters of [A-Za-z0-9_.-].",
             code="invalid_stream_id",
             param="stream_id",
         )
-    return raw or ""
+    return stream_id
+
+
+def parse_json_event(event: JSONValue, limits: Limits) -> ClientEvent:
+    """One JSON client event, checked and typed (``EventRefused`` when it cannot be)."""
+    lane = ""
+    try:
+        if not isinstance(event, dict):
+            raise ApiError("Each client event must be a JSON object.", code="invalid_type")
+        # Nesting and numbers first: every later step may then walk the event freely.
+        check_json_shape(event)
+        if event.get("type") not in ("response.steer", "response.inject"):
+            lane = lane_of(event)
+        return parse_client_event(event, limits)
+    except ApiError as error:
+        raise EventRefused(lane, error) from None
+    except Exception as fault:
+        raise EventRefused(lane, server_error()) from fault
 
 
 def parse_client_event(event: JSONObject, limits: Limits) -> ClientEvent:

@@ -1,9 +1,10 @@
 """A stream's session: the asyncio driver of its lanes, cache, in-flight responses and limits.
 
-Transports create one Session per Connect call or WebSocket connection, feed it client events
-as JSON-shaped dicts (``handle``) or typed events (``handle_event``) and write out what it
-produces (``events``). The session never raises into the transport: a bad event becomes an
-``error`` (or ``response.steer.failed``) event and the stream goes on.
+The stream driver (``transports/streams``) opens one Session per Connect call or WebSocket
+connection, feeds it typed client events (``handle_event``; ``handle`` takes the JSON form)
+and writes out what it produces (``events``, ``event_batches``). The session never raises into
+the transport: a bad event becomes an ``error`` (or ``response.steer.failed``) event and the
+stream goes on.
 
 The lane rules live in ``lifecycle.LaneMachine`` (sans-I/O); the session feeds it the client's
 events and what its runs report, and carries out its actions: start a run as a task, emit an
@@ -35,14 +36,13 @@ from bidi_responses.server.core.api.client_events import (
     CancelEvent,
     ClientEvent,
     CreateEvent,
+    EventRefused,
     InjectEvent,
     SteerEvent,
-    lane_of,
-    parse_client_event,
+    parse_json_event,
 )
 from bidi_responses.server.core.api.errors import ApiError, server_error
 from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.api.jsonshape import check_json_shape
 from bidi_responses.server.core.lanes import continuation
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.lifecycle import (
@@ -286,23 +286,22 @@ class Session:
     async def handle(self, event: JSONValue, received: float | None = None) -> None:
         """Act on one client event (JSON-shaped); problems become error events on the stream."""
         received = time.perf_counter() if received is None else received
-        lane_id = ""
         try:
-            if not isinstance(event, dict):
-                raise ApiError("Each client event must be a JSON object.", code="invalid_type")
-            # Nesting and numbers first: every later step may then walk the event freely.
-            check_json_shape(event)
-            if event.get("type") not in ("response.steer", "response.inject"):
-                lane_id = lane_of(event)
-            typed = parse_client_event(event, self.deps.config.limits)
-        except ApiError as error:
-            await self._error(lane_id, error, event)
-            return
-        except Exception:
-            self.deps.log.exception("client event unreadable on a %s stream", self.transport)
-            await self._error(lane_id, server_error(), event)
+            typed = parse_json_event(event, self.deps.config.limits)
+        except EventRefused as refused:
+            await self.refuse(refused, event)
             return
         await self.handle_event(typed, received, event)
+
+    async def refuse(self, refused: EventRefused, event: JSONValue = None) -> None:
+        """Answer a client event that could not be typed (``event``: as sent, if known)."""
+        if refused.__cause__ is not None:
+            self.deps.log.error(
+                "client event unreadable on a %s stream",
+                self.transport,
+                exc_info=refused.__cause__,
+            )
+        await self._error(refused.lane, refused.error, event)
 
     async def handle_event(
         self, event: ClientEvent, received: float | None = None, raw: JSONValue = None
@@ -329,7 +328,8 @@ class Session:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
             self.deps.log.exception("client event failed on a %s stream", self.transport)
-            await self._error(lane_id, server_error(), raw)
+            answering = raw if raw is not None else _answers_for(event)
+            await self._error(lane_id, server_error(), answering)
 
     async def _create(self, event: CreateEvent, received: float) -> None:
         actions = self.machine.create(

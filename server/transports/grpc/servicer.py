@@ -31,12 +31,16 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     def _caller(self, context: Context) -> Caller:
         return caller_of(self.core.keys, context)
 
-    # Pre-serialized (see registration.PRE_SERIALIZED): these yield encoded bytes.
-    def Connect(  # type: ignore[override]
+    # Pre-serialized (see registration.PRE_SERIALIZED): these send encoded bytes.
+    async def Connect(  # type: ignore[override]
         self, request_iterator: AsyncIterator[bytes], context: Context
     ) -> AsyncGenerator[bytes, None]:
-        """The stateful stream (``connect.py``)."""
-        return connect_stream(self.core, self._streams, request_iterator, context)
+        """The stateful stream (``connect.py``). Its messages go out through
+        ``context.write`` (the stream driver's writer task), so this generator yields none:
+        a generator is the shape interceptors (OpenTelemetry's) expect of a streaming call."""
+        await connect_stream(self.core, self._streams, request_iterator, context)
+        return
+        yield  # makes this a generator
 
     def CreateResponse(  # type: ignore[override]
         self, request: bytes, context: Context

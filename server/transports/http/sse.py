@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from bidi_responses.schema import JSONValue, ServerEvent
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
+from bidi_responses.server.transports.streams import WatchedWrites, WriteWatch
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
 
@@ -29,17 +29,22 @@ class SseResponse(StreamingResponse):
         self._core = core
 
     async def stream_response(self, send: Send) -> None:
-        """Stream the events; stop (the connection drops) at a write that times out."""
-        write_timeout = self._core.config.limits.write_timeout_s
+        """Stream the events under the stream driver's write watch; a write pending for the
+        write timeout stops the stream (the connection drops, counted once)."""
+        limits = self._core.config.limits
 
-        async def timed_send(message: Message) -> None:
-            async with asyncio.timeout(write_timeout):
+        async def writes(watch: WriteWatch) -> None:
+            async def watched_send(message: Message) -> None:
+                watch.begin()
                 await send(message)
+                watch.end()
+
+            await super(SseResponse, self).stream_response(watched_send)
 
         try:
-            await super().stream_response(timed_send)
-        except TimeoutError:
-            self._core.counters.write_timeouts += 1
+            await WatchedWrites(
+                writes, limits.write_timeout_s, self._core.counters, "sse-writer"
+            ).wait()
         finally:
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:

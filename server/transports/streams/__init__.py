@@ -1,0 +1,25 @@
+"""One stream driver for every streaming transport, over a small wire interface.
+
+``driver.py`` runs a stream (admission, the reader, the writer, the end status, cleanup) over a
+``Wire`` (``wire.py``) that each transport implements as a short adapter translating framing;
+``writes.py`` is the one write-timeout mechanism, which SSE uses as well.
+"""
+
+from bidi_responses.server.transports.streams.driver import StreamDriver, open_stream
+from bidi_responses.server.transports.streams.wire import Incoming, Refusal, Wire
+from bidi_responses.server.transports.streams.writes import (
+    WatchedWrites,
+    WriteWatch,
+    write_timeout_error,
+)
+
+__all__ = [
+    "Incoming",
+    "Refusal",
+    "StreamDriver",
+    "WatchedWrites",
+    "Wire",
+    "WriteWatch",
+    "open_stream",
+    "write_timeout_error",
+]

@@ -1,0 +1,178 @@
+"""The stream driver: one Connect call or WebSocket connection, run as one core ``Session``.
+
+Written once for every streaming transport, over its ``Wire``:
+
+- admission (``open_stream``): the draining refusal, a transport's own check, the session;
+- the reader: each client message is charged to the server-wide request budget before it is
+  decoded and until the session has taken its event; a message that cannot be taken or
+  decoded becomes an ``error`` event on the stream, and the stream goes on;
+- the writer: what the session has ready, as the wire's frames, under the one write-timeout
+  watch (``writes.py``);
+- the end: the server's reason (``Session.end_error``: age limit, drain) as the wire's abort,
+  else a clean close; a write timeout as its own abort;
+- cleanup in ``finally``: the tasks cancelled and the session closed, which cancels in-flight
+  engine work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Generic
+
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.lanes.session import Session
+from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.core.tenancy.caller import Caller
+from bidi_responses.server.transports.admission import shutting_down
+from bidi_responses.server.transports.streams.wire import Frame, Message, Refusal, Wire
+from bidi_responses.server.transports.streams.writes import (
+    WatchedWrites,
+    WriteWatch,
+    write_timeout_error,
+)
+
+log = logging.getLogger("bidi_responses.streams")
+
+
+def open_stream(
+    core: ResponsesCore,
+    transport: str,
+    caller: Caller,
+    *,
+    refused: str = "streams",
+    check: Callable[[], None] | None = None,
+) -> Session:
+    """A new stream's session; ApiError when it cannot be admitted: the server is draining
+    (``refused`` names what it takes no more of), ``check`` refuses it (a transport's own
+    limit), or the caller has too many streams open."""
+    if core.draining:
+        raise shutting_down(refused)
+    if check is not None:
+        check()
+    return core.open_session(transport, caller=caller)
+
+
+class StreamDriver(Generic[Message, Frame]):
+    """Runs one admitted session over one wire until either side ends it."""
+
+    def __init__(self, core: ResponsesCore, session: Session, wire: Wire[Message, Frame]) -> None:
+        self.core = core
+        self.session = session
+        self.wire = wire
+
+    async def run(self) -> None:
+        """Serve the stream; always closes the session. The wire's abort may raise (a gRPC
+        abort does, to end the call)."""
+        core, session, wire = self.core, self.session, self.wire
+        limits = core.config.limits
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(), name=f"{session.transport}-reader")
+        writes = WatchedWrites(
+            self._write, limits.write_timeout_s, core.counters, f"{session.transport}-writer"
+        )
+        session.start_age_limit()
+        try:
+            # With a half-close, the end of input lets in-flight responses finish (the reader
+            # finishes the session) and the writer's end is the stream's end; otherwise the
+            # client went away, and the reader's end is the stream's end too.
+            waiting: set[asyncio.Task[Any]] = set(writes.tasks)
+            if not wire.half_close:
+                waiting.add(reader)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if writes.watch.done():
+                await writes.cut_off()
+                await core.close_session(session)  # cancels in-flight engine work
+                await wire.abort(write_timeout_error(writes.timeout))
+            elif writes.writer.done():
+                problem = writes.writer.exception()
+                if problem is not None:
+                    # The connection failed under a write: the client is gone.
+                    log.debug("%s: a write failed", session.transport, exc_info=problem)
+                elif session.end_error is not None:
+                    # The server ended the stream (age limit, drain): a status that says so,
+                    # so clients and meshes retry elsewhere instead of reading it as success.
+                    await wire.abort(session.end_error)
+                else:
+                    await wire.close()
+        finally:
+            reader.cancel()
+            await writes.stop()
+            await asyncio.gather(reader, return_exceptions=True)
+            await core.close_session(session)  # cancels in-flight engine work
+
+    async def _read(self) -> None:
+        """Feed the client's messages to the session until it sends no more; then, if the
+        client can still read, let the session finish its in-flight responses."""
+        try:
+            await self._read_messages()
+        except Exception:
+            # A fault on the server's side: end the input rather than leave the stream open.
+            log.exception("%s: reading the client's messages failed", self.session.transport)
+        if self.wire.half_close:
+            await self.session.finish()
+
+    async def _read_messages(self) -> None:
+        session, wire = self.session, self.wire
+        budget = self.core.request_bytes
+        while True:
+            message = await wire.receive()
+            if message is None:
+                return
+            received = time.perf_counter()
+            size = wire.size(message)
+            try:
+                # Charged to the server-wide budget until the session has taken the event.
+                budget.take(size)
+            except ApiError as error:
+                refusal = wire.refused(message, error)
+                del message
+                await session.emit(refusal.lane, refusal.event())
+                continue
+            try:
+                decoded = wire.decode(message)
+            except BaseException:
+                budget.release(size)
+                raise
+            finally:
+                # An idle stream must not keep its last message (it may be megabytes of input
+                # that the cache budget does not see) alive in this frame.
+                del message
+            if decoded is None or isinstance(decoded, Refusal):
+                budget.release(size)
+                if decoded is not None:
+                    await self._refuse(decoded)
+                continue
+            try:
+                await session.handle_event(decoded.event, received, decoded.raw)
+            finally:
+                budget.release(size)
+            del decoded
+
+    async def _refuse(self, refusal: Refusal) -> None:
+        session = self.session
+        if refusal.fault is not None:
+            session.deps.log.error(
+                "client event unreadable on a %s stream", session.transport, exc_info=refusal.fault
+            )
+        await session.emit(refusal.lane, refusal.event())
+
+    async def _write(self, watch: WriteWatch) -> None:
+        """Write what the session emits until it ends: every event that is ready, as frames."""
+        wire, session = self.wire, self.session
+        frames, send = wire.frames, wire.send
+        begin, end = watch.begin, watch.end
+        if not wire.batched:
+            async for out in session.events():
+                for frame in frames([out]):
+                    begin()
+                    await send(frame)
+                    end()
+            return
+        async for ready in session.event_batches(self.core.config.streaming.max_batch_events):
+            for frame in frames(ready):
+                begin()
+                await send(frame)
+                end()

@@ -1,0 +1,90 @@
+"""The wire interface a streaming transport implements for the stream driver.
+
+An adapter only translates framing: it reads the client's next message, says how many bytes
+it charges, decodes it into a typed client event (or a refusal), encodes events that are
+ready into frames, sends one frame, and ends the stream with a status or a clean close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from bidi_responses.schema import ErrorEvent, JSONValue
+from bidi_responses.server.core.api.client_events import ClientEvent
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.runs.record import OutEvent, error_event
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A decoded client message: the typed event, and what its errors answer (the event as
+    sent, or the few fields ``record.answers_to`` reads; None: the typed event says it)."""
+
+    event: ClientEvent
+    raw: JSONValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A client message refused before the session saw it: an ``error`` event on ``lane``,
+    and the stream goes on. ``fault`` is the server fault behind a generic 500 (logged)."""
+
+    lane: str
+    error: ApiError
+    answers: Mapping[str, object] | None = None
+    fault: BaseException | None = None
+
+    def event(self) -> ErrorEvent:
+        return error_event(self.error.status, self.error.to_error_object(), self.answers)
+
+
+# What a wire reads (a raw message) and writes (a frame), as the transport has them.
+Message = TypeVar("Message")
+Frame = TypeVar("Frame")
+
+
+class Wire(Protocol[Message, Frame]):
+    """One stream's connection, as the driver sees it."""
+
+    #: Whether the client can still read after it stopped sending (a gRPC half-close): the
+    #: stream then ends when its in-flight responses have; otherwise input's end is the end.
+    half_close: bool
+    #: Whether frames take every event that is ready at once (``Session.event_batches``),
+    #: or one event each as it comes (``Session.events``).
+    batched: bool
+
+    async def receive(self) -> Message | None:
+        """The client's next message; None once it sends no more (or the connection ended).
+        Reading problems on the transport's side are logged here and end the input."""
+        ...
+
+    def size(self, message: Message) -> int:
+        """The bytes ``message`` holds in memory until the session has taken it."""
+        ...
+
+    def refused(self, message: Message, error: ApiError) -> Refusal:
+        """The refusal of a message that is not decoded (the request budget is full)."""
+        ...
+
+    def decode(self, message: Message) -> Incoming | Refusal | None:
+        """The typed event of ``message``, its refusal, or None when it asks for nothing the
+        session acts on (only options)."""
+        ...
+
+    def frames(self, ready: list[OutEvent]) -> Sequence[Frame]:
+        """The events that are ready together as frames (one each, or batched)."""
+        ...
+
+    async def send(self, frame: Frame) -> None:
+        """Write one frame; waits while the client's window or the socket's buffer is full."""
+        ...
+
+    async def abort(self, error: ApiError) -> None:
+        """End the stream with ``error``'s status (or close code): the server ended it."""
+        ...
+
+    async def close(self) -> None:
+        """End the stream cleanly: everything was sent."""
+        ...

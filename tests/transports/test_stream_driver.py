@@ -1,0 +1,282 @@
+"""The stream driver over an in-memory wire: admission, the reader (request budget, refusals),
+the one write-timeout watch, the end status and cleanup, on the real core with a scripted
+engine. The wire is the one thing faked: it is what each transport's adapter provides."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from bidi_responses.schema import JSONValue
+from bidi_responses.server.config import Limits
+from bidi_responses.server.core.api.client_events import EventRefused, parse_json_event
+from bidi_responses.server.core.api.errors import ApiError
+from bidi_responses.server.core.observability.counters import Counters
+from bidi_responses.server.core.runs.record import OutEvent, answers_to
+from bidi_responses.server.core.tenancy.caller import ANONYMOUS
+from bidi_responses.server.transports.streams import (
+    Incoming,
+    Refusal,
+    StreamDriver,
+    WatchedWrites,
+    WriteWatch,
+    open_stream,
+)
+
+from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
+from tests.core.session_events import create
+
+TIMEOUT_S = 20
+Frame = dict[str, Any]
+
+
+class MemoryWire:
+    """A stream's connection in memory: the test puts client events in ``inbox`` (None: the
+    client stops sending) and reads what was sent from ``outbox``; while ``reading`` is clear,
+    a send waits, as for a client that stopped reading."""
+
+    batched = True
+
+    def __init__(self, limits: Limits, *, half_close: bool) -> None:
+        self.limits = limits
+        self.half_close = half_close
+        self.inbox: asyncio.Queue[JSONValue | None] = asyncio.Queue()
+        self.outbox: asyncio.Queue[Frame] = asyncio.Queue()
+        self.reading = asyncio.Event()
+        self.reading.set()
+        self.aborted: list[ApiError] = []
+        self.closes = 0
+
+    async def receive(self) -> JSONValue | None:
+        return await self.inbox.get()
+
+    def size(self, message: JSONValue) -> int:
+        return len(orjson.dumps(message))
+
+    def refused(self, message: JSONValue, error: ApiError) -> Refusal:
+        return Refusal("", error)
+
+    def decode(self, message: JSONValue) -> Incoming | Refusal | None:
+        try:
+            return Incoming(parse_json_event(message, self.limits), message)
+        except EventRefused as refused:
+            return Refusal(refused.lane, refused.error, answers_to(message))
+
+    def frames(self, ready: list[OutEvent]) -> Sequence[Frame]:
+        return [dict(out.data) for out in ready]
+
+    async def send(self, frame: Frame) -> None:
+        await self.reading.wait()
+        self.outbox.put_nowait(frame)
+
+    async def abort(self, error: ApiError) -> None:
+        self.aborted.append(error)
+
+    async def close(self) -> None:
+        self.closes += 1
+
+    async def until(self, kind: str) -> list[Frame]:
+        """What was sent, up to and including the first event of type ``kind``."""
+        seen = []
+        while True:
+            frame = await self.outbox.get()
+            seen.append(frame)
+            if frame["type"] == kind:
+                return seen
+
+
+@pytest.fixture
+async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
+    engine = ScriptedEngine()
+    core = ScriptedCore(tmp_path, engine)
+    await core.start()
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            yield engine, core
+    finally:
+        await core.close()
+
+
+def _run(core: ScriptedCore, *, half_close: bool = True) -> tuple[MemoryWire, asyncio.Task[None]]:
+    """Admit a stream and run it over a new in-memory wire, as a task."""
+    session = open_stream(core, "test", ANONYMOUS)
+    wire = MemoryWire(core.config.limits, half_close=half_close)
+    driver = StreamDriver(core, session, wire)
+    return wire, asyncio.get_running_loop().create_task(driver.run())
+
+
+async def test_a_write_pending_for_the_timeout_cuts_the_stream_off_once(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    core.config.limits.write_timeout_s = 0.2
+    hold = asyncio.Event()
+    engine.turns.append(Turn(hold=hold))
+    wire, running = _run(core)
+    wire.reading.clear()  # the client stops reading
+    await wire.inbox.put(create())
+    await running  # the watch ends the stream by itself
+    assert [error.code for error in wire.aborted] == ["write_timeout"]
+    assert wire.aborted[0].status == 429
+    assert wire.closes == 0
+    assert core.counters.write_timeouts == 1
+    # Its engine work was cancelled and the session closed.
+    assert engine.cancelled.is_set()
+    assert core.sessions_open == 0
+    # Nothing was written past the stall, and nothing more is counted.
+    assert wire.outbox.empty()
+    assert core.counters.write_timeouts == 1
+
+
+async def test_writes_that_keep_moving_are_not_cut_off(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    core.config.limits.write_timeout_s = 0.2
+    engine.turns.extend([Turn(), Turn()])
+    wire, running = _run(core)
+    await wire.inbox.put(create())
+    await wire.until("response.completed")
+    await wire.inbox.put(create())
+    await wire.until("response.completed")
+    await wire.inbox.put(None)  # half-close: the stream ends once its responses have
+    await running
+    assert core.counters.write_timeouts == 0
+    assert wire.closes == 1 and not wire.aborted
+    assert core.sessions_open == 0
+
+
+async def test_a_draining_server_admits_no_stream(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    _, core = engine_and_core
+    core.begin_drain()
+    with pytest.raises(ApiError) as refused:
+        open_stream(core, "test", ANONYMOUS, refused="requests")
+    assert refused.value.code == "server_shutting_down"
+    assert refused.value.status == 503
+    assert "takes no new requests" in refused.value.message
+    assert core.sessions_open == 0
+
+
+async def test_a_transport_check_refuses_before_a_session_opens(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    _, core = engine_and_core
+
+    def too_many() -> None:
+        raise ApiError("too many", code="rate_limit_exceeded", status=429)
+
+    with pytest.raises(ApiError) as refused:
+        open_stream(core, "test", ANONYMOUS, check=too_many)
+    assert refused.value.code == "rate_limit_exceeded"
+    assert core.sessions_open == 0
+
+
+async def test_a_message_over_the_request_budget_is_an_error_and_the_stream_goes_on(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn())
+    small = create(event_id="evt_small")
+    core.request_bytes.limit = len(orjson.dumps(small)) + 10
+    wire, running = _run(core)
+    await wire.inbox.put(create(input="x" * 1000, event_id="evt_big"))
+    [refused] = await wire.until("error")
+    assert refused["status"] == 429
+    assert refused["error"]["code"] == "server_busy"
+    # The same stream still serves a create that fits.
+    await wire.inbox.put(small)
+    seen = await wire.until("response.completed")
+    assert seen[0]["type"] == "response.created"
+    assert core.request_bytes.held == 0  # released once the session took it
+    await wire.inbox.put(None)
+    await running
+    assert wire.closes == 1
+
+
+async def test_an_event_that_cannot_be_typed_is_an_error_and_the_stream_goes_on(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn())
+    wire, running = _run(core)
+    await wire.inbox.put(create(stream_id="bad lane!", event_id="evt_1"))
+    [refused] = await wire.until("error")
+    assert refused["error"]["code"] == "invalid_stream_id"
+    assert refused["error"]["event_id"] == "evt_1"  # the answer names the event
+    await wire.inbox.put(create())
+    await wire.until("response.completed")
+    assert core.request_bytes.held == 0
+    await wire.inbox.put(None)
+    await running
+
+
+async def test_the_client_going_away_closes_the_session_and_stops_its_work(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    hold = asyncio.Event()
+    engine.turns.append(Turn(hold=hold))
+    wire, running = _run(core, half_close=False)
+    await wire.inbox.put(create())
+    await wire.until("response.output_text.delta")
+    await engine.holding.wait()
+    await wire.inbox.put(None)  # the connection is gone
+    await running
+    assert engine.cancelled.is_set()
+    assert core.sessions_open == 0
+    assert not core.deps.state.inflight
+    assert wire.closes == 0 and not wire.aborted  # nobody to tell
+
+
+async def test_a_stream_the_server_ends_is_aborted_with_its_reason(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    engine, core = engine_and_core
+    engine.turns.append(Turn())
+    wire, running = _run(core)
+    await wire.inbox.put(create())
+    await wire.until("response.created")
+    await core.drain_streams()  # the response in flight finishes first
+    await running
+    # Everything was written before the stream ended: the warning and the terminal event.
+    sent = [wire.outbox.get_nowait() for _ in range(wire.outbox.qsize())]
+    assert {"warning", "response.completed"} <= {frame["type"] for frame in sent}
+    assert [f["code"] for f in sent if f["type"] == "warning"] == ["server_draining"]
+    assert [error.code for error in wire.aborted] == ["server_shutting_down"]
+    assert wire.closes == 0
+    assert core.sessions_open == 0
+
+
+async def test_watched_writes_cut_off_a_stalled_writer_and_count_it() -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        counters = Counters()
+        never = asyncio.Event()
+
+        async def stalled(watch: WriteWatch) -> None:
+            watch.begin()
+            await never.wait()
+
+        assert await WatchedWrites(stalled, 0.05, counters, "stalled").wait()
+        assert counters.write_timeouts == 1
+
+        async def quick(watch: WriteWatch) -> None:
+            for _ in range(3):
+                watch.begin()
+                await asyncio.sleep(0)
+                watch.end()
+
+        assert not await WatchedWrites(quick, 0.05, counters, "quick").wait()
+        assert counters.write_timeouts == 1
+
+        async def failing(watch: WriteWatch) -> None:
+            raise ConnectionResetError
+
+        with pytest.raises(ConnectionResetError):
+            await WatchedWrites(failing, 0.05, counters, "failing").wait()
+        assert counters.write_timeouts == 1
