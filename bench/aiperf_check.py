@@ -36,8 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bidi_responses.bench.ports import free_port
-from bidi_responses.bench.stats import median, percentile
+from .ports import free_port
+from .stats import median, percentile
 
 __all__ = ["main"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bidi_responses.bench.clients import ModeInfo
-    from bidi_responses.bench.run import CompareConfig
+    from .clients import ModeInfo
+    from .run import CompareConfig
 
 __all__ = ["add_compare", "config_from_args", "run"]
 
@@ -46,7 +46,7 @@ def _windows(text: str) -> list[float | None]:
 
 def _modes(text: str | None) -> list[ModeInfo] | None:
     """Modes from a list that may use ranges ("1-8,10"); None when empty."""
-    from bidi_responses.bench.clients import resolve_modes
+    from .clients import resolve_modes
 
     if not text:
         return None
@@ -240,8 +240,8 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """A CompareConfig from parsed arguments."""
-    from bidi_responses.bench.clients import resolve_modes
-    from bidi_responses.bench.run import CompareConfig
+    from .clients import resolve_modes
+    from .run import CompareConfig
 
     sweeps = [s.strip() for s in args.sweeps.split(",") if s.strip()]
     unknown = [s for s in sweeps if s not in _SWEEPS]
@@ -301,7 +301,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
 
 def _smoke(config: CompareConfig) -> None:
     """Shrink everything: a few turns of small outputs, one repeat, a fast engine."""
-    from bidi_responses.bench.clients import resolve_modes
+    from .clients import resolve_modes
 
     config.repeats = 1
     config.turns = 3
@@ -333,13 +333,13 @@ def _smoke(config: CompareConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``compare`` handler: run, print the tables, write the files."""
-    from bidi_responses.bench.report import (
+    from .report import (
         build_report,
         machine_info,
         write_document,
         write_outputs,
     )
-    from bidi_responses.bench.run import MALLOC_TUNED, WorkerError, run_compare
+    from .run import MALLOC_TUNED, WorkerError, run_compare
 
     try:
         config = config_from_args(args)
@@ -408,8 +408,8 @@ def _rerender(args: argparse.Namespace, config: CompareConfig) -> int:
     by nothing (the document's prose or tables changed, the figures did not)."""
     import json
 
-    from bidi_responses.bench.report import build_report, write_document, write_outputs
-    from bidi_responses.bench.run import CellResult
+    from .report import build_report, write_document, write_outputs
+    from .run import CellResult
 
     data = json.loads(args.from_results.read_text(encoding="utf-8"))
     cells = [CellResult(**cell) for cell in data["cells"]]

@@ -26,10 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.servers import fast_sim, sim_server_config
-from bidi_responses.bench.workload import Workload, WorkloadSpec, build_workload
 from bidi_responses.server.app import start_server
+
+from .jsontypes import JSONObject
+from .servers import fast_sim, sim_server_config
+from .workload import Workload, WorkloadSpec, build_workload
 
 
 async def run(spec: WorkloadSpec, repeats: int) -> JSONObject:

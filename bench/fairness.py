@@ -36,11 +36,12 @@ import httpx
 import orjson
 import psutil
 import websockets
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.run import ServerProcess, ServerSettings
-from bidi_responses.bench.stats import percentile
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .jsontypes import JSONObject
+from .run import ServerProcess, ServerSettings
+from .stats import percentile
 
 MIB = 1024 * 1024
 TARGET_P99_MS = 50.0

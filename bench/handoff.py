@@ -31,15 +31,16 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 import asyncpg
-from bidi_responses.bench.jsontypes import JSONObject, JSONValue
-from bidi_responses.bench.servers import fast_sim, sim_server_config
-from bidi_responses.bench.workload import build_history_workload
 from bidi_responses.client import AsyncResponsesClient, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import RunningServer, start_server
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.storage.handoff import decode_state, encode_state
 from bidi_responses.server.core.storage.pg_store import PostgresStore
+
+from .jsontypes import JSONObject, JSONValue
+from .servers import fast_sim, sim_server_config
+from .workload import build_history_workload
 
 # The engine is made nearly free, so what differs between modes is the API's own work.
 SIM = fast_sim(tool_rounds=1000, answer_tokens=40)

@@ -49,12 +49,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.post_inference_server import MODES, Settings, serve
-from bidi_responses.bench.stats import percentile
+from .jsontypes import JSONObject
+from .post_inference_server import MODES, Settings, serve
+from .stats import percentile
 
 if TYPE_CHECKING:
-    from bidi_responses.bench.workload import Workload
+    from .workload import Workload
 
 __all__ = ["MODES", "Settings", "format_table", "main", "run_benchmark"]
 
@@ -213,7 +213,7 @@ async def run_benchmark(settings: Settings, modes: tuple[str, ...] = MODES) -> J
     round-robin over the modes, in a rotating order, so that a drift of the machine's speed
     during the run falls on every mode alike.
     """
-    from bidi_responses.bench.workload import WorkloadSpec, build_workload
+    from .workload import WorkloadSpec, build_workload
 
     workload = build_workload(
         WorkloadSpec(

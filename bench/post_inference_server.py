@@ -31,12 +31,13 @@ class Settings:
 
 
 async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -> None:
-    from bidi_responses.bench.servers import sim_server_config
     from bidi_responses.server.app import start_server
     from bidi_responses.server.core.lanes.session import Session
     from bidi_responses.server.core.storage.postinference import PostJob
     from bidi_responses.server.core.storage.store import WriteJob
     from bidi_responses.server.engines.sim import SimConfig
+
+    from .servers import sim_server_config
 
     sim = SimConfig(
         tokens_per_second=settings.tokens_per_second,

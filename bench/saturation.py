@@ -41,12 +41,13 @@ import aiohttp
 import grpc
 import orjson
 import websockets
-from bidi_responses.bench.clients import ServerAddress
-from bidi_responses.bench.run import ServerProcess, ServerSettings
-from bidi_responses.bench.stats import median
 from bidi_responses.codec import params_to_pb, unbatch
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+from .clients import ServerAddress
+from .run import ServerProcess, ServerSettings
+from .stats import median
 
 TRANSPORTS = ("websocket", "sse", "connect", "connect_batched")
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")

@@ -22,12 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.servers import fast_sim, sim_server_config
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.server.app import start_server
 from bidi_responses.server.config import ServerConfig
+
+from .jsontypes import JSONObject
+from .servers import fast_sim, sim_server_config
 
 SIM = fast_sim(tool_rounds=100_000)
 TOOL: JSONObject = {

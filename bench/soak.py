@@ -32,13 +32,14 @@ from pathlib import Path
 import grpc
 import orjson
 import psutil
-from bidi_responses.bench.clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.run import ServerProcess, ServerSettings
-from bidi_responses.bench.stats import percentile
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.server.core.storage.sqlite_schema import read_ledger
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig
+
+from .clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
+from .jsontypes import JSONObject
+from .run import ServerProcess, ServerSettings
+from .stats import percentile
 
 TRANSPORTS = {"grpc": "grpc_connect", "websocket": "ws_cache", "http": "http_store"}
 TOOL: JSONObject = {

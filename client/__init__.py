@@ -8,12 +8,6 @@
   server's own (``bidi_responses.schema``).
 """
 
-from bidi_responses.client.agent import AgentResult, run_agent_loop, run_tools
-from bidi_responses.client.aio import AsyncResponsesClient
-from bidi_responses.client.failover import Conversation, run_resilient_agent
-from bidi_responses.client.stream import ConnectStream, StreamLane
-from bidi_responses.client.sync import ResponsesClient, SyncConnectStream
-from bidi_responses.client.types import NoSuccessor, Response, ResponsesError, SteerAck, Usage
 from bidi_responses.schema import (
     ContentPart,
     FunctionCallItem,
@@ -24,6 +18,13 @@ from bidi_responses.schema import (
     ReasoningItem,
     ResponseObject,
 )
+
+from .agent import AgentResult, run_agent_loop, run_tools
+from .aio import AsyncResponsesClient
+from .failover import Conversation, run_resilient_agent
+from .stream import ConnectStream, StreamLane
+from .sync import ResponsesClient, SyncConnectStream
+from .types import NoSuccessor, Response, ResponsesError, SteerAck, Usage
 
 __all__ = [
     "AgentResult",

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bidi_responses.client.stream import ConnectStream
-from bidi_responses.client.types import JSONObject, JSONValue, Response, ResponseInput
 from bidi_responses.schema import FunctionCallItem, FunctionCallOutputItem
+
+from .stream import ConnectStream
+from .types import JSONObject, JSONValue, Response, ResponseInput
 
 ToolFunction = Callable[[JSONObject], "str | Awaitable[str]"]
 

@@ -19,16 +19,6 @@ from types import TracebackType
 from typing import TypeVar
 
 import grpc
-from bidi_responses.client.channel import (
-    CHANNEL_OPTIONS,
-    DEFAULT_DELTA_WINDOW_MS,
-    ConnectCall,
-    accept_deep_replies,
-    delivery_options,
-    status_error,
-)
-from bidi_responses.client.stream import ConnectStream, collect_response
-from bidi_responses.client.types import JSONObject, JSONValue, Response
 from bidi_responses.codec import (
     EventDecoder,
     canonical_item,
@@ -43,6 +33,17 @@ from bidi_responses.codec import (
 from bidi_responses.schema import InputItemList
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+from .channel import (
+    CHANNEL_OPTIONS,
+    DEFAULT_DELTA_WINDOW_MS,
+    ConnectCall,
+    accept_deep_replies,
+    delivery_options,
+    status_error,
+)
+from .stream import ConnectStream, collect_response
+from .types import JSONObject, JSONValue, Response
 
 # ConnectCall and ConnectStream are re-exported: callers import them from here.
 __all__ = ["AsyncResponsesClient", "ConnectCall", "ConnectStream"]

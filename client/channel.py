@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 
 import grpc
-from bidi_responses.client.types import ResponsesError
 from bidi_responses.codec import decode_message
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+from .types import ResponsesError
 
 __all__ = [
     "CHANNEL_OPTIONS",

@@ -21,16 +21,17 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from bidi_responses.client.aio import AsyncResponsesClient
-from bidi_responses.client.stream import ConnectStream
-from bidi_responses.client.types import (
+from bidi_responses.schema import FunctionCallItem, FunctionCallOutputItem
+
+from .aio import AsyncResponsesClient
+from .stream import ConnectStream
+from .types import (
     JSONObject,
     JSONValue,
     Response,
     ResponseInput,
     ResponsesError,
 )
-from bidi_responses.schema import FunctionCallItem, FunctionCallOutputItem
 
 # Error codes after which the same turn is sent again on a new stream.
 RETRYABLE_CODES = frozenset(

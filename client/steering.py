@@ -15,9 +15,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from bidi_responses.client.types import JSONObject, ResponsesError, SteerAck
 from bidi_responses.codec import EventDecoder
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .types import JSONObject, ResponsesError, SteerAck
 
 #: Targets whose successor (or its absence) is remembered for a later ``follow``.
 MAX_REMEMBERED = 64

@@ -15,9 +15,19 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
-from bidi_responses.client.channel import ConnectCall, status_error
-from bidi_responses.client.steering import Steering, SuccessorQueue
-from bidi_responses.client.types import (
+from bidi_responses.codec import (
+    EventDecoder,
+    deep_messages,
+    item_to_pb,
+    params_to_pb,
+    steer_to_pb,
+    unbatch,
+)
+from bidi_responses.v1 import responses_pb2 as pb
+
+from .channel import ConnectCall, status_error
+from .steering import Steering, SuccessorQueue
+from .types import (
     TERMINAL_EVENTS,
     JSONMapping,
     JSONObject,
@@ -28,15 +38,6 @@ from bidi_responses.client.types import (
     ResponsesError,
     SteerAck,
 )
-from bidi_responses.codec import (
-    EventDecoder,
-    deep_messages,
-    item_to_pb,
-    params_to_pb,
-    steer_to_pb,
-    unbatch,
-)
-from bidi_responses.v1 import responses_pb2 as pb
 
 __all__ = ["ConnectStream", "StreamLane", "collect_response"]
 

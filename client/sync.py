@@ -12,11 +12,13 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Literal, TypeVar
 
-from bidi_responses.client.agent import AgentResult, ToolFunction, run_agent_loop
-from bidi_responses.client.aio import AsyncResponsesClient
-from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
-from bidi_responses.client.stream import ConnectStream
-from bidi_responses.client.types import (
+from bidi_responses.schema import InputItemList
+
+from .agent import AgentResult, ToolFunction, run_agent_loop
+from .aio import AsyncResponsesClient
+from .channel import DEFAULT_DELTA_WINDOW_MS
+from .stream import ConnectStream
+from .types import (
     JSONMapping,
     JSONObject,
     JSONValue,
@@ -24,7 +26,6 @@ from bidi_responses.client.types import (
     ResponseInput,
     SteerAck,
 )
-from bidi_responses.schema import InputItemList
 
 T = TypeVar("T")
 

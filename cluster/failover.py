@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import asyncpg
 from bidi_responses.bench.jsontypes import JSONObject
 from bidi_responses.client import AsyncResponsesClient, Conversation, Response
-from bidi_responses.cluster.replicas import Cluster
+
+from .replicas import Cluster
 
 TOOL: JSONObject = {
     "type": "function",

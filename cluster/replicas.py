@@ -24,8 +24,9 @@ from pathlib import Path
 
 from bidi_responses.bench.lifecycle import ManagedService
 from bidi_responses.bench.ports import free_port
-from bidi_responses.cluster.envoy import EnvoyProcess, render_config
-from bidi_responses.cluster.postgres import TempPostgres
+
+from .envoy import EnvoyProcess, render_config
+from .postgres import TempPostgres
 
 
 def _accepts(port: int) -> bool:

@@ -13,7 +13,9 @@ by hand with ``turn_bytes``), ``event_decoder`` (the client's), over ``events`` 
 table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits).
 """
 
-from bidi_responses.codec.depth import (
+from bidi_responses.schema import JSONObject, JSONValue
+
+from .depth import (
     API_MAX_DEPTH,
     PROTOBUF_DEFAULT_DEPTH,
     MessageDecodeError,
@@ -21,10 +23,10 @@ from bidi_responses.codec.depth import (
     deep_messages,
     wire_problem,
 )
-from bidi_responses.codec.event_decoder import EventDecoder
-from bidi_responses.codec.event_encoder import ProtoEncoder
-from bidi_responses.codec.injection import inject_to_dict, inject_to_pb
-from bidi_responses.codec.items import (
+from .event_decoder import EventDecoder
+from .event_encoder import ProtoEncoder
+from .injection import inject_to_dict, inject_to_pb
+from .items import (
     canonical_item,
     checked_item_to_dict,
     function_call_to_dict,
@@ -34,10 +36,10 @@ from bidi_responses.codec.items import (
     part_to_dict,
     part_to_pb,
 )
-from bidi_responses.codec.params import OPTIONAL_PARAMS, params_to_dict, params_to_pb
-from bidi_responses.codec.request_decoder import ProtoDecoder
-from bidi_responses.codec.responses import response_to_dict, response_to_pb
-from bidi_responses.codec.settings import (
+from .params import OPTIONAL_PARAMS, params_to_dict, params_to_pb
+from .request_decoder import ProtoDecoder
+from .responses import response_to_dict, response_to_pb
+from .settings import (
     flat_message_to_dict,
     reasoning_to_dict,
     reasoning_to_pb,
@@ -48,9 +50,9 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
-from bidi_responses.codec.steering import input_items_to_pb, steer_to_dict, steer_to_pb
-from bidi_responses.codec.structs import dict_to_struct, restore_integers, struct_to_dict
-from bidi_responses.codec.tools import (
+from .steering import input_items_to_pb, steer_to_dict, steer_to_pb
+from .structs import dict_to_struct, restore_integers, struct_to_dict
+from .tools import (
     ProtoTools,
     tool_choice_to_dict,
     tool_choice_to_pb,
@@ -58,7 +60,7 @@ from bidi_responses.codec.tools import (
     tool_to_pb,
     tools_to_pb,
 )
-from bidi_responses.codec.wire import (
+from .wire import (
     EVENT_FIELD,
     batch_bytes,
     batch_messages,
@@ -66,7 +68,6 @@ from bidi_responses.codec.wire import (
     unbatch,
     wire_bytes,
 )
-from bidi_responses.schema import JSONObject, JSONValue
 
 __all__ = [
     "API_MAX_DEPTH",

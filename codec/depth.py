@@ -13,9 +13,10 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar, cast
 
-from bidi_responses.codec.wire import LENGTH_DELIMITED, VARINT, read_varint
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
+
+from .wire import LENGTH_DELIMITED, VARINT, read_varint
 
 _M = TypeVar("_M", bound=Message)
 _P = ParamSpec("_P")

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bidi_responses.codec.events import (
+from bidi_responses.schema import JSONObject, ResponseObject
+from bidi_responses.v1 import responses_pb2 as pb
+from google.protobuf.message import Message
+
+from .events import (
     ITEM_EVENT_TYPES,
     PART_EVENT_FIELDS,
     PART_EVENT_TYPES,
@@ -13,17 +17,14 @@ from bidi_responses.codec.events import (
     SNAPSHOT_TYPES,
     TYPE_OF_CASE,
 )
-from bidi_responses.codec.injection import inject_created_to_dict, inject_failed_to_dict
-from bidi_responses.codec.items import function_call_to_dict, item_to_dict, part_to_dict
-from bidi_responses.codec.responses import response_to_dict
-from bidi_responses.codec.steering import (
+from .injection import inject_created_to_dict, inject_failed_to_dict
+from .items import function_call_to_dict, item_to_dict, part_to_dict
+from .responses import response_to_dict
+from .steering import (
     steer_accepted_to_dict,
     steer_failed_to_dict,
     steer_pending_to_dict,
 )
-from bidi_responses.schema import JSONObject, ResponseObject
-from bidi_responses.v1 import responses_pb2 as pb
-from google.protobuf.message import Message
 
 # Which request an error answers: present in the JSON error only when known (as over WebSocket).
 _ERROR_ANSWERS = ("event_id", "request_type", "response_id")

@@ -13,37 +13,38 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bidi_responses.codec.depth import deep, deep_messages
-from bidi_responses.codec.events import (
+from bidi_responses.schema import JSONMapping
+from bidi_responses.v1 import responses_pb2 as pb
+from google.protobuf.message import Message
+
+from .depth import deep, deep_messages
+from .events import (
     CASE_OF_TYPE,
     ITEM_EVENT_TYPES,
     PART_EVENT_TYPES,
     SCALAR_EVENTS,
     SNAPSHOT_TYPES,
 )
-from bidi_responses.codec.injection import inject_created_to_pb, inject_failed_to_pb
-from bidi_responses.codec.items import function_call_to_pb, item_to_pb, part_to_pb
-from bidi_responses.codec.responses import (
+from .injection import inject_created_to_pb, inject_failed_to_pb
+from .items import function_call_to_pb, item_to_pb, part_to_pb
+from .responses import (
     response_echo_to_pb,
     response_progress_to_pb,
     response_to_pb,
 )
-from bidi_responses.codec.steering import (
+from .steering import (
     steer_accepted_to_pb,
     steer_failed_to_pb,
     steer_pending_to_pb,
 )
-from bidi_responses.codec.turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
-from bidi_responses.codec.wire import (
+from .turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
+from .wire import (
     LENGTH_DELIMITED,
     VARINT,
     field_bytes,
     field_number,
     tag,
 )
-from bidi_responses.schema import JSONMapping
-from bidi_responses.v1 import responses_pb2 as pb
-from google.protobuf.message import Message
 
 _STREAM_ID_FIELD = field_number(pb.ConnectResponse, "stream_id")
 _SNAPSHOT_RESPONSE_FIELD = field_number(pb.ResponseSnapshotEvent, "response")

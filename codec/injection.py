@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.items import item_to_dict
-from bidi_responses.codec.steering import input_items_to_pb
 from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .items import item_to_dict
+from .steering import input_items_to_pb
 
 
 def inject_to_pb(response_id: str, input: JSONValue) -> pb.ResponseInject:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import dict_to_struct, struct_to_dict
 from bidi_responses.schema import Item, JSONMapping, JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .structs import dict_to_struct, struct_to_dict
 
 
 def _set_present(result: JSONObject, **fields: str) -> JSONObject:

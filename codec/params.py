@@ -9,22 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, get_args
 
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.items import canonical_item, item_to_dict, item_to_pb
-from bidi_responses.codec.settings import (
+from bidi_responses.schema import JSONObject
+from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .items import canonical_item, item_to_dict, item_to_pb
+from .settings import (
     reasoning_to_dict,
     reasoning_to_pb,
     text_to_dict,
     text_to_pb,
 )
-from bidi_responses.codec.tools import (
+from .tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tools_to_dicts,
     write_tools,
 )
-from bidi_responses.schema import JSONObject
-from bidi_responses.v1 import responses_pb2 as pb
 
 # The optional scalar fields of ResponseCreateParams: present in JSON iff set in protobuf.
 OptionalParam = Literal[

@@ -17,15 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bidi_responses.codec.injection import inject_to_dict
-from bidi_responses.codec.items import item_to_dict
-from bidi_responses.codec.params import params_to_dict
-from bidi_responses.codec.steering import steer_to_dict
-from bidi_responses.codec.wire import field_number
 from bidi_responses.schema import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
+
+from .injection import inject_to_dict
+from .items import item_to_dict
+from .params import params_to_dict
+from .steering import steer_to_dict
+from .wire import field_number
 
 
 def _tool_bytes_classes() -> tuple[type[Message], type[Message]]:

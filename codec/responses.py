@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.items import item_to_dict, item_to_pb
-from bidi_responses.codec.settings import (
+from bidi_responses.schema import JSONMapping, JSONObject, JSONValue, ResponseObject
+from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .items import item_to_dict, item_to_pb
+from .settings import (
     reasoning_to_dict,
     reasoning_to_pb,
     stats_to_dict,
@@ -21,14 +24,12 @@ from bidi_responses.codec.settings import (
     usage_to_dict,
     usage_to_pb,
 )
-from bidi_responses.codec.tools import (
+from .tools import (
     tool_choice_to_dict,
     tool_choice_to_pb,
     tool_echoes_to_dicts,
     tools_to_pb,
 )
-from bidi_responses.schema import JSONMapping, JSONObject, JSONValue, ResponseObject
-from bidi_responses.v1 import responses_pb2 as pb
 
 # The optional echoed fields of a Response, set only when not null (slim snapshots leave the
 # instructions out with the tools).

@@ -3,10 +3,11 @@ format), ``reasoning``, ``usage`` and the server's ``stats``."""
 
 from __future__ import annotations
 
-from bidi_responses.codec.structs import fill_struct, restore_integers, struct_to_dict
 from bidi_responses.schema import JSONMapping, JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
+
+from .structs import fill_struct, restore_integers, struct_to_dict
 
 
 def text_to_dict(text: pb.TextConfig) -> JSONObject:

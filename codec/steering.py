@@ -9,11 +9,12 @@ whole as ``Item.other`` so nothing the client sent is dropped.
 
 from __future__ import annotations
 
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.items import canonical_item, item_to_dict, item_to_pb
-from bidi_responses.codec.structs import dict_to_struct
 from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .items import canonical_item, item_to_dict, item_to_pb
+from .structs import dict_to_struct
 
 
 def input_items_to_pb(raw: JSONValue) -> list[pb.Item]:

@@ -8,9 +8,10 @@ a parse that stops at protobuf's default depth, which tool schemas exceed.
 
 from __future__ import annotations
 
-from bidi_responses.codec.depth import deep
 from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from google.protobuf import struct_pb2
+
+from .depth import deep
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> JSONObject:

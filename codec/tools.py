@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import orjson
-from bidi_responses.codec.depth import deep
-from bidi_responses.codec.structs import fill_struct, struct_to_dict
 from bidi_responses.schema import JSONMapping, JSONObject, JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
+
+from .depth import deep
+from .structs import fill_struct, struct_to_dict
 
 #: The optional fields of a function tool, null in the Response's echo when unset.
 _FUNCTION_OPTIONAL = ("description", "parameters", "strict")

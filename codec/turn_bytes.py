@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
-from bidi_responses.codec.items import item_to_pb, part_to_pb
-from bidi_responses.codec.wire import LENGTH_DELIMITED, VARINT, field_number, tag
 from bidi_responses.schema import JSONMapping
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
+
+from .items import item_to_pb, part_to_pb
+from .wire import LENGTH_DELIMITED, VARINT, field_number, tag
 
 #: Each one-byte varint, by value.
 ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))

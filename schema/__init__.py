@@ -6,7 +6,7 @@ Typing only: nothing here does I/O or depends on anything outside the standard l
 client can use it without the server, and the server and the client agree on one set of types.
 """
 
-from bidi_responses.schema.items import (
+from .items import (
     AdditionalToolsItem,
     CompactionItem,
     ContentPart,
@@ -30,12 +30,12 @@ from bidi_responses.schema.items import (
     SummaryTextPart,
     part_text,
 )
-from bidi_responses.schema.json_types import (
+from .json_types import (
     JSONMapping,
     JSONObject,
     JSONValue,
 )
-from bidi_responses.schema.responses import (
+from .responses import (
     CompactionResponse,
     ContentPartAddedEvent,
     ContentPartDoneEvent,

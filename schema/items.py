@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypeAlias, TypedDict
 
-from bidi_responses.schema.json_types import JSONObject
+from .json_types import JSONObject
 
 Role = Literal["user", "assistant", "system", "developer"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]

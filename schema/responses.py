@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypeAlias, TypedDict
 
-from bidi_responses.schema.items import FunctionCallItem, Item, OutputTextPart
-from bidi_responses.schema.json_types import JSONObject, JSONValue
+from .items import FunctionCallItem, Item, OutputTextPart
+from .json_types import JSONObject, JSONValue
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "incomplete", "cancelled"]
 #: How a response ends, as its terminal event says it.

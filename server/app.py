@@ -20,9 +20,9 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.grpc import GrpcServer, start_grpc_server
+from .config import ServerConfig
+from .core.service import ResponsesCore
+from .transports.grpc import GrpcServer, start_grpc_server
 
 log = logging.getLogger("bidi_responses")
 
@@ -129,7 +129,7 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     running = RunningServer(core=core, grpc_port=grpc_server.port, http_port=None, grpc=grpc_server)
 
     if http:
-        from bidi_responses.server.transports.http import start_http_server
+        from .transports.http import start_http_server
 
         try:
             stop_http, http_port = await start_http_server(

@@ -11,16 +11,16 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bidi_responses.server.config import (
+from .config import (
     RouteConfig,
     ServerConfig,
     apply_route_setting,
     load_config,
 )
-from bidi_responses.server.core.observability.logsafe import EscapingFormatter
-from bidi_responses.server.core.storage.backend import check_store_url, is_postgres_url
-from bidi_responses.server.engines import ENGINE_KINDS
-from bidi_responses.server.workers import LOG_FORMAT, add_workers_flag
+from .core.observability.logsafe import EscapingFormatter
+from .core.storage.backend import check_store_url, is_postgres_url
+from .engines import ENGINE_KINDS
+from .workers import LOG_FORMAT, add_workers_flag
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -238,7 +238,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     if args.no_journal:
         config.durability.journal = False
     # Without API keys: loopback only unless told otherwise (every worker builds this too).
-    from bidi_responses.server.app import guard_public_bind
+    from .app import guard_public_bind
 
     config, _ = guard_public_bind(config)
     return config
@@ -306,7 +306,7 @@ def config_from_args(argv: Sequence[str]) -> ServerConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bidi_responses.server.app import StartupError, serve
+    from .app import StartupError, serve
 
     try:
         config = _config(args)
@@ -314,14 +314,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if config.workers > 1:
-        from bidi_responses.server.workers import run_workers
+        from .workers import run_workers
 
         return run_workers(partial(_config, args), http=not args.no_http, log_level=args.log_level)
     handler = logging.StreamHandler()
     # Client strings can reach log lines; escaping them keeps every line the server's own.
     handler.setFormatter(EscapingFormatter(LOG_FORMAT))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
-    from bidi_responses.server.core.storage.backend import StoreUnavailable
+    from .core.storage.backend import StoreUnavailable
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
@@ -357,7 +357,7 @@ def _add_usage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _usage(args: argparse.Namespace) -> int:
-    from bidi_responses.server.usage import print_usage
+    from .usage import print_usage
 
     source = args.store_url or args.data_dir
     if is_postgres_url(source):

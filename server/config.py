@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.engines.completions import CompletionsConfig
-from bidi_responses.server.engines.sim import SimConfig
-from bidi_responses.server.engines.upstream import UpstreamConfig
+
+from .engines.completions import CompletionsConfig
+from .engines.sim import SimConfig
+from .engines.upstream import UpstreamConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from bidi_responses.server.core.storage.backend import is_postgres_url
-from bidi_responses.server.core.storage.sqlite_schema import read_ledger
-from bidi_responses.server.core.storage.store import LedgerRow
+from .core.storage.backend import is_postgres_url
+from .core.storage.sqlite_schema import read_ledger
+from .core.storage.store import LedgerRow
 
 GroupKey = Literal["tenant", "model", "transport", "status"]
 GROUP_KEYS: tuple[GroupKey, ...] = ("tenant", "model", "transport", "status")
@@ -109,7 +109,7 @@ class _Sums:
 
 
 async def _shared_rows(url: str) -> list[LedgerRow]:
-    from bidi_responses.server.core.storage.pg_store import PostgresStore
+    from .core.storage.pg_store import PostgresStore
 
     store = PostgresStore(url, pool_size=1)
     await store.open()

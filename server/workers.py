@@ -32,9 +32,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.storage.sqlite_schema import prepare_database
-from bidi_responses.server.sockets import bound_socket
+from .config import ServerConfig
+from .core.storage.sqlite_schema import prepare_database
+from .sockets import bound_socket
 
 log = logging.getLogger("bidi_responses")
 
@@ -58,7 +58,7 @@ def _worker_main(
     ready: Connection,
 ) -> None:
     """One worker process: the ordinary server on the shared ports."""
-    from bidi_responses.server.app import serve
+    from .app import serve
 
     def config() -> ServerConfig:
         return dataclasses.replace(build(), **overrides)
@@ -118,7 +118,7 @@ async def _supervise(
     log_level: str,
     ports: list[int],
 ) -> int:
-    from bidi_responses.server.app import guard_public_bind, listening_line
+    from .app import guard_public_bind, listening_line
 
     ctx = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()

@@ -42,8 +42,8 @@ stream transport) and ``worker`` (the client process).
 
 from __future__ import annotations
 
-from bidi_responses.bench.clients.agent import AgentRun, TurnRecord, run_agent
-from bidi_responses.bench.clients.commands import (
+from .agent import AgentRun, TurnRecord, run_agent
+from .commands import (
     AgentsCommand,
     AgentsResult,
     Command,
@@ -53,13 +53,13 @@ from bidi_responses.bench.clients.commands import (
     SteerResult,
     SteerRound,
 )
-from bidi_responses.bench.clients.exchange import BenchError, Conn, Exchange, ServerAddress
-from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn, GrpcCreateConn
-from bidi_responses.bench.clients.http_conn import HttpConn
-from bidi_responses.bench.clients.kit import ClientKit
-from bidi_responses.bench.clients.modes import CLASSIC_MODES, MODES, ModeInfo, resolve_modes
-from bidi_responses.bench.clients.worker import worker_main
-from bidi_responses.bench.clients.ws_conn import WsConn
+from .exchange import BenchError, Conn, Exchange, ServerAddress
+from .grpc_conn import GrpcConnectConn, GrpcCreateConn
+from .http_conn import HttpConn
+from .kit import ClientKit
+from .modes import CLASSIC_MODES, MODES, ModeInfo, resolve_modes
+from .worker import worker_main
+from .ws_conn import WsConn
 
 __all__ = [
     "CLASSIC_MODES",

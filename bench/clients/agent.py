@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bidi_responses.bench.clients.exchange import BenchError, Conn, wire_snapshot
-from bidi_responses.bench.clients.modes import ModeInfo
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import WireCounter
+from ..jsontypes import JSONObject
+from ..wire import WireCounter
+from .exchange import BenchError, Conn, wire_snapshot
+from .modes import ModeInfo
 
 __all__ = ["AgentRun", "TurnRecord", "run_agent"]
 

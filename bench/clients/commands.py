@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Literal, Required, TypedDict
 
-from bidi_responses.bench.clients.exchange import ServerAddress
-from bidi_responses.bench.jsontypes import JSONObject
+from ..jsontypes import JSONObject
+from .exchange import ServerAddress
 
 __all__ = [
     "AgentsCommand",

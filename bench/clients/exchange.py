@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import SocketBytes, WireCounter
+from ..jsontypes import JSONObject
+from ..wire import SocketBytes, WireCounter
 
 __all__ = ["BenchError", "Conn", "Exchange", "ServerAddress", "wire_snapshot"]
 

@@ -7,11 +7,11 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-from bidi_responses.bench.clients.commands import SteerRound
-from bidi_responses.bench.clients.exchange import BenchError, Exchange, wire_snapshot
-from bidi_responses.bench.clients.steering import steer_round_grpc
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import WireCounter
+from ..jsontypes import JSONObject
+from ..wire import WireCounter
+from .commands import SteerRound
+from .exchange import BenchError, Exchange, wire_snapshot
+from .steering import steer_round_grpc
 
 if TYPE_CHECKING:
     from bidi_responses.client.aio import AsyncResponsesClient, ConnectStream

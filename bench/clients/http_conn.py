@@ -6,9 +6,10 @@ import time
 from typing import TYPE_CHECKING
 
 import orjson
-from bidi_responses.bench.clients.exchange import BenchError, Exchange, wire_snapshot
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import WireCounter
+
+from ..jsontypes import JSONObject
+from ..wire import WireCounter
+from .exchange import BenchError, Exchange, wire_snapshot
 
 if TYPE_CHECKING:
     import aiohttp

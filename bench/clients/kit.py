@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bidi_responses.bench.clients.exchange import Conn, ServerAddress
-from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn, GrpcCreateConn
-from bidi_responses.bench.clients.http_conn import HttpConn
-from bidi_responses.bench.clients.modes import ModeInfo
-from bidi_responses.bench.clients.ws_conn import WsConn
-from bidi_responses.bench.wire import WireCounter
+from ..wire import WireCounter
+from .exchange import Conn, ServerAddress
+from .grpc_conn import GrpcConnectConn, GrpcCreateConn
+from .http_conn import HttpConn
+from .modes import ModeInfo
+from .ws_conn import WsConn
 
 if TYPE_CHECKING:
     import aiohttp

@@ -20,9 +20,10 @@ import time
 from typing import TYPE_CHECKING
 
 import orjson
-from bidi_responses.bench.clients.commands import SteerRound
-from bidi_responses.bench.clients.exchange import BenchError
-from bidi_responses.bench.jsontypes import JSONObject
+
+from ..jsontypes import JSONObject
+from .commands import SteerRound
+from .exchange import BenchError
 
 if TYPE_CHECKING:
     from bidi_responses.client.stream import ConnectStream

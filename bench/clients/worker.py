@@ -11,8 +11,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 
-from bidi_responses.bench.clients.agent import AgentRun, run_agent
-from bidi_responses.bench.clients.commands import (
+from ..cpu import process_cpu_clock
+from ..jsontypes import JSONObject
+from ..wire import WireCounter
+from ..workload import user_item
+from .agent import AgentRun, run_agent
+from .commands import (
     AgentsCommand,
     AgentsResult,
     Command,
@@ -23,15 +27,11 @@ from bidi_responses.bench.clients.commands import (
     SteerResult,
     SteerRound,
 )
-from bidi_responses.bench.clients.exchange import BenchError
-from bidi_responses.bench.clients.grpc_conn import GrpcConnectConn
-from bidi_responses.bench.clients.kit import ClientKit
-from bidi_responses.bench.clients.modes import MODES
-from bidi_responses.bench.clients.ws_conn import WsConn
-from bidi_responses.bench.cpu import process_cpu_clock
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import WireCounter
-from bidi_responses.bench.workload import user_item
+from .exchange import BenchError
+from .grpc_conn import GrpcConnectConn
+from .kit import ClientKit
+from .modes import MODES
+from .ws_conn import WsConn
 
 __all__ = ["worker_main"]
 

@@ -6,11 +6,12 @@ import time
 from typing import TYPE_CHECKING
 
 import orjson
-from bidi_responses.bench.clients.commands import SteerRound
-from bidi_responses.bench.clients.exchange import Exchange, wire_snapshot
-from bidi_responses.bench.clients.steering import steer_round_ws
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.wire import WireCounter
+
+from ..jsontypes import JSONObject
+from ..wire import WireCounter
+from .commands import SteerRound
+from .exchange import Exchange, wire_snapshot
+from .steering import steer_round_ws
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection

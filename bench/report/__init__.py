@@ -29,15 +29,15 @@ figures) and ``machine`` (what the run was measured on).
 
 from __future__ import annotations
 
-from bidi_responses.bench.report.assembly import Report, build_report
-from bidi_responses.bench.report.document import render_document, write_document
-from bidi_responses.bench.report.files import write_outputs
-from bidi_responses.bench.report.machine import machine_info
-from bidi_responses.bench.report.network import NETWORK_PROFILES, network_projection
-from bidi_responses.bench.report.plots import write_plots
-from bidi_responses.bench.report.summaries import summarize
-from bidi_responses.bench.report.targets import evaluate_targets
-from bidi_responses.bench.stats import percentile
+from ..stats import percentile
+from .assembly import Report, build_report
+from .document import render_document, write_document
+from .files import write_outputs
+from .machine import machine_info
+from .network import NETWORK_PROFILES, network_projection
+from .plots import write_plots
+from .summaries import summarize
+from .targets import evaluate_targets
 
 __all__ = [
     "NETWORK_PROFILES",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from bidi_responses.bench.report.records import JSONObject
-from bidi_responses.bench.report.summaries import summarize
-from bidi_responses.bench.report.tables import Table, aligned, summary_tables
-from bidi_responses.bench.report.targets import evaluate_targets
-from bidi_responses.bench.run import CellResult, CompareConfig
+from ..run import CellResult, CompareConfig
+from .records import JSONObject
+from .summaries import summarize
+from .tables import Table, aligned, summary_tables
+from .targets import evaluate_targets
 
 __all__ = ["Report", "build_report"]
 

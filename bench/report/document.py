@@ -15,10 +15,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.assembly import Report
-from bidi_responses.bench.report.records import JSONObject, JSONValue
-from bidi_responses.bench.report.tables import Table, summary_tables
+from ..clients import MODES
+from .assembly import Report
+from .records import JSONObject, JSONValue
+from .tables import Table, summary_tables
 
 __all__ = ["PLACEHOLDER", "SECTIONS", "figures", "render_document", "write_document"]
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from bidi_responses.bench.report.assembly import Report
-from bidi_responses.bench.report.plots import write_plots
-from bidi_responses.bench.report.records import JSONObject, JSONValue
+from .assembly import Report
+from .plots import write_plots
+from .records import JSONObject, JSONValue
 
 __all__ = ["write_outputs"]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from bidi_responses.bench.report.records import JSONObject
+from .records import JSONObject
 
 __all__ = ["machine_info"]
 

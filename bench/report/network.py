@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bidi_responses.bench.clients import MODES, ModeInfo
-from bidi_responses.bench.report.records import JSONObject
+from ..clients import MODES, ModeInfo
+from .records import JSONObject
 
 __all__ = ["NETWORK_PROFILES", "network_projection"]
 

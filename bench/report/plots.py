@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.assembly import Report
-from bidi_responses.bench.report.records import JSONObject
-from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
+from ..clients import MODES
+from ..run import DEFAULT_DELTA_WINDOW_MS
+from .assembly import Report
+from .records import JSONObject
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from bidi_responses.bench.jsontypes import JSONObject, JSONValue
+from ..jsontypes import JSONObject, JSONValue
 
 __all__ = ["JSONObject", "JSONValue", "Target"]
 

@@ -9,10 +9,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.records import JSONObject, JSONValue
-from bidi_responses.bench.run import CellResult
-from bidi_responses.bench.stats import mean, median, percentile
+from ..clients import MODES
+from ..run import CellResult
+from ..stats import mean, median, percentile
+from .records import JSONObject, JSONValue
 
 __all__ = ["summarize"]
 

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.network import NETWORK_PROFILES, network_projection
-from bidi_responses.bench.report.records import JSONObject, JSONValue
-from bidi_responses.bench.run import window_label
+from ..clients import MODES
+from ..run import window_label
+from .network import NETWORK_PROFILES, network_projection
+from .records import JSONObject, JSONValue
 
 __all__ = ["Table", "aligned", "summary_tables"]
 

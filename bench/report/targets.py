@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bidi_responses.bench.clients import MODES
-from bidi_responses.bench.report.records import JSONObject, Target
-from bidi_responses.bench.run import DEFAULT_DELTA_WINDOW_MS
+from ..clients import MODES
+from ..run import DEFAULT_DELTA_WINDOW_MS
+from .records import JSONObject, Target
 
 __all__ = ["evaluate_targets"]
 

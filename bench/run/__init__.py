@@ -17,10 +17,10 @@ subprocess), ``workers`` (the client processes), ``measure`` (the measurement lo
 
 from __future__ import annotations
 
-from bidi_responses.bench.run.cells import Runner
-from bidi_responses.bench.run.compare import run_compare
-from bidi_responses.bench.run.server import ServerProcess
-from bidi_responses.bench.run.settings import (
+from .cells import Runner
+from .compare import run_compare
+from .server import ServerProcess
+from .settings import (
     DEFAULT_DELTA_WINDOW_MS,
     MALLOC_TUNED,
     CellResult,
@@ -28,7 +28,7 @@ from bidi_responses.bench.run.settings import (
     ServerSettings,
     window_label,
 )
-from bidi_responses.bench.run.workers import WorkerError, WorkerPool
+from .workers import WorkerError, WorkerPool
 
 __all__ = [
     "DEFAULT_DELTA_WINDOW_MS",

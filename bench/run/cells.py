@@ -11,16 +11,16 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bidi_responses.bench.clients import AgentsCommand, KeepupCommand, ModeInfo, SteerCommand
-from bidi_responses.bench.run.measure import Measurer, rotated
-from bidi_responses.bench.run.rows import keepup_run, steer_run
-from bidi_responses.bench.run.settings import (
+from ..clients import AgentsCommand, KeepupCommand, ModeInfo, SteerCommand
+from ..workload import HistoryWorkload, WorkloadSpec, build_history_workload
+from .measure import Measurer, rotated
+from .rows import keepup_run, steer_run
+from .settings import (
     DEFAULT_DELTA_WINDOW_MS,
     CellResult,
     window_label,
 )
-from bidi_responses.bench.run.workers import Worker
-from bidi_responses.bench.workload import HistoryWorkload, WorkloadSpec, build_history_workload
+from .workers import Worker
 
 __all__ = ["Runner"]
 

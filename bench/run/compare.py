@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bidi_responses.bench.clients import ModeInfo
-from bidi_responses.bench.run.cells import Runner
-from bidi_responses.bench.run.settings import DEFAULT_DELTA_WINDOW_MS, CellResult, CompareConfig
-from bidi_responses.bench.workload import load_trace_turns
+from ..clients import ModeInfo
+from ..workload import load_trace_turns
+from .cells import Runner
+from .settings import DEFAULT_DELTA_WINDOW_MS, CellResult, CompareConfig
 
 __all__ = ["run_compare"]
 

@@ -14,18 +14,18 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bidi_responses.bench.clients import MODES, AgentsCommand, ModeInfo, ServerAddress
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.run.rows import measured_run
-from bidi_responses.bench.run.server import ServerProcess
-from bidi_responses.bench.run.settings import (
+from ..clients import MODES, AgentsCommand, ModeInfo, ServerAddress
+from ..jsontypes import JSONObject
+from ..workload import Workload, WorkloadSpec, build_workload, count_tokens
+from .rows import measured_run
+from .server import ServerProcess
+from .settings import (
     MALLOC_TUNED,
     CellResult,
     CompareConfig,
     ServerSettings,
 )
-from bidi_responses.bench.run.workers import Worker, WorkerError, WorkerPool
-from bidi_responses.bench.workload import Workload, WorkloadSpec, build_workload, count_tokens
+from .workers import Worker, WorkerError, WorkerPool
 
 if TYPE_CHECKING:
     from tqdm import tqdm

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bidi_responses.bench.clients import AgentsResult, KeepupResult, SteerResult
-from bidi_responses.bench.jsontypes import JSONObject
+from ..clients import AgentsResult, KeepupResult, SteerResult
+from ..jsontypes import JSONObject
 
 __all__ = ["keepup_run", "measured_run", "steer_run"]
 

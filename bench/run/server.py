@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bidi_responses.bench.clients import ServerAddress
-from bidi_responses.bench.cpu import process_cpu_clock
-from bidi_responses.bench.lifecycle import ManagedService
-from bidi_responses.bench.ports import free_port
-from bidi_responses.bench.run.settings import ServerSettings
-from bidi_responses.bench.servers import serve_command
+from ..clients import ServerAddress
+from ..cpu import process_cpu_clock
+from ..lifecycle import ManagedService
+from ..ports import free_port
+from ..servers import serve_command
+from .settings import ServerSettings
 
 __all__ = ["ServerProcess"]
 

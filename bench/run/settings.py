@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bidi_responses.bench.clients import ModeInfo
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.workload import WorkloadSpec
 from bidi_responses.server.config import StreamingConfig
+
+from ..clients import ModeInfo
+from ..jsontypes import JSONObject
+from ..workload import WorkloadSpec
 
 __all__ = [
     "DEFAULT_DELTA_WINDOW_MS",

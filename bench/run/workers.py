@@ -10,7 +10,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext
 from typing import cast, overload
 
-from bidi_responses.bench.clients import (
+from ..clients import (
     AgentsCommand,
     AgentsResult,
     KeepupCommand,

@@ -21,7 +21,7 @@ and ``trace`` (the script engine's traces).
 
 from __future__ import annotations
 
-from bidi_responses.bench.workload.rollout import (
+from .rollout import (
     HistoryWorkload,
     Workload,
     WorkloadSpec,
@@ -30,8 +30,8 @@ from bidi_responses.bench.workload.rollout import (
     count_tokens,
     user_item,
 )
-from bidi_responses.bench.workload.texts import TokenCounter
-from bidi_responses.bench.workload.trace import load_trace_turns, write_trace
+from .texts import TokenCounter
+from .trace import load_trace_turns, write_trace
 
 __all__ = [
     "HistoryWorkload",

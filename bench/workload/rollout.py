@@ -6,15 +6,15 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.workload.texts import (
+from ..jsontypes import JSONObject
+from .texts import (
     TokenCounter,
     fit,
     instructions_blocks,
     tool_output_blocks,
     user_blocks,
 )
-from bidi_responses.bench.workload.tools import agent_tools
+from .tools import agent_tools
 
 __all__ = [
     "HistoryWorkload",

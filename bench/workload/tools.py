@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bidi_responses.bench.jsontypes import JSONObject
+from ..jsontypes import JSONObject
 
 __all__ = ["agent_tools"]
 

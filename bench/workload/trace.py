@@ -6,9 +6,9 @@ import json
 import random
 from pathlib import Path
 
-from bidi_responses.bench.jsontypes import JSONObject
-from bidi_responses.bench.workload.texts import MODULES, NOUNS, file_path, sentence, unified_diff
-from bidi_responses.bench.workload.tools import agent_tools
+from ..jsontypes import JSONObject
+from .texts import MODULES, NOUNS, file_path, sentence, unified_diff
+from .tools import agent_tools
 
 __all__ = ["load_trace_turns", "write_trace"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bidi_responses.server.core.malloc_trim import IdleTrimmer
-from bidi_responses.server.core.runs.deps import ServerState
+from .malloc_trim import IdleTrimmer
+from .runs.deps import ServerState
 
 
 class Activity:

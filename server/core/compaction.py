@@ -31,7 +31,8 @@ from typing import NotRequired, TypedDict, TypeGuard, cast
 
 import orjson
 from bidi_responses.schema import CompactionItem, Item, MessageItem, part_text
-from bidi_responses.server.core.api.errors import ApiError
+
+from .api.errors import ApiError
 
 _VERSION = 1
 _TAG_BYTES = 32

@@ -20,20 +20,21 @@ from bidi_responses.schema import (
     ModelList,
     ModelObject,
 )
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.api.fields import opt_str, optional_model, required_model
-from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.jsonshape import check_json_shape
-from bidi_responses.server.core.api.requests import parse_create
-from bidi_responses.server.core.compaction import is_kept
-from bidi_responses.server.core.runs.deps import RunDeps
-from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
-from bidi_responses.server.core.runs.record import Usage
-from bidi_responses.server.core.storage.history import stored_history
-from bidi_responses.server.core.storage.postinference import PostJob
-from bidi_responses.server.core.storage.store import LedgerRow
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
+
+from .api.errors import ApiError, shown
+from .api.fields import opt_str, optional_model, required_model
+from .api.ids import new_id
+from .api.input_items import parse_input
+from .api.jsonshape import check_json_shape
+from .api.requests import parse_create
+from .compaction import is_kept
+from .runs.deps import RunDeps
+from .runs.offload import item_chars, offload, request_chars
+from .runs.record import Usage
+from .storage.history import stored_history
+from .storage.postinference import PostJob
+from .storage.store import LedgerRow
+from .tenancy.caller import ANONYMOUS, Caller
 
 
 def _object_body(body: JSONValue) -> JSONObject:

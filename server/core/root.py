@@ -18,30 +18,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import tiktoken
-from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.core.activity import Activity
-from bidi_responses.server.core.compaction import CompactionCodec, load_key
-from bidi_responses.server.core.lanes.state import MemoryBudget
-from bidi_responses.server.core.malloc_trim import IdleTrimmer
-from bidi_responses.server.core.observability.counters import Counters
-from bidi_responses.server.core.observability.metrics import Metrics
-from bidi_responses.server.core.one_shot import OneShotOps
-from bidi_responses.server.core.rendering.render import Renderer
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.core.routing import Router
-from bidi_responses.server.core.runs.background import BackgroundRuns
-from bidi_responses.server.core.runs.deps import RunDeps, ServerState
-from bidi_responses.server.core.runs.one_shot import OneShotRuns
-from bidi_responses.server.core.storage.backend import open_store
-from bidi_responses.server.core.storage.handoff import StateTier
-from bidi_responses.server.core.storage.journal import Journal
-from bidi_responses.server.core.storage.postinference import PostQueue
-from bidi_responses.server.core.tenancy.auth import ApiKeys
-from bidi_responses.server.core.tenancy.limits import TenantLimiter
-from bidi_responses.server.core.tenancy.request_budget import RequestBytes
-from bidi_responses.server.engines import build_engine
-from bidi_responses.server.engines.base import Engine
-from bidi_responses.server.pipeline import build_pipeline
+
+from ..config import RouteConfig, ServerConfig
+from ..engines import build_engine
+from ..engines.base import Engine
+from ..pipeline import build_pipeline
+from .activity import Activity
+from .compaction import CompactionCodec, load_key
+from .lanes.state import MemoryBudget
+from .malloc_trim import IdleTrimmer
+from .observability.counters import Counters
+from .observability.metrics import Metrics
+from .one_shot import OneShotOps
+from .rendering.render import Renderer
+from .rendering.tokenizer import load_encoding
+from .routing import Router
+from .runs.background import BackgroundRuns
+from .runs.deps import RunDeps, ServerState
+from .runs.one_shot import OneShotRuns
+from .storage.backend import open_store
+from .storage.handoff import StateTier
+from .storage.journal import Journal
+from .storage.postinference import PostQueue
+from .tenancy.auth import ApiKeys
+from .tenancy.limits import TenantLimiter
+from .tenancy.request_budget import RequestBytes
 
 #: Builds the engine of one model route (the router calls it once per route).
 EngineFactory = Callable[[RouteConfig], Engine]

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from bidi_responses.server.config import RouteConfig
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.engines.base import Engine, close_engine
+from ..config import RouteConfig
+from ..engines.base import Engine, close_engine
+from .api.errors import ApiError, shown
 
 
 @dataclass(frozen=True, slots=True)

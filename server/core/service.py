@@ -20,13 +20,14 @@ from bidi_responses.schema import (
     ResponseObject,
     ServerEvent,
 )
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.errors import ApiError, not_found, shown
-from bidi_responses.server.core.lanes.session import Session
-from bidi_responses.server.core.observability.counters import ServerStats
-from bidi_responses.server.core.root import CoreParts, EngineFactory, compose
-from bidi_responses.server.core.runs.runner import ResponseRun
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
+
+from ..config import ServerConfig
+from .api.errors import ApiError, not_found, shown
+from .lanes.session import Session
+from .observability.counters import ServerStats
+from .root import CoreParts, EngineFactory, compose
+from .runs.runner import ResponseRun
+from .tenancy.caller import ANONYMOUS, Caller
 
 
 class ResponsesCore:

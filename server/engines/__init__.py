@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tiktoken
-    from bidi_responses.server.engines.base import Engine
-    from bidi_responses.server.engines.completions import CompletionsConfig
-    from bidi_responses.server.engines.sim import SimConfig
-    from bidi_responses.server.engines.upstream import UpstreamConfig
+
+    from .base import Engine
+    from .completions import CompletionsConfig
+    from .sim import SimConfig
+    from .upstream import UpstreamConfig
 
 __all__ = ["ENGINE_KINDS", "build_engine"]
 
@@ -62,11 +63,11 @@ def build_engine(
     renderer
     read compaction items.
     """
-    from bidi_responses.server.engines.sim import SimConfig, SimEngine
+    from .sim import SimConfig, SimEngine
 
     if kind == "completions":
-        from bidi_responses.server.core.rendering.tokenizer import load_encoding
-        from bidi_responses.server.engines.completions import CompletionsEngine
+        from ..core.rendering.tokenizer import load_encoding
+        from .completions import CompletionsEngine
 
         if completions is None:
             raise ValueError("the completions engine needs its backend settings (completions)")
@@ -74,7 +75,7 @@ def build_engine(
             completions, encoding if encoding is not None else load_encoding(), open_compaction
         )
     if kind == "upstream":
-        from bidi_responses.server.engines.upstream import UpstreamResponsesEngine
+        from .upstream import UpstreamResponsesEngine
 
         if upstream is None:
             raise ValueError("the upstream engine needs its upstream's settings (upstream)")
@@ -83,7 +84,7 @@ def build_engine(
     if kind == "sim":
         return SimEngine(config, encoding)
     if kind == "script":
-        from bidi_responses.server.engines.script import ScriptEngine
+        from .script import ScriptEngine
 
         if script_path is None:
             raise ValueError("the script engine needs script_path (a JSONL file of model turns)")

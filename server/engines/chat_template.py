@@ -33,16 +33,17 @@ import jinja2
 import jinja2.ext
 import tiktoken
 from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.jsonshape import plain_numbers
-from bidi_responses.server.core.rendering.render import (
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..core.api.errors import ApiError
+from ..core.api.jsonshape import plain_numbers
+from ..core.rendering.render import (
     Renderer,
     RenderMemo,
     TokenArray,
     common_prefix,
 )
-from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from .model_tokenizer import ModelTokenizer
 
 __all__ = ["ChatTemplate", "TemplateMemo", "TemplateRenderer", "chat_messages"]
 

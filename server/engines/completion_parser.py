@@ -23,8 +23,9 @@ import codecs
 import re
 
 import tiktoken
-from bidi_responses.server.core.rendering import tokenizer
-from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
+
+from ..core.rendering import tokenizer
+from .base import Delta, EngineEvent, ItemEnd, ItemStart
 
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 # Tokens that end the model's turn: stop sampling after them.

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineFinish
-from bidi_responses.server.engines.http_backend import (
+
+from .base import EngineError, EngineEvent, EngineFinish
+from .http_backend import (
     RetryableError,
     SSELineSplitter,
     broken_stream,
@@ -29,8 +30,8 @@ from bidi_responses.server.engines.http_backend import (
 )
 
 if TYPE_CHECKING:
-    from bidi_responses.server.engines.completions import CompletionsConfig
-    from bidi_responses.server.engines.formats import CompletionParserLike
+    from .completions import CompletionsConfig
+    from .formats import CompletionParserLike
 
 __all__ = ["StreamState", "finish", "read_completion"]
 

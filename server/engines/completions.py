@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING
 
 import tiktoken
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.engines.base import EngineError, EngineEvent, EngineRequest
-from bidi_responses.server.engines.completion_stream import StreamState, finish, read_completion
-from bidi_responses.server.engines.http_backend import (
+
+from .base import EngineError, EngineEvent, EngineRequest
+from .completion_stream import StreamState, finish, read_completion
+from .http_backend import (
     RetryableError,
     SessionPool,
     bearer_headers,
@@ -47,7 +48,7 @@ from bidi_responses.server.engines.http_backend import (
 if TYPE_CHECKING:
     # Imported lazily below: the settings dataclass is part of the server config, which the
     # renderer's modules import in turn.
-    from bidi_responses.server.engines.formats import ChatFormat
+    from .formats import ChatFormat
 
 __all__ = ["CompletionsConfig", "CompletionsEngine"]
 
@@ -106,7 +107,7 @@ class CompletionsEngine:
     ) -> None:
         if config.max_output_tokens < 1 or config.context_window < 2:
             raise ValueError("completions: max_output_tokens and context_window must be positive")
-        from bidi_responses.server.engines.formats import FORMATS, build_format
+        from .formats import FORMATS, build_format
 
         if config.format not in FORMATS:
             raise ValueError(
@@ -115,7 +116,7 @@ class CompletionsEngine:
         self.config = config
         settings = None
         if config.format == "template":
-            from bidi_responses.server.engines.template_format import TemplateSettings
+            from .template_format import TemplateSettings
 
             settings = TemplateSettings(
                 config.tokenizer,

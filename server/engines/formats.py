@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import tiktoken
 from bidi_responses.schema import FunctionCallItem
-from bidi_responses.server.core.rendering import tokenizer
-from bidi_responses.server.core.rendering.render import Renderer
-from bidi_responses.server.engines.base import EngineEvent, EngineRequest
+
+from ..core.rendering import tokenizer
+from ..core.rendering.render import Renderer
+from .base import EngineEvent, EngineRequest
 
 if TYPE_CHECKING:
-    from bidi_responses.server.engines.template_format import TemplateSettings
+    from .template_format import TemplateSettings
 
 #: The format names a completions route accepts ("template": the model's own tokenizer and
 #: chat template, see ``template_format``).
@@ -100,19 +101,19 @@ def build_format(
     turns a compaction item's sealed content back into its summary (``core.compaction``).
     ``"template"`` needs ``settings``: where the model's tokenizer and template are."""
     if name == "template":
-        from bidi_responses.server.engines.template_format import build_template_format
+        from .template_format import build_template_format
 
         if settings is None:
             raise ValueError("the template format needs the model's tokenizer (settings)")
         return build_template_format(settings, encoding, open_compaction)
     start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
     if name == "generic":
-        from bidi_responses.server.engines.completion_parser import CompletionParser
+        from .completion_parser import CompletionParser
 
         renderer = Renderer(encoding, open_compaction)
         return ChatFormat("generic", renderer, start, lambda: CompletionParser(encoding))
     if name == "harmony":
-        from bidi_responses.server.engines.harmony import (
+        from .harmony import (
             HarmonyCompletionParser,
             HarmonyRenderer,
             load_harmony,

@@ -29,10 +29,11 @@ import openai_harmony as oh
 import orjson
 import tiktoken
 from bidi_responses.schema import Item, part_text
-from bidi_responses.server.core.api.jsonshape import canonical_json, plain_numbers
-from bidi_responses.server.core.rendering import tokenizer
-from bidi_responses.server.core.rendering.render import Renderer, TokenArray
-from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+
+from ..core.api.jsonshape import canonical_json, plain_numbers
+from ..core.rendering import tokenizer
+from ..core.rendering.render import Renderer, TokenArray
+from .base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 
 _VOCAB_FILE = "o200k_base.tiktoken"
 

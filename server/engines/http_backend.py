@@ -12,7 +12,8 @@ import os
 import aiohttp
 import orjson
 from bidi_responses.schema import JSONObject
-from bidi_responses.server.engines.base import EngineError
+
+from .base import EngineError
 
 __all__ = [
     "RetryableError",

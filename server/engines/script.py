@@ -26,10 +26,11 @@ from typing import Literal
 
 import tiktoken
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.base import EngineEvent, EngineRequest
-from bidi_responses.server.engines.prefix_cache import PrefixCache
-from bidi_responses.server.engines.timing import (
+
+from ..core.rendering.tokenizer import load_encoding
+from .base import EngineEvent, EngineRequest
+from .prefix_cache import PrefixCache
+from .timing import (
     EngineTiming,
     PlannedItem,
     play,

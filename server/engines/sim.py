@@ -25,16 +25,17 @@ from typing import Literal
 
 import tiktoken
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.api.jsonshape import canonical_json
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest, FunctionSpec
-from bidi_responses.server.engines.prefix_cache import PrefixCache
-from bidi_responses.server.engines.schema_sampler import (
+
+from ..core.api.jsonshape import canonical_json
+from ..core.rendering.tokenizer import load_encoding
+from .base import Delta, EngineEvent, EngineRequest, FunctionSpec
+from .prefix_cache import PrefixCache
+from .schema_sampler import (
     FILLER_WORDS,
     SchemaSampler,
     schema_instance,
 )
-from bidi_responses.server.engines.timing import (
+from .timing import (
     EngineTiming,
     PlannedItem,
     play,

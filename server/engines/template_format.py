@@ -23,11 +23,12 @@ from pathlib import Path
 
 import tiktoken
 from bidi_responses.schema import Item, JSONValue
-from bidi_responses.server.engines.base import EngineRequest
-from bidi_responses.server.engines.chat_template import ChatTemplate, TemplateRenderer
-from bidi_responses.server.engines.formats import ChatFormat, CompletionParserLike
-from bidi_responses.server.engines.model_tokenizer import ModelTokenizer, load_model_tokenizer
-from bidi_responses.server.engines.tool_calls import (
+
+from .base import EngineRequest
+from .chat_template import ChatTemplate, TemplateRenderer
+from .formats import ChatFormat, CompletionParserLike
+from .model_tokenizer import ModelTokenizer, load_model_tokenizer
+from .tool_calls import (
     STYLES,
     TemplateCompletionParser,
     ToolCallSyntax,

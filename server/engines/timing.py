@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.engines.base import (
+
+from .base import (
     Delta,
     EngineEvent,
     EngineFinish,
@@ -37,7 +38,7 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
-from bidi_responses.server.engines.prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache
 
 __all__ = [
     "EngineTiming",

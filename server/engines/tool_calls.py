@@ -32,8 +32,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bidi_responses.server.engines.base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
-from bidi_responses.server.engines.model_tokenizer import ModelTokenizer
+from .base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+from .model_tokenizer import ModelTokenizer
 
 __all__ = ["STYLES", "CallScanner", "TemplateCompletionParser", "ToolCallSyntax"]
 

@@ -31,15 +31,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.engines.base import (
+
+from .base import (
     EngineAffinity,
     EngineError,
     EngineEvent,
     EngineRequest,
 )
-from bidi_responses.server.engines.http_backend import RetryableError, bearer_headers
-from bidi_responses.server.engines.upstream_events import UpstreamTurn, finish
-from bidi_responses.server.engines.upstream_wire import LaneLink, UpstreamWire
+from .http_backend import RetryableError, bearer_headers
+from .upstream_events import UpstreamTurn, finish
+from .upstream_wire import LaneLink, UpstreamWire
 
 __all__ = ["UpstreamConfig", "UpstreamResponsesEngine"]
 

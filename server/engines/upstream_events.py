@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bidi_responses.schema import JSONObject
-from bidi_responses.server.engines.base import (
+
+from .base import (
     Delta,
     EngineError,
     EngineEvent,
@@ -22,7 +23,7 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
-from bidi_responses.server.engines.http_backend import RetryableError, decode_object
+from .http_backend import RetryableError, decode_object
 
 __all__ = ["UpstreamTurn", "finish", "translate", "translate_raw"]
 

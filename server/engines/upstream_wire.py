@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 import aiohttp
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.engines.base import EngineError, EngineEvent
-from bidi_responses.server.engines.http_backend import (
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from .base import EngineError, EngineEvent
+from .http_backend import (
     RetryableError,
     SessionPool,
     SSELineSplitter,
@@ -26,12 +29,10 @@ from bidi_responses.server.engines.http_backend import (
     error_message,
     sse_data,
 )
-from bidi_responses.server.engines.upstream_events import UpstreamTurn, translate_raw
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from .upstream_events import UpstreamTurn, translate_raw
 
 if TYPE_CHECKING:
-    from bidi_responses.server.engines.upstream import UpstreamConfig
+    from .upstream import UpstreamConfig
 
 __all__ = ["LaneLink", "UpstreamWire"]
 

@@ -4,10 +4,10 @@ Importing this package registers the built-in stages by name: ``validation``, ``
 and ``injection``. See docs/pipeline.md for the stage interface and how to add one.
 """
 
-from bidi_responses.server.pipeline import injection as _injection  # noqa: F401
-from bidi_responses.server.pipeline import secrets as _secrets  # noqa: F401
-from bidi_responses.server.pipeline import validation as _validation  # noqa: F401
-from bidi_responses.server.pipeline.base import (
+from . import injection as _injection  # noqa: F401
+from . import secrets as _secrets  # noqa: F401
+from . import validation as _validation  # noqa: F401
+from .base import (
     Flag,
     Pipeline,
     Stage,

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import ParamSpec, Protocol, TypeAlias, TypeVar
 
 from bidi_responses.schema import Item, JSONObject, JSONValue, SafetyFlagObject
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes.state import CarriedState
-from bidi_responses.server.core.observability.logsafe import printable
+
+from ..core.api.errors import ApiError
+from ..core.api.requests import CreateRequest
+from ..core.lanes.state import CarriedState
+from ..core.observability.logsafe import printable
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]

@@ -20,9 +20,9 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.lanes.state import CarriedState
-from bidi_responses.server.pipeline.base import (
+from ..core.api.errors import ApiError
+from ..core.lanes.state import CarriedState
+from .base import (
     Flag,
     StageInput,
     examine_off_loop,

@@ -8,9 +8,9 @@ carries the known and answered call ids between turns, so the history is never w
 
 from __future__ import annotations
 
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.lanes.state import CarriedState
-from bidi_responses.server.pipeline.base import Flag, StageInput, register_stage
+from ..core.api.errors import ApiError, shown
+from ..core.lanes.state import CarriedState
+from .base import Flag, StageInput, register_stage
 
 
 class ValidationStage:

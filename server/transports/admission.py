@@ -6,9 +6,9 @@ Only where the header is found differs (HTTP headers, gRPC metadata).
 
 from __future__ import annotations
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.tenancy.auth import ApiKeys
-from bidi_responses.server.core.tenancy.caller import Caller
+from ..core.api.errors import ApiError
+from ..core.tenancy.auth import ApiKeys
+from ..core.tenancy.caller import Caller
 
 __all__ = ["Caller", "identify", "shutting_down"]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.api.errors import ApiError
+
+from ..core.api.errors import ApiError
 
 
 def error_from_event(event: Mapping[str, JSONValue]) -> ApiError:

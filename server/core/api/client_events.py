@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.jsonshape import check_json_shape
+
+from ...config import Limits
+from .errors import ApiError, server_error
+from .input_items import parse_input
+from .jsonshape import check_json_shape
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 CLIENT_EVENT_TYPES = (

@@ -10,7 +10,8 @@ from collections.abc import Collection, Iterable
 from typing import Literal, TypeVar, overload
 
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
+
+from .errors import ApiError, invalid, missing, shown
 
 _Name = TypeVar("_Name", bound=str)
 

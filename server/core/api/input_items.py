@@ -23,9 +23,10 @@ from bidi_responses.schema import (
     PassthroughItem,
     ReasoningItem,
 )
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
-from bidi_responses.server.core.api.fields import closed, json_type, opt_str, text, too_long
+
+from ...config import Limits
+from .errors import ApiError, invalid, missing, shown
+from .fields import closed, json_type, opt_str, text, too_long
 
 # Each normalizer builds the item as plain JSON while it checks it, and returns it as its kind
 # (a ``cast``: this module is where raw JSON becomes a checked item).

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.api.errors import ApiError, shown_path
+
+from .errors import ApiError, shown_path
 
 #: Objects and arrays nested deeper than this, counted from the request body (or client event)
 #: itself as level 0, are refused: ``tools[0]`` is level 2, so its deepest object is level 32,

@@ -20,8 +20,9 @@ from bidi_responses.schema import (
     TextConfig,
     TextFormat,
 )
-from bidi_responses.server.core.api.errors import ApiError, invalid, missing, shown
-from bidi_responses.server.core.api.fields import closed, json_type
+
+from .errors import ApiError, invalid, missing, shown
+from .fields import closed, json_type
 
 #: Checks a JSON schema, raising ApiError naming ``where`` (``tools.check_schema``).
 SchemaCheck = Callable[[JSONValue, str], None]

@@ -17,13 +17,14 @@ from bidi_responses.schema import (
     TextConfig,
     ToolChoice,
 )
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api import params
-from bidi_responses.server.core.api.errors import ApiError, invalid, shown
-from bidi_responses.server.core.api.fields import opt_bool, opt_number, opt_str, required_model
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.jsonshape import plain_numbers
-from bidi_responses.server.core.api.tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
+
+from ...config import Limits
+from . import params
+from .errors import ApiError, invalid, shown
+from .fields import opt_bool, opt_number, opt_str, required_model
+from .input_items import parse_input
+from .jsonshape import plain_numbers
+from .tools import NO_TOOLS, ToolSet, check_schema, parse_tool_choice
 
 
 @dataclass(slots=True)

@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING
 
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue, ToolChoice, ToolChoiceMode
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import invalid, missing, shown
-from bidi_responses.server.core.api.jsonshape import canonical_json
-from bidi_responses.server.engines.base import FunctionSpec
+
+from ...config import Limits
+from ...engines.base import FunctionSpec
+from .errors import invalid, missing, shown
+from .jsonshape import canonical_json
 
 if TYPE_CHECKING:
     from array import array
 
-    from bidi_responses.server.core.rendering.render import Renderer
     from bidi_responses.v1.responses_pb2 import Tool
+
+    from ..rendering.render import Renderer
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 
 from bidi_responses.schema import FunctionCallItem, Item
-from bidi_responses.server.core.api.errors import ApiError, shown
+
+from ..api.errors import ApiError, shown
 
 
 class AppendWait:

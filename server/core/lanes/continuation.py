@@ -14,27 +14,28 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bidi_responses.schema import Item, JSONObject
-from bidi_responses.server.core.api.jsonshape import plain_numbers
-from bidi_responses.server.core.api.params import response_format
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.lanes.state import (
-    ConversationState,
-    Prefix,
-    object_bytes,
-    observe,
-)
-from bidi_responses.server.core.rendering.render import (
+
+from ..api.jsonshape import plain_numbers
+from ..api.params import response_format
+from ..api.requests import CreateRequest
+from ..rendering.render import (
     Renderer,
     TokenArray,
     common_prefix,
     note_call,
 )
-from bidi_responses.server.core.storage.handoff import decode_state, encode_state
-from bidi_responses.server.core.storage.history import stored_history
+from ..storage.handoff import decode_state, encode_state
+from ..storage.history import stored_history
+from .lane import Lane
+from .state import (
+    ConversationState,
+    Prefix,
+    object_bytes,
+    observe,
+)
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.deps import RunDeps
+    from ..runs.deps import RunDeps
 
 
 @dataclass(slots=True)

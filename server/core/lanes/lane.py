@@ -11,16 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bidi_responses.schema import JSONObject
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.requests import CreateRequest, parse_create
-from bidi_responses.server.core.api.tools import ToolSet
-from bidi_responses.server.core.lanes.state import ResponseCache
-from bidi_responses.server.core.routing import Route, Router
-from bidi_responses.server.engines.base import EngineAffinity
+
+from ...config import Limits
+from ...engines.base import EngineAffinity
+from ..api.errors import ApiError
+from ..api.requests import CreateRequest, parse_create
+from ..api.tools import ToolSet
+from ..routing import Route, Router
+from .state import ResponseCache
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.runner import ResponseRun
+    from ..runs.runner import ResponseRun
 
 
 class Lane:

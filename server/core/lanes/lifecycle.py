@@ -43,7 +43,8 @@ from bidi_responses.schema import (
     ResponseSteerPendingEvent,
     ServerEvent,
 )
-from bidi_responses.server.core.api.errors import ApiError
+
+from ..api.errors import ApiError
 
 # Responses that ended on a stream, remembered so that a steer for one gets
 # ``response_already_completed`` rather than ``response_not_found``.

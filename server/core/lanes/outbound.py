@@ -29,7 +29,8 @@ import asyncio
 from typing import cast
 
 from bidi_responses.schema import ServerEvent
-from bidi_responses.server.core.runs.record import OutEvent
+
+from ..runs.record import OutEvent
 
 # The delta events that may be merged, with the fields (besides the lane) that must match.
 _MERGEABLE: dict[str, tuple[str, ...]] = {

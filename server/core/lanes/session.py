@@ -30,8 +30,9 @@ from bidi_responses.schema import (
     ServerEvent,
     WarningEvent,
 )
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.client_events import (
+
+from ...config import StreamingConfig
+from ..api.client_events import (
     AppendEvent,
     CancelEvent,
     ClientEvent,
@@ -41,11 +42,15 @@ from bidi_responses.server.core.api.client_events import (
     SteerEvent,
     parse_json_event,
 )
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.lanes import continuation
-from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.lanes.lifecycle import (
+from ..api.errors import ApiError, server_error
+from ..api.ids import new_id
+from ..runs.deps import RunDeps
+from ..runs.record import OutEvent, answers_to, error_event
+from ..runs.runner import ResponseRun
+from ..tenancy.caller import ANONYMOUS, Caller
+from . import continuation
+from .lane import Lane
+from .lifecycle import (
     Action,
     Emit,
     LaneLimits,
@@ -55,12 +60,8 @@ from bidi_responses.server.core.lanes.lifecycle import (
     StopAtBoundary,
     Ticket,
 )
-from bidi_responses.server.core.lanes.outbound import Outbox
-from bidi_responses.server.core.lanes.state import ResponseCache
-from bidi_responses.server.core.runs.deps import RunDeps
-from bidi_responses.server.core.runs.record import OutEvent, answers_to, error_event
-from bidi_responses.server.core.runs.runner import ResponseRun
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
+from .outbound import Outbox
+from .state import ResponseCache
 
 # Settings an automatic successor does not take from the response it continues.
 _NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate", "event_id")

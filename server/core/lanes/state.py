@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from bidi_responses.schema import Item, JSONObject, ResponseObject
-from bidi_responses.server.core.rendering.render import Renderer, RenderMemo, TokenArray
+
+from ..rendering.render import Renderer, RenderMemo, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
 #: own shape (the core only keeps it, under the stage's name, with the conversation).

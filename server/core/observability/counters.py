@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from bidi_responses.server.core.runs.record import ResponseStats
+from ..runs.record import ResponseStats
 
 
 class CounterTotals(TypedDict):

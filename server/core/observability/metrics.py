@@ -22,7 +22,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.record import ResponseStats
+    from ..runs.record import ResponseStats
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 

@@ -35,8 +35,9 @@ from typing import Protocol, TypeAlias, TypeVar
 import orjson
 import tiktoken
 from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
-from bidi_responses.server.core.api.jsonshape import canonical_json
-from bidi_responses.server.core.rendering import tokenizer
+
+from ..api.jsonshape import canonical_json
+from . import tokenizer
 
 TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
 #: What ``common_prefix`` compares: token arrays, or rendered texts.

@@ -12,13 +12,14 @@ import time
 from dataclasses import dataclass, field
 
 from bidi_responses.schema import Item, ResponseObject
-from bidi_responses.server.core.lanes.state import ConversationState
-from bidi_responses.server.core.runs.outcome import ledger_row, stored_response
-from bidi_responses.server.core.runs.record import ResponseRecord, ResponseStats, Usage
-from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
-from bidi_responses.server.core.tenancy.caller import Caller
-from bidi_responses.server.engines.base import EngineFinish
-from bidi_responses.server.pipeline.base import StageCounters
+
+from ...engines.base import EngineFinish
+from ...pipeline.base import StageCounters
+from ..lanes.state import ConversationState
+from ..storage.store import LedgerRow, StoredResponse
+from ..tenancy.caller import Caller
+from .outcome import ledger_row, stored_response
+from .record import ResponseRecord, ResponseStats, Usage
 
 
 def _no_counters() -> StageCounters:

@@ -19,10 +19,11 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from bidi_responses.schema import JSONObject, ServerEvent, snapshot_of
-from bidi_responses.server.config import BackgroundConfig
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.runs.record import TERMINAL_TYPES
-from bidi_responses.server.core.tenancy.caller import Caller
+
+from ...config import BackgroundConfig
+from ..api.errors import ApiError, shown
+from ..tenancy.caller import Caller
+from .record import TERMINAL_TYPES
 
 # Runs one create without a stream and yields its events (``ResponsesCore.respond``).
 Respond = Callable[[JSONObject, str, Caller], AsyncGenerator[ServerEvent, None]]

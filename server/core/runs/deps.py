@@ -12,21 +12,21 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.compaction import CompactionCodec
-from bidi_responses.server.core.lanes.state import MemoryBudget
-from bidi_responses.server.core.observability.counters import Counters
-from bidi_responses.server.core.observability.metrics import Metrics
-from bidi_responses.server.core.rendering.render import Renderer
-from bidi_responses.server.core.routing import Router
-from bidi_responses.server.core.storage.backend import ResponseStore
-from bidi_responses.server.core.storage.handoff import StateTier
-from bidi_responses.server.core.storage.postinference import PostQueue
-from bidi_responses.server.core.tenancy.limits import TenantLimiter
-from bidi_responses.server.pipeline.base import Pipeline
+from ...config import ServerConfig
+from ...pipeline.base import Pipeline
+from ..compaction import CompactionCodec
+from ..lanes.state import MemoryBudget
+from ..observability.counters import Counters
+from ..observability.metrics import Metrics
+from ..rendering.render import Renderer
+from ..routing import Router
+from ..storage.backend import ResponseStore
+from ..storage.handoff import StateTier
+from ..storage.postinference import PostQueue
+from ..tenancy.limits import TenantLimiter
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.runner import ResponseRun
+    from .runner import ResponseRun
 
 
 def _failover() -> dict[str, int]:

@@ -16,10 +16,11 @@ from typing import ParamSpec, TypeVar
 
 import orjson
 from bidi_responses.schema import Item
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.pipeline.base import iter_texts
+
+from ...config import Limits
+from ...pipeline.base import iter_texts
+from ..api.errors import ApiError
+from ..api.requests import CreateRequest
 
 P = ParamSpec("P")
 T = TypeVar("T")

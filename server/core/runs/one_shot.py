@@ -20,16 +20,17 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 from bidi_responses.schema import ErrorEvent, JSONObject, ServerEvent
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.jsonshape import check_json_shape
-from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.runs.deps import RunDeps
-from bidi_responses.server.core.runs.record import TERMINAL_TYPES, answers_to, error_event
-from bidi_responses.server.core.runs.runner import ResponseRun
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
+
+from ..api.errors import ApiError, server_error
+from ..api.jsonshape import check_json_shape
+from ..lanes.lane import Lane
+from ..tenancy.caller import ANONYMOUS, Caller
+from .deps import RunDeps
+from .record import TERMINAL_TYPES, answers_to, error_event
+from .runner import ResponseRun
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.activity import Activity
+    from ..activity import Activity
 
 # Keys of a client event that a create body does not carry.
 _EVENT_KEYS = ("type", "stream_id")

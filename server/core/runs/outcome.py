@@ -5,10 +5,11 @@ terminal event and one cut short by its stream's end write the same rows."""
 from __future__ import annotations
 
 from bidi_responses.schema import Item, ResponseObject
-from bidi_responses.server.core.lanes.state import ConversationState
-from bidi_responses.server.core.runs.record import ResponseRecord, Usage
-from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
-from bidi_responses.server.core.tenancy.caller import Caller
+
+from ..lanes.state import ConversationState
+from ..storage.store import LedgerRow, StoredResponse
+from ..tenancy.caller import Caller
+from .record import ResponseRecord, Usage
 
 
 def ledger_row(record: ResponseRecord, usage: Usage, caller: Caller, transport: str) -> LedgerRow:

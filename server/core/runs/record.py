@@ -25,7 +25,8 @@ from bidi_responses.schema import (
     TerminalEvent,
     UsageObject,
 )
-from bidi_responses.server.core.api.requests import CreateRequest
+
+from ..api.requests import CreateRequest
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 

@@ -29,46 +29,47 @@ from bidi_responses.schema import (
     ResponseError,
     ResponseInProgressEvent,
 )
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.api.ids import assign_ids, new_id
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes import continuation
-from bidi_responses.server.core.lanes.append import AppendWait
-from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.lanes.state import (
+
+from ...config import StreamingConfig
+from ...engines.base import (
+    EngineError,
+    EngineFinish,
+)
+from ...pipeline.base import StageInput
+from ..api.errors import ApiError
+from ..api.ids import assign_ids, new_id
+from ..api.input_items import parse_input
+from ..api.requests import CreateRequest
+from ..lanes import continuation
+from ..lanes.append import AppendWait
+from ..lanes.lane import Lane
+from ..lanes.state import (
     ConversationState,
     object_bytes,
     observe,
 )
-from bidi_responses.server.core.observability.metrics import ResponseMetrics
-from bidi_responses.server.core.rendering.render import Renderer, common_prefix
-from bidi_responses.server.core.routing import Route
-from bidi_responses.server.core.runs.account import RunAccount
-from bidi_responses.server.core.runs.deps import RunDeps
-from bidi_responses.server.core.runs.offload import item_chars, offload, request_chars
-from bidi_responses.server.core.runs.record import (
+from ..observability.metrics import ResponseMetrics
+from ..rendering.render import Renderer, common_prefix
+from ..routing import Route
+from ..storage.idempotency import find_replay
+from ..tenancy.caller import ANONYMOUS, Caller
+from .account import RunAccount
+from .deps import RunDeps
+from .offload import item_chars, offload, request_chars
+from .record import (
     EventSequence,
     ResponseRecord,
     error_event,
     terminal_event,
 )
-from bidi_responses.server.core.runs.streaming import (
+from .streaming import (
     BoundaryStop,
     Emit,
     ItemStreamer,
     engine_request_for,
     stream_segment,
 )
-from bidi_responses.server.core.runs.terminal import abandon, finish
-from bidi_responses.server.core.storage.idempotency import find_replay
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS, Caller
-from bidi_responses.server.engines.base import (
-    EngineError,
-    EngineFinish,
-)
-from bidi_responses.server.pipeline.base import StageInput
+from .terminal import abandon, finish
 
 
 class RunHooks(Protocol):

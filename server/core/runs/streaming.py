@@ -30,12 +30,9 @@ from bidi_responses.schema import (
     OutputTextPart,
     ResponseEvent,
 )
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.ids import new_id
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes.state import ConversationState
-from bidi_responses.server.core.runs.record import EventSequence, ResponseRecord
-from bidi_responses.server.engines.base import (
+
+from ...config import StreamingConfig
+from ...engines.base import (
     Delta,
     Engine,
     EngineAffinity,
@@ -46,6 +43,10 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from ..api.ids import new_id
+from ..api.requests import CreateRequest
+from ..lanes.state import ConversationState
+from .record import EventSequence, ResponseRecord
 
 Emit = Callable[[ResponseEvent], Awaitable[None]]
 

@@ -11,12 +11,13 @@ import time
 from typing import TYPE_CHECKING
 
 from bidi_responses.schema import Outcome
-from bidi_responses.server.core.lanes import continuation
-from bidi_responses.server.core.runs.record import terminal_event
-from bidi_responses.server.core.storage.postinference import PostJob, StorageUnavailable
+
+from ..lanes import continuation
+from ..storage.postinference import PostJob, StorageUnavailable
+from .record import terminal_event
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.runner import ResponseRun
+    from .runner import ResponseRun
 
 
 async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from bidi_responses.server.core.storage.sqlite_store import Store
-from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse, WriteJob
+from .sqlite_store import Store
+from .store import LedgerRow, StoredResponse, WriteJob
 
 
 class ResponseStore(Protocol):
@@ -126,6 +126,6 @@ def open_store(
         return Store(default_path)
     if url.startswith("sqlite:///"):
         return Store(Path(url.removeprefix("sqlite:///")))
-    from bidi_responses.server.core.storage.pg_store import PostgresStore
+    from .pg_store import PostgresStore
 
     return PostgresStore(url, pool_size=pool_size, connect_timeout_s=connect_timeout_s)

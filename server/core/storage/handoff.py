@@ -27,7 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.lanes.state import ConversationState
+
+from ..lanes.state import ConversationState
 
 _VERSION = 1
 

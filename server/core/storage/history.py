@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from bidi_responses.schema import Item, ResponseObject
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.errors import previous_response_not_found
-from bidi_responses.server.core.api.input_items import parse_input
-from bidi_responses.server.core.storage.backend import ResponseStore
+
+from ...config import Limits
+from ..api.errors import previous_response_not_found
+from ..api.input_items import parse_input
+from .backend import ResponseStore
 
 
 async def stored_history(

@@ -14,13 +14,13 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.storage.store import StoredResponse
-from bidi_responses.server.core.tenancy.caller import Caller
+from ..api.errors import ApiError, shown
+from ..api.requests import CreateRequest
+from ..tenancy.caller import Caller
+from .store import StoredResponse
 
 if TYPE_CHECKING:
-    from bidi_responses.server.core.runs.deps import RunDeps
+    from ..runs.deps import RunDeps
 
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
 

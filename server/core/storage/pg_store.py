@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from bidi_responses.server.core.storage.backend import StoreUnavailable, redact
-from bidi_responses.server.core.storage.store import (
+
+from .backend import StoreUnavailable, redact
+from .store import (
     LEDGER_COLUMNS,
     LEDGER_CONFLICT_RULE,
     RESPONSE_INSERT_COLUMNS,

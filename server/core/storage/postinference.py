@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import orjson
 from bidi_responses.schema import JSONObject
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.storage.backend import ResponseStore
-from bidi_responses.server.core.storage.journal import Journal, Segment, StorageUnavailable
-from bidi_responses.server.core.storage.store import LedgerRow, StoredResponse
+
+from ..api.errors import ApiError
+from .backend import ResponseStore
+from .journal import Journal, Segment, StorageUnavailable
+from .store import LedgerRow, StoredResponse
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from bidi_responses.server.core.storage.store import (
+from .store import (
     LEDGER_COLUMNS,
     LEDGER_CONFLICT_RULE,
     RESPONSE_INSERT_COLUMNS,

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from bidi_responses.server.core.storage import sqlite_schema
-from bidi_responses.server.core.storage.store import (
+from . import sqlite_schema
+from .store import (
     RESPONSE_SELECT_COLUMNS,
     LedgerRow,
     QueuedWrites,

@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.tenancy.tenants import tenant_from_authorization
+from ..api.errors import ApiError
+from .tenants import tenant_from_authorization
 
 DEFAULT_KEYS_ENV = "BIDI_RESPONSES_API_KEYS"
 

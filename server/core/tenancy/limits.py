@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bidi_responses.server.config import TenantLimits
-from bidi_responses.server.core.api.errors import ApiError
+from ...config import TenantLimits
+from ..api.errors import ApiError
 
 
 def limit_exceeded(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from bidi_responses.server.core.api.errors import ApiError
+from ..api.errors import ApiError
 
 #: Copies of a message the server holds at once while it reads and parses it, by transport:
 #: an HTTP body (the buffer as it grows and is reallocated, then its parsed form); a WebSocket

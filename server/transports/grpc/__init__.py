@@ -8,15 +8,15 @@ Requests are decoded in the handlers and every error becomes a chosen status
 set up in ``server.py`` and ``health.py``.
 """
 
-from bidi_responses.server.transports.grpc.connect import StreamsPerConnection
-from bidi_responses.server.transports.grpc.delivery import Delivery
-from bidi_responses.server.transports.grpc.server import (
+from .connect import StreamsPerConnection
+from .delivery import Delivery
+from .server import (
     SERVICE_NAME,
     GrpcServer,
     server_options,
     start_grpc_server,
 )
-from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
+from .servicer import ResponsesServicer
 
 __all__ = [
     "SERVICE_NAME",

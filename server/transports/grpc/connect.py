@@ -16,25 +16,26 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 import grpc
 from bidi_responses.codec import ProtoDecoder
-from bidi_responses.server.config import Limits, StreamingConfig
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.lanes.session import Session
-from bidi_responses.server.core.runs.record import OutEvent
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenancy.limits import limit_exceeded
-from bidi_responses.server.core.tenancy.request_budget import GRPC_COPIES
-from bidi_responses.server.transports.grpc.connect_events import connect_event
-from bidi_responses.server.transports.grpc.context import Context, caller_of
-from bidi_responses.server.transports.grpc.decoding import decode_request, peek_connect_request
-from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound
-from bidi_responses.server.transports.grpc.status import abort
-from bidi_responses.server.transports.streams import (
+from bidi_responses.v1 import responses_pb2 as pb
+
+from ...config import Limits, StreamingConfig
+from ...core.api.errors import ApiError
+from ...core.lanes.session import Session
+from ...core.runs.record import OutEvent
+from ...core.service import ResponsesCore
+from ...core.tenancy.limits import limit_exceeded
+from ...core.tenancy.request_budget import GRPC_COPIES
+from ..streams import (
     Incoming,
     Refusal,
     StreamDriver,
     open_stream,
 )
-from bidi_responses.v1 import responses_pb2 as pb
+from .connect_events import connect_event
+from .context import Context, caller_of
+from .decoding import decode_request, peek_connect_request
+from .delivery import Delivery, Outbound
+from .status import abort
 
 log = logging.getLogger("bidi_responses.grpc")
 

@@ -15,8 +15,10 @@ from typing import cast
 
 from bidi_responses.codec import inject_to_dict, item_to_dict, params_to_dict, steer_to_dict
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.client_events import (
+from bidi_responses.v1 import responses_pb2 as pb
+
+from ...config import Limits
+from ...core.api.client_events import (
     AppendEvent,
     CancelEvent,
     CreateEvent,
@@ -24,11 +26,10 @@ from bidi_responses.server.core.api.client_events import (
     lane_named,
     parse_json_event,
 )
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.api.jsonshape import check_json_shape
-from bidi_responses.server.core.runs.record import answers_to
-from bidi_responses.server.transports.streams import Incoming, Refusal
-from bidi_responses.v1 import responses_pb2 as pb
+from ...core.api.errors import ApiError, server_error
+from ...core.api.jsonshape import check_json_shape
+from ...core.runs.record import answers_to
+from ..streams import Incoming, Refusal
 
 
 def connect_event(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from bidi_responses.server.core.tenancy.auth import ApiKeys
-from bidi_responses.server.transports.admission import Caller, identify
+
+from ...core.tenancy.auth import ApiKeys
+from ..admission import Caller, identify
 
 # A servicer call's context; the message types vary by method and do not matter here.
 Context = grpc.aio.ServicerContext[Any, Any]

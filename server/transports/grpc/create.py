@@ -11,16 +11,17 @@ from collections.abc import AsyncGenerator
 
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.schema import JSONObject, snapshot_of
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.runs.record import TERMINAL_TYPES, OutEvent
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller, shutting_down
-from bidi_responses.server.transports.errors import error_from_event
-from bidi_responses.server.transports.grpc.context import Context, caller_of
-from bidi_responses.server.transports.grpc.decoding import decode_request
-from bidi_responses.server.transports.grpc.delivery import Delivery, Outbound, as_create_response
-from bidi_responses.server.transports.grpc.status import abort
 from bidi_responses.v1 import responses_pb2 as pb
+
+from ...core.api.errors import ApiError
+from ...core.runs.record import TERMINAL_TYPES, OutEvent
+from ...core.service import ResponsesCore
+from ..admission import Caller, shutting_down
+from ..errors import error_from_event
+from .context import Context, caller_of
+from .decoding import decode_request
+from .delivery import Delivery, Outbound, as_create_response
+from .status import abort
 
 
 async def create_response(

@@ -8,8 +8,9 @@ from typing import TypeVar
 
 from bidi_responses.codec import MessageDecodeError, decode_message
 from bidi_responses.codec.wire import read_varint
-from bidi_responses.server.core.api.errors import ApiError
 from google.protobuf.message import Message
+
+from ...core.api.errors import ApiError
 
 log = logging.getLogger("bidi_responses.grpc")
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from bidi_responses.codec import EVENT_FIELD, ProtoEncoder, batch_messages, field_bytes
 from bidi_responses.schema import ServerEvent
-from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.runs.record import OutEvent, error_event
 from bidi_responses.v1 import responses_pb2 as pb
+
+from ...config import StreamingConfig
+from ...core.api.errors import ApiError, server_error
+from ...core.runs.record import OutEvent, error_event
 
 log = logging.getLogger("bidi_responses.grpc")
 

@@ -19,15 +19,16 @@ from typing import Any
 
 import grpc
 from bidi_responses.codec import wire_bytes
-from bidi_responses.server.core.api.errors import ApiError, server_error
-from bidi_responses.server.core.observability.metrics import Metrics
-from bidi_responses.server.core.tenancy.request_budget import GRPC_COPIES, RequestBytes
-from bidi_responses.server.transports.grpc.context import Context
-from bidi_responses.server.transports.grpc.decoding import decode_request
-from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
-from bidi_responses.server.transports.grpc.status import abort
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
+
+from ...core.api.errors import ApiError, server_error
+from ...core.observability.metrics import Metrics
+from ...core.tenancy.request_budget import GRPC_COPIES, RequestBytes
+from .context import Context
+from .decoding import decode_request
+from .servicer import ResponsesServicer
+from .status import abort
 
 log = logging.getLogger("bidi_responses.grpc")
 

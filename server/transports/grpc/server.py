@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from bidi_responses.server.config import ServerConfig, TlsConfig
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.tracing import grpc_interceptors
-from bidi_responses.server.transports.grpc.connect import StreamsPerConnection
-from bidi_responses.server.transports.grpc.health import add_health_service, mark_draining
-from bidi_responses.server.transports.grpc.reflection import enable_reflection
-from bidi_responses.server.transports.grpc.registration import SERVICE, add_servicer
-from bidi_responses.server.transports.grpc.servicer import ResponsesServicer
 from grpc_health.v1 import health
+
+from ...config import ServerConfig, TlsConfig
+from ...core.service import ResponsesCore
+from ...tracing import grpc_interceptors
+from .connect import StreamsPerConnection
+from .health import add_health_service, mark_draining
+from .reflection import enable_reflection
+from .registration import SERVICE, add_servicer
+from .servicer import ResponsesServicer
 
 SERVICE_NAME = SERVICE.full_name
 

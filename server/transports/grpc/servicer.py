@@ -11,14 +11,15 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from bidi_responses.codec import ProtoDecoder, ProtoEncoder, item_to_dict, item_to_pb, usage_to_pb
 from bidi_responses.schema import JSONObject
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller
-from bidi_responses.server.transports.grpc.connect import StreamsPerConnection, connect_stream
-from bidi_responses.server.transports.grpc.context import Context, caller_of
-from bidi_responses.server.transports.grpc.create import create_response
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
+
+from ...core.api.errors import ApiError
+from ...core.service import ResponsesCore
+from ..admission import Caller
+from .connect import StreamsPerConnection, connect_stream
+from .context import Context, caller_of
+from .create import create_response
 
 
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):

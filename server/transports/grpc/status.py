@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import grpc
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.transports.grpc.context import Context
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
+from ...core.api.errors import ApiError
+from .context import Context
 
 DOMAIN = "bidi-responses"
 

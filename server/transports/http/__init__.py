@@ -7,11 +7,11 @@ JSON body (``responses.py``, ``sse.py``), WebSocket mode at ``GET /v1/responses`
 (``errors.py``) and the nested ``error`` event on the socket.
 """
 
-from bidi_responses.server.transports.http.app import HttpTransport
-from bidi_responses.server.transports.http.errors import error_body
-from bidi_responses.server.transports.http.framing import sse_frame, ws_batch_frame, ws_frame
-from bidi_responses.server.transports.http.server import StopHttp, start_http_server
-from bidi_responses.server.transports.http.sse import sse_stream
+from .app import HttpTransport
+from .errors import error_body
+from .framing import sse_frame, ws_batch_frame, ws_frame
+from .server import StopHttp, start_http_server
+from .sse import sse_stream
 
 __all__ = [
     "HttpTransport",

@@ -11,14 +11,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.http.errors import exception_handlers
-from bidi_responses.server.transports.http.ops import ops_routes
-from bidi_responses.server.transports.http.responses import responses_route, stored_response_routes
-from bidi_responses.server.transports.http.surface import surface_routes
-from bidi_responses.server.transports.http.websocket import WebSocketMode
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
+
+from ...core.service import ResponsesCore
+from .errors import exception_handlers
+from .ops import ops_routes
+from .responses import responses_route, stored_response_routes
+from .surface import surface_routes
+from .websocket import WebSocketMode
 
 
 class HttpTransport:

@@ -11,12 +11,13 @@ from typing import Any
 
 import orjson
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.api.errors import ApiError, server_error, shown
-from bidi_responses.server.core.observability.metrics import Metrics
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
+
+from ...core.api.errors import ApiError, server_error, shown
+from ...core.observability.metrics import Metrics
 
 
 def json_response(

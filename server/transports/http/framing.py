@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.core.runs.record import OutEvent
+
+from ...core.runs.record import OutEvent
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from bidi_responses.server.core.observability.metrics import CONTENT_TYPE_LATEST
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.http.errors import json_response
-from bidi_responses.server.transports.http.reading import caller
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+
+from ...core.observability.metrics import CONTENT_TYPE_LATEST
+from ...core.service import ResponsesCore
+from .errors import json_response
+from .reading import caller
 
 
 def ops_routes(core: ResponsesCore) -> list[BaseRoute]:

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 
 import orjson
 from bidi_responses.schema import JSONValue
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenancy.request_budget import HTTP_COPIES, over_budget
-from bidi_responses.server.transports.admission import Caller, identify
-from bidi_responses.server.transports.http.errors import invalid_json, too_large
 from starlette.requests import HTTPConnection, Request
+
+from ...core.api.errors import ApiError
+from ...core.service import ResponsesCore
+from ...core.tenancy.request_budget import HTTP_COPIES, over_budget
+from ..admission import Caller, identify
+from .errors import invalid_json, too_large
 
 
 def caller(core: ResponsesCore, headers: Mapping[str, str], peer: str | None = None) -> Caller:

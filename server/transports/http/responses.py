@@ -12,20 +12,21 @@ from __future__ import annotations
 import contextlib
 
 from bidi_responses.schema import terminal_response
-from bidi_responses.server.core.api.errors import ApiError, shown
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import shutting_down
-from bidi_responses.server.transports.http.errors import (
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ...core.api.errors import ApiError, shown
+from ...core.service import ResponsesCore
+from ..admission import shutting_down
+from .errors import (
     error_response,
     event_error_response,
     json_response,
 )
-from bidi_responses.server.transports.http.reading import caller, peer_of, query_int, read_json
-from bidi_responses.server.transports.http.sse import SseResponse, sse_stream
-from bidi_responses.server.transports.http.surface import background_create, background_stream
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from .reading import caller, peer_of, query_int, read_json
+from .sse import SseResponse, sse_stream
+from .surface import background_create, background_stream
 
 
 def _ended_early(core: ResponsesCore, what: str) -> ApiError:

@@ -15,11 +15,12 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.sockets import bound_socket
-from bidi_responses.server.tracing import wrap_asgi
-from bidi_responses.server.transports.http.app import HttpTransport
-from bidi_responses.server.transports.http.uvicorn_ws import WebSocketProtocol, quiet_denial_logs
+
+from ...core.service import ResponsesCore
+from ...sockets import bound_socket
+from ...tracing import wrap_asgi
+from .app import HttpTransport
+from .uvicorn_ws import WebSocketProtocol, quiet_denial_logs
 
 StopHttp = Callable[[float], Awaitable[None]]
 

@@ -6,11 +6,12 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from bidi_responses.schema import JSONValue, ServerEvent
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.http.framing import SSE_HEADERS, flat_sse_error, sse_frame
-from bidi_responses.server.transports.streams import WatchedWrites, WriteWatch
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
+
+from ...core.service import ResponsesCore
+from ..streams import WatchedWrites, WriteWatch
+from .framing import SSE_HEADERS, flat_sse_error, sse_frame
 
 
 class SseResponse(StreamingResponse):

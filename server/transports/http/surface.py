@@ -6,16 +6,17 @@ Each route maps one-to-one onto a core call; the core owns the rules.
 from __future__ import annotations
 
 from bidi_responses.schema import JSONObject, snapshot_of
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.transports.admission import Caller
-from bidi_responses.server.transports.errors import error_from_event
-from bidi_responses.server.transports.http.errors import json_response
-from bidi_responses.server.transports.http.reading import caller, peer_of, query_int, read_json
-from bidi_responses.server.transports.http.sse import event_log_response
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+
+from ...core.api.errors import ApiError
+from ...core.service import ResponsesCore
+from ..admission import Caller
+from ..errors import error_from_event
+from .errors import json_response
+from .reading import caller, peer_of, query_int, read_json
+from .sse import event_log_response
 
 
 def surface_routes(core: ResponsesCore) -> list[BaseRoute]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+from ...core.api.errors import ApiError
+from ...core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
 
 # After closing a stalled client, how long the close frame may wait for it before the socket
 # is dropped.

@@ -14,30 +14,31 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.client_events import EventRefused, parse_json_event
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.lanes.session import Session
-from bidi_responses.server.core.runs.record import OutEvent, answers_to
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenancy.request_budget import WEBSOCKET_COPIES
-from bidi_responses.server.transports.http.errors import (
-    auth_headers,
-    error_response,
-    invalid_json,
-    too_large,
-)
-from bidi_responses.server.transports.http.framing import ws_batch_frame, ws_frame
-from bidi_responses.server.transports.http.reading import caller, peer_of
-from bidi_responses.server.transports.streams import (
+from starlette.routing import WebSocketRoute
+from starlette.types import Message
+from starlette.websockets import WebSocket
+
+from ...config import Limits
+from ...core.api.client_events import EventRefused, parse_json_event
+from ...core.api.errors import ApiError
+from ...core.lanes.session import Session
+from ...core.runs.record import OutEvent, answers_to
+from ...core.service import ResponsesCore
+from ...core.tenancy.request_budget import WEBSOCKET_COPIES
+from ..streams import (
     Incoming,
     Refusal,
     StreamDriver,
     open_stream,
 )
-from starlette.routing import WebSocketRoute
-from starlette.types import Message
-from starlette.websockets import WebSocket
+from .errors import (
+    auth_headers,
+    error_response,
+    invalid_json,
+    too_large,
+)
+from .framing import ws_batch_frame, ws_frame
+from .reading import caller, peer_of
 
 # Close codes. 1000 ends WebSocket mode at its age limit as the hosted API does (the SDK then
 # ends iteration quietly); 1012 "service restart" tells clients a shutdown dropped them, and is

@@ -5,9 +5,9 @@
 ``writes.py`` is the one write-timeout mechanism, which SSE uses as well.
 """
 
-from bidi_responses.server.transports.streams.driver import StreamDriver, open_stream
-from bidi_responses.server.transports.streams.wire import Incoming, Refusal, Wire
-from bidi_responses.server.transports.streams.writes import (
+from .driver import StreamDriver, open_stream
+from .wire import Incoming, Refusal, Wire
+from .writes import (
     WatchedWrites,
     WriteWatch,
     write_timeout_error,

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.lanes.session import Session
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.core.tenancy.caller import Caller
-from bidi_responses.server.transports.admission import shutting_down
-from bidi_responses.server.transports.streams.wire import Frame, Message, Refusal, Wire
-from bidi_responses.server.transports.streams.writes import (
+from ...core.api.errors import ApiError
+from ...core.lanes.session import Session
+from ...core.service import ResponsesCore
+from ...core.tenancy.caller import Caller
+from ..admission import shutting_down
+from .wire import Frame, Message, Refusal, Wire
+from .writes import (
     WatchedWrites,
     WriteWatch,
     write_timeout_error,

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bidi_responses.schema import ErrorEvent, JSONValue
-from bidi_responses.server.core.api.client_events import ClientEvent
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.runs.record import OutEvent, error_event
+
+from ...core.api.client_events import ClientEvent
+from ...core.api.errors import ApiError
+from ...core.runs.record import OutEvent, error_event
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.observability.counters import Counters
+from ...core.api.errors import ApiError
+from ...core.observability.counters import Counters
 
 
 def write_timeout_error(seconds: float) -> ApiError:
