@@ -87,7 +87,8 @@ async def _check(port: int, db: Path, seen: Seen, stored_agents: list[int]) -> N
                     previous_response_id=last.id,
                     tools=[SHELL_TOOL],
                     input=[last.call_output("ok")],
-                    stream_id=f"check-{n}",
+                    # One conversation after another on the default lane: a stream takes at
+                    # most 32 named lanes, and each create names what it continues.
                 )
                 assert nxt.status == "completed"
 
