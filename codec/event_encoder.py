@@ -37,7 +37,7 @@ from .steering import (
     steer_failed_to_pb,
     steer_pending_to_pb,
 )
-from .turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
+from .turn_bytes import TurnWriter, varint
 from .wire import (
     LENGTH_DELIMITED,
     VARINT,
@@ -57,6 +57,8 @@ _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
 # by bytes, though the echo in use is always kept).
 _MAX_ECHOES = 4
 _MAX_ECHO_BYTES = 1 << 20
+# Lanes whose leads are kept per stream (see ``_leads_of``).
+_MAX_LANES = 16
 # The field of each event type's case in ``ConnectResponse``, as an encoded key.
 _CASE_TAGS = {
     kind: tag(field_number(pb.ConnectResponse, case), LENGTH_DELIMITED)
@@ -137,60 +139,51 @@ class ProtoEncoder:
         self.json_parameters = json_parameters
         # Serialized request echoes, most recent first (see ``_echo_bytes``).
         self._echoes: list[_Echo] = []
-        # The last lane's ``stream_id`` field, written before each of its events.
+        self._writer = writer = TurnWriter()
+        # The events written by hand: JSON type -> the writer of its whole message.
+        self._writers: dict[str, Callable[[bytes, JSONMapping], bytes]] = {
+            "response.output_text.delta": writer.text_delta_event,
+            "response.function_call_arguments.delta": writer.arguments_delta_event,
+            "response.output_text.done": writer.text_done_event,
+            "response.function_call_arguments.done": writer.arguments_done_event,
+            **dict.fromkeys(PART_EVENT_TYPES, writer.part_event),
+            **dict.fromkeys(ITEM_EVENT_TYPES, writer.item_event),
+            **dict.fromkeys(SNAPSHOT_TYPES, self._snapshot_event),
+        }
+        # Each lane's leads: the ``stream_id`` field and an event type's key, what each
+        # message begins with (the current lane's in ``_leads``).
+        self._lane_leads: dict[str, dict[str, bytes]] = {}
         self._lane = ""
-        self._lane_field = b""  # the default lane's: no field
-        # The lane's field and a delta's key, written before each delta.
-        self._text_prefix = _CASE_TAGS["response.output_text.delta"]
-        self._args_prefix = _CASE_TAGS["response.function_call_arguments.delta"]
-        self._writer = TurnWriter()
+        self._leads = self._leads_of("")
 
     def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), written by hand for a turn's events (``codec.turn_bytes``) and
         building snapshots from a request echo serialized once (see ``_echo_bytes``)."""
         kind = e["type"]
+        write = self._writers.get(kind)
+        if write is None:
+            return self.connect_response(lane, e).SerializeToString()
+        if lane != self._lane:
+            self._leads = self._leads_of(lane)
+            self._lane = lane
         try:
-            if kind == "response.output_text.delta":  # the hot path first, written whole
-                if lane != self._lane:
-                    self._lane_bytes(lane)
-                return self._writer.text_delta_message(self._text_prefix, e)
-            if kind == "response.function_call_arguments.delta":
-                if lane != self._lane:
-                    self._lane_bytes(lane)
-                return self._writer.arguments_delta_message(self._args_prefix, e)
-            if kind in SNAPSHOT_TYPES:
-                return self._snapshot_bytes(lane, kind, e)
-            if kind in ITEM_EVENT_TYPES:
-                body = self._writer.item_event(e)
-            else:
-                writer = EVENT_WRITERS.get(kind)
-                if writer is None:
-                    return self.connect_response(lane, e).SerializeToString()
-                body = writer(e)
+            return write(self._leads[kind], e)
         except (TypeError, KeyError, AttributeError, ValueError):
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
-        size = len(body)
-        if lane != self._lane:
-            self._lane_bytes(lane)
-        return (
-            self._lane_field
-            + _CASE_TAGS[kind]
-            + (ONE_BYTE[size] if size < 0x80 else varint(size))
-            + body
-        )
 
-    def _lane_bytes(self, lane: str) -> bytes:
-        """The ``stream_id`` field of ``lane`` (nothing for the default lane)."""
-        if lane != self._lane:
-            self._lane = lane
-            self._lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
-            self._text_prefix = self._lane_field + _CASE_TAGS["response.output_text.delta"]
-            self._args_prefix = (
-                self._lane_field + _CASE_TAGS["response.function_call_arguments.delta"]
-            )
-        return self._lane_field
+    def _leads_of(self, lane: str) -> dict[str, bytes]:
+        """What each event of ``lane`` begins with: its ``stream_id`` field (none for the
+        default lane) and the event's key, built once per lane (a few lanes per stream)."""
+        leads = self._lane_leads.get(lane)
+        if leads is None:
+            lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
+            leads = {kind: lane_field + case for kind, case in _CASE_TAGS.items()}
+            if len(self._lane_leads) >= _MAX_LANES:
+                self._lane_leads.clear()
+            self._lane_leads[lane] = leads
+        return leads
 
     def message_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """``event_bytes`` by the message path: each event built as messages, then
@@ -213,7 +206,7 @@ class ProtoEncoder:
             out = field_bytes(_STREAM_ID_FIELD, lane.encode()) + out
         return out
 
-    def _snapshot_bytes(self, lane: str, kind: str, e: JSONMapping) -> bytes:
+    def _snapshot_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """A snapshot event: the response's progress written now, its echo reused, the whole
         joined once (an echo is kilobytes: each concatenation would copy it)."""
         r = e["response"]
@@ -224,17 +217,7 @@ class ProtoEncoder:
         response_size = len(progress) + len(echo)
         response_head = _SNAPSHOT_RESPONSE_TAG + varint(response_size)
         snapshot_size = len(response_head) + response_size + len(tail)
-        return b"".join(
-            (
-                self._lane_bytes(lane),
-                _CASE_TAGS[kind],
-                varint(snapshot_size),
-                response_head,
-                progress,
-                echo,
-                tail,
-            )
-        )
+        return b"".join((lead, varint(snapshot_size), response_head, progress, echo, tail))
 
     def _echo_bytes(self, r: JSONMapping) -> bytes:
         """The serialized request echo of ``r``, reused while its values stay the same.

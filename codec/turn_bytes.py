@@ -5,10 +5,16 @@ serializing it costs several times what ``orjson`` spends on the same event as J
 functions write the wire format directly: fields in field-number order, proto3 defaults left
 out, ``optional`` fields written whenever set, sub-messages framed by their length. That is
 what upb's serializer writes, so a client reads the same bytes as before (the tests compare
-them with the message path event by event). Maps (``metadata``, the stats' stage maps) and
-rare shapes (annotations, other item kinds) still go through upb, framed here.
+them with the message path event by event). Rare shapes (annotations, other item kinds, a
+stats value of an unusual type) still go through upb, framed here.
 
-Each function takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
+What a turn writes more than once is written once (``TurnWriter``): the leading fields of an
+item's events (its id and indices, the same in every delta), an item (added, done, then in
+the terminal snapshot), a response's first fields (the same in ``response.created`` and
+``response.in_progress``), its stats. Each event is written whole: its tags precomputed, its
+parts joined once.
+
+Each writer takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
 ``AttributeError``, ``ValueError``) on a value it cannot write; the encoder then takes the
 message path, which names the problem as it always has. One leniency: an ``int32`` field
 takes any 64-bit integer here (the core's indices never come near 2**31).
@@ -16,7 +22,7 @@ takes any 64-bit integer here (the core's indices never come near 2**31).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import orjson
 from bidi_responses.schema import JSONMapping
@@ -26,17 +32,42 @@ from google.protobuf.message import Message
 from .items import item_to_pb, part_to_pb
 from .wire import LENGTH_DELIMITED, VARINT, field_number, tag
 
+__all__ = ["ONE_BYTE", "TurnWriter", "item", "part", "varint"]
+
 #: Each one-byte varint, by value.
 ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
 _UINT64 = (1 << 64) - 1
 
 
 def varint(value: int) -> bytes:
-    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64."""
-    if 0 <= value <= 0x7F:
+    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64.
+
+    Unrolled up to five bytes: lengths, sequence numbers, token counts, timestamps."""
+    if 0 <= value < 1 << 7:
         return ONE_BYTE[value]
-    if 0 < value <= 0x3FFF:  # two bytes: most sequence numbers and lengths
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 < value < 1 << 14:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 < value < 1 << 21:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 1 << 35:
+        if value < 1 << 28:
+            return bytes(
+                (
+                    value & 0x7F | 0x80,
+                    value >> 7 & 0x7F | 0x80,
+                    value >> 14 & 0x7F | 0x80,
+                    value >> 21,
+                )
+            )
+        return bytes(
+            (
+                value & 0x7F | 0x80,
+                value >> 7 & 0x7F | 0x80,
+                value >> 14 & 0x7F | 0x80,
+                value >> 21 & 0x7F | 0x80,
+                value >> 28,
+            )
+        )
     if not -(1 << 63) <= value < 1 << 64:
         raise ValueError(f"{value} does not fit a 64-bit field")
     value &= _UINT64
@@ -48,91 +79,38 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _tags(message: type[Message], *names: str, kind: int = LENGTH_DELIMITED) -> list[bytes]:
-    return [tag(field_number(message, name), kind) for name in names]
-
-
-# Tags of the fields written here, read from the generated descriptors.
-_TEXT_DELTA = _tags(pb.OutputTextDeltaEvent, "item_id", "delta")
-_TEXT_DELTA_INTS = _tags(
-    pb.OutputTextDeltaEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ARGS_DELTA = _tags(pb.FunctionCallArgumentsDeltaEvent, "item_id", "delta")
-_ARGS_DELTA_INTS = _tags(
-    pb.FunctionCallArgumentsDeltaEvent, "output_index", "sequence_number", kind=VARINT
-)
-_TEXT_DONE = _tags(pb.OutputTextDoneEvent, "item_id", "text")
-_TEXT_DONE_INTS = _tags(
-    pb.OutputTextDoneEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ARGS_DONE = _tags(pb.FunctionCallArgumentsDoneEvent, "item_id", "arguments", "name")
-_ARGS_DONE_INTS = _tags(
-    pb.FunctionCallArgumentsDoneEvent, "output_index", "sequence_number", kind=VARINT
-)
-_ITEM_EVENT_ITEM = tag(field_number(pb.OutputItemEvent, "item"), LENGTH_DELIMITED)
-_ITEM_EVENT_INTS = _tags(pb.OutputItemEvent, "output_index", "sequence_number", kind=VARINT)
-_PART_EVENT = _tags(pb.ContentPartEvent, "item_id", "part")
-_PART_EVENT_INTS = _tags(
-    pb.ContentPartEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ITEM_MESSAGE, _ITEM_CALL = _tags(pb.Item, "message", "function_call")
-_MESSAGE = _tags(pb.MessageItem, "id", "role", "content", "status", "phase")
-_CALL = _tags(pb.FunctionCallItem, "id", "call_id", "name", "arguments", "status")
-_PART_OUTPUT_TEXT, _PART_INPUT_TEXT = _tags(pb.ContentPart, "output_text", "input_text")
-_OUTPUT_TEXT_TEXT = tag(field_number(pb.OutputText, "text"), LENGTH_DELIMITED)
-_INPUT_TEXT_TEXT = tag(field_number(pb.InputText, "text"), LENGTH_DELIMITED)
-_USAGE_INTS = _tags(pb.Usage, "input_tokens", "output_tokens", "total_tokens", kind=VARINT)
-_USAGE_DETAILS = _tags(pb.Usage, "input_tokens_details", "output_tokens_details")
-_CACHED_TOKENS = tag(field_number(pb.InputTokensDetails, "cached_tokens"), VARINT)
-_REASONING_TOKENS = tag(field_number(pb.OutputTokensDetails, "reasoning_tokens"), VARINT)
-(
-    _R_ID,
-    _R_STATUS,
-    _R_INCOMPLETE_DETAILS,
-    _R_PREVIOUS_RESPONSE_ID,
-    _R_OUTPUT,
-    _R_ERROR,
-    _R_USAGE,
-    _R_SAFETY_FLAGS,
-    _R_STATS,
-) = _tags(
-    pb.Response,
-    "id",
-    "status",
-    "incomplete_details",
-    "previous_response_id",
-    "output",
-    "error",
-    "usage",
-    "safety_flags",
-    "stats",
-)
-_R_CREATED_AT, _R_COMPLETED_AT, _R_SLIM = _tags(
-    pb.Response, "created_at", "completed_at", "slim", kind=VARINT
-)
-_REASON = tag(field_number(pb.IncompleteDetails, "reason"), LENGTH_DELIMITED)
-_ERROR_CODE, _ERROR_MESSAGE = _tags(pb.ResponseError, "code", "message")
-_TRUE = b"\x01"
-_R_SLIM_TRUE = _R_SLIM + _TRUE
-
-
-def _string(field_tag: bytes, value: str) -> bytes:
+def string_field(field_tag: bytes, value: str) -> bytes:
     """A proto3 string field: nothing when empty."""
     if not value:
         if not isinstance(value, str):
             raise TypeError(f"expected a string, got {type(value).__name__}")
         return b""
     data = value.encode()
-    return field_tag + varint(len(data)) + data
+    size = len(data)
+    return b"".join((field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data))
 
 
-def _present(field_tag: bytes, data: bytes) -> bytes:
+def string_fields(tags: tuple[bytes, ...], *values: str) -> bytes:
+    """Consecutive proto3 string fields, joined once (an item's ids, names and statuses)."""
+    out: list[bytes] = []
+    for field_tag, value in zip(tags, values, strict=True):
+        if value:
+            data = value.encode()
+            size = len(data)
+            out += (field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data)
+        elif not isinstance(value, str):
+            raise TypeError(f"expected a string, got {type(value).__name__}")
+    return b"".join(out)
+
+
+def present_field(field_tag: bytes, data: bytes) -> bytes:
     """A length-delimited field that is written even when empty (a set sub-message or an
     ``optional`` string)."""
-    return field_tag + varint(len(data)) + data
+    size = len(data)
+    return b"".join((field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data))
 
 
-def _int(field_tag: bytes, value: int) -> bytes:
+def int_field(field_tag: bytes, value: int) -> bytes:
     """A proto3 integer field: nothing when zero (``varint`` refuses what is not an int)."""
     if value:
         return field_tag + varint(value)
@@ -141,82 +119,81 @@ def _int(field_tag: bytes, value: int) -> bytes:
     return b""
 
 
-def text_delta(e: JSONMapping) -> bytes:
-    """``OutputTextDeltaEvent``."""
-    out_i, content_i, seq = _TEXT_DELTA_INTS
-    return (
-        _string(_TEXT_DELTA[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _string(_TEXT_DELTA[1], e["delta"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
+def _tag(message: type[Message], name: str, kind: int = LENGTH_DELIMITED) -> bytes:
+    # ``tag`` is cached: the same field key is the same bytes object wherever it is used.
+    return tag(field_number(message, name), kind)
 
 
-def arguments_delta(e: JSONMapping) -> bytes:
-    """``FunctionCallArgumentsDeltaEvent``."""
-    out_i, seq = _ARGS_DELTA_INTS
-    return (
-        _string(_ARGS_DELTA[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _string(_ARGS_DELTA[1], e["delta"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
+def _head_tags(message: type[Message], *ints: str) -> tuple[bytes, ...]:
+    """The tags of an event's leading fields: ``item_id`` and its indices."""
+    return (_tag(message, "item_id"), *(_tag(message, name, VARINT) for name in ints))
 
 
-def text_done(e: JSONMapping) -> bytes:
-    """``OutputTextDoneEvent``."""
-    out_i, content_i, seq = _TEXT_DONE_INTS
-    return (
-        _string(_TEXT_DONE[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _string(_TEXT_DONE[1], e["text"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def arguments_done(e: JSONMapping) -> bytes:
-    """``FunctionCallArgumentsDoneEvent``."""
-    out_i, seq = _ARGS_DONE_INTS
-    return (
-        _string(_ARGS_DONE[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _string(_ARGS_DONE[1], e["arguments"])
-        + _string(_ARGS_DONE[2], e["name"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def item_event(e: JSONMapping) -> bytes:
-    """``OutputItemEvent`` (output_item.added and .done)."""
-    out_i, seq = _ITEM_EVENT_INTS
-    return (
-        _int(out_i, e["output_index"])
-        + _present(_ITEM_EVENT_ITEM, item(e["item"]))
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def part_event(e: JSONMapping) -> bytes:
-    """``ContentPartEvent`` (content_part.added and .done)."""
-    out_i, content_i, seq = _PART_EVENT_INTS
-    return (
-        _string(_PART_EVENT[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _present(_PART_EVENT[1], part(e["part"]))
-        + _int(seq, e.get("sequence_number", 0))
-    )
+# Tags of the fields written here, read from the generated descriptors.
+_TEXT_DELTA_HEAD = _head_tags(pb.OutputTextDeltaEvent, "output_index", "content_index")
+_TEXT_DELTA = _tag(pb.OutputTextDeltaEvent, "delta")
+_TEXT_DELTA_SEQ = _tag(pb.OutputTextDeltaEvent, "sequence_number", VARINT)
+_ARGS_DELTA_HEAD = _head_tags(pb.FunctionCallArgumentsDeltaEvent, "output_index")
+_ARGS_DELTA = _tag(pb.FunctionCallArgumentsDeltaEvent, "delta")
+_ARGS_DELTA_SEQ = _tag(pb.FunctionCallArgumentsDeltaEvent, "sequence_number", VARINT)
+_TEXT_DONE_HEAD = _head_tags(pb.OutputTextDoneEvent, "output_index", "content_index")
+_TEXT_DONE = _tag(pb.OutputTextDoneEvent, "text")
+_TEXT_DONE_SEQ = _tag(pb.OutputTextDoneEvent, "sequence_number", VARINT)
+_ARGS_DONE_HEAD = _head_tags(pb.FunctionCallArgumentsDoneEvent, "output_index")
+_ARGS_DONE = (
+    _tag(pb.FunctionCallArgumentsDoneEvent, "arguments"),
+    _tag(pb.FunctionCallArgumentsDoneEvent, "name"),
+)
+_ARGS_DONE_SEQ = _tag(pb.FunctionCallArgumentsDoneEvent, "sequence_number", VARINT)
+_PART_EVENT_HEAD = _head_tags(pb.ContentPartEvent, "output_index", "content_index")
+_PART_EVENT_PART = _tag(pb.ContentPartEvent, "part")
+_PART_EVENT_SEQ = _tag(pb.ContentPartEvent, "sequence_number", VARINT)
+_ITEM_EVENT_INDEX = _tag(pb.OutputItemEvent, "output_index", VARINT)
+_ITEM_EVENT_ITEM = _tag(pb.OutputItemEvent, "item")
+_ITEM_EVENT_SEQ = _tag(pb.OutputItemEvent, "sequence_number", VARINT)
+_ITEM_MESSAGE = _tag(pb.Item, "message")
+_ITEM_CALL = _tag(pb.Item, "function_call")
+_MESSAGE_IDS = (_tag(pb.MessageItem, "id"), _tag(pb.MessageItem, "role"))
+_MESSAGE_CONTENT = _tag(pb.MessageItem, "content")
+_MESSAGE_STATES = (_tag(pb.MessageItem, "status"), _tag(pb.MessageItem, "phase"))
+_CALL = tuple(
+    _tag(pb.FunctionCallItem, n) for n in ("id", "call_id", "name", "arguments", "status")
+)
+_PART_OUTPUT_TEXT = _tag(pb.ContentPart, "output_text")
+_PART_INPUT_TEXT = _tag(pb.ContentPart, "input_text")
+_OUTPUT_TEXT_TEXT = _tag(pb.OutputText, "text")
+_INPUT_TEXT_TEXT = _tag(pb.InputText, "text")
+_R_ID = _tag(pb.Response, "id")
+_R_CREATED_AT = _tag(pb.Response, "created_at", VARINT)
+_R_COMPLETED_AT = _tag(pb.Response, "completed_at", VARINT)
+_R_STATUS = _tag(pb.Response, "status")
+_R_INCOMPLETE_DETAILS = _tag(pb.Response, "incomplete_details")
+_R_PREVIOUS_RESPONSE_ID = _tag(pb.Response, "previous_response_id")
+_R_OUTPUT = _tag(pb.Response, "output")
+_R_ERROR = _tag(pb.Response, "error")
+_R_USAGE = _tag(pb.Response, "usage")
+_R_SAFETY_FLAGS = _tag(pb.Response, "safety_flags")
+_R_STATS = _tag(pb.Response, "stats")
+_R_SLIM_TRUE = _tag(pb.Response, "slim", VARINT) + b"\x01"
+_USAGE_INPUT = _tag(pb.Usage, "input_tokens", VARINT)
+_USAGE_INPUT_DETAILS = _tag(pb.Usage, "input_tokens_details")
+_USAGE_OUTPUT = _tag(pb.Usage, "output_tokens", VARINT)
+_USAGE_OUTPUT_DETAILS = _tag(pb.Usage, "output_tokens_details")
+_USAGE_TOTAL = _tag(pb.Usage, "total_tokens", VARINT)
+_CACHED_TOKENS = _tag(pb.InputTokensDetails, "cached_tokens", VARINT)
+_REASONING_TOKENS = _tag(pb.OutputTokensDetails, "reasoning_tokens", VARINT)
+_REASON = _tag(pb.IncompleteDetails, "reason")
+_ERROR_CODE = _tag(pb.ResponseError, "code")
+_ERROR_MESSAGE = _tag(pb.ResponseError, "message")
 
 
 def part(p: JSONMapping) -> bytes:
     """A ``ContentPart`` (``part_to_pb``'s bytes)."""
     kind = p.get("type")
     if kind == "output_text" and not p.get("annotations"):
-        return _present(_PART_OUTPUT_TEXT, _string(_OUTPUT_TEXT_TEXT, p.get("text", "")))
+        return present_field(_PART_OUTPUT_TEXT, string_field(_OUTPUT_TEXT_TEXT, p.get("text", "")))
     if kind == "input_text":
-        return _present(_PART_INPUT_TEXT, _string(_INPUT_TEXT_TEXT, p.get("text", "")))
+        return present_field(_PART_INPUT_TEXT, string_field(_INPUT_TEXT_TEXT, p.get("text", "")))
     return part_to_pb(p).SerializeToString()
 
 
@@ -224,182 +201,192 @@ def item(i: JSONMapping) -> bytes:
     """An ``Item`` (``item_to_pb``'s bytes)."""
     kind = i.get("type")
     if kind == "function_call":
-        id_, call_id, name, arguments, status = _CALL
-        return _present(
-            _ITEM_CALL,
-            _string(id_, i.get("id", ""))
-            + _string(call_id, i["call_id"])
-            + _string(name, i["name"])
-            + _string(arguments, i["arguments"])
-            + _string(status, i.get("status", "")),
+        get = i.get
+        call = string_fields(
+            _CALL, get("id", ""), i["call_id"], i["name"], i["arguments"], get("status", "")
         )
+        return present_field(_ITEM_CALL, call)
     if kind == "message":
-        id_, role, content, status, phase = _MESSAGE
-        return _present(
-            _ITEM_MESSAGE,
-            _string(id_, i.get("id", ""))
-            + _string(role, i["role"])
-            + b"".join([_present(content, part(p)) for p in i["content"]])
-            + _string(status, i.get("status", ""))
-            + _string(phase, i.get("phase") or ""),
+        get = i.get
+        message = b"".join(
+            (
+                string_fields(_MESSAGE_IDS, get("id", ""), i["role"]),
+                *[present_field(_MESSAGE_CONTENT, part(p)) for p in i["content"]],
+                string_fields(_MESSAGE_STATES, get("status", ""), get("phase") or ""),
+            )
         )
+        return present_field(_ITEM_MESSAGE, message)
     return item_to_pb(i).SerializeToString()
 
 
 def usage(u: JSONMapping) -> bytes:
     """A ``Usage`` (``usage_to_pb``'s bytes: both details always present)."""
-    input_tokens, output_tokens, total_tokens = _USAGE_INTS
-    input_details, output_details = _USAGE_DETAILS
-    return (
-        _int(input_tokens, u["input_tokens"])
-        + _present(input_details, _int(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"]))
-        + _int(output_tokens, u["output_tokens"])
-        + _present(
-            output_details,
-            _int(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"]),
+    cached = int_field(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"])
+    reasoning = int_field(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"])
+    return b"".join(
+        (
+            int_field(_USAGE_INPUT, u["input_tokens"]),
+            _USAGE_INPUT_DETAILS,
+            ONE_BYTE[len(cached)],  # a details message is at most 11 bytes
+            cached,
+            int_field(_USAGE_OUTPUT, u["output_tokens"]),
+            _USAGE_OUTPUT_DETAILS,
+            ONE_BYTE[len(reasoning)],
+            reasoning,
+            int_field(_USAGE_TOTAL, u["total_tokens"]),
         )
-        + _int(total_tokens, u["total_tokens"])
     )
 
 
-def response_progress(
-    r: JSONMapping, slim: bool, write_item: Callable[[JSONMapping], bytes] = item
+def _event(lead: bytes, head: bytes, fields: bytes, seq_tag: bytes, seq: int) -> bytes:
+    """A whole event message, joined once: ``lead`` (the ``stream_id`` field and the event's
+    key), the event's length, its leading fields, the others, its sequence number."""
+    tail = seq_tag + varint(seq) if seq else b""
+    size = len(head) + len(fields) + len(tail)
+    return b"".join((lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, fields, tail))
+
+
+def _text_event(
+    lead: bytes, head: bytes, text_tag: bytes, text: str, seq_tag: bytes, seq: int
 ) -> bytes:
-    """The fields of a Response that change over its life (``response_progress_to_pb``'s
-    bytes, in field-number order); ``write_item`` writes each output item."""
-    get = r.get
-    out = [_string(_R_ID, r["id"]), _int(_R_CREATED_AT, r["created_at"])]
-    completed_at = get("completed_at")
+    """``_event`` of one string field after the head (a delta, a done text), its parts
+    joined once without building the field first: the deltas' hot path."""
+    data = text.encode()  # only a str has encode()
+    size = len(data)
+    if size:
+        string_head = text_tag + (ONE_BYTE[size] if size < 0x80 else varint(size))
+        size += len(string_head)
+    else:
+        string_head = b""
+    if seq:
+        tail = seq_tag + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq))
+        size += len(tail)
+    else:
+        tail = b""
+    size += len(head)
+    return b"".join(
+        (lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, string_head, data, tail)
+    )
+
+
+def _progress_head(
+    id_: str,
+    created_at: int,
+    completed_at: int | None,
+    status: str,
+    reason: str | None,
+    previous: str | None,
+) -> bytes:
+    """The fields of a Response before its output, in field-number order."""
+    out = [string_field(_R_ID, id_), int_field(_R_CREATED_AT, created_at)]
     if completed_at is not None:
         out.append(_R_COMPLETED_AT + varint(completed_at))
-    out.append(_string(_R_STATUS, r["status"]))
-    details = get("incomplete_details")
-    if details:
-        out.append(_present(_R_INCOMPLETE_DETAILS, _string(_REASON, details["reason"])))
-    previous = get("previous_response_id")
+    out.append(string_field(_R_STATUS, status))
+    if reason is not None:
+        out.append(present_field(_R_INCOMPLETE_DETAILS, string_field(_REASON, reason)))
     if previous is not None:
-        out.append(_present(_R_PREVIOUS_RESPONSE_ID, previous.encode()))
-    for output_item in r["output"]:
-        out.append(_present(_R_OUTPUT, write_item(output_item)))
-    error = get("error")
-    if error:
-        out.append(
-            _present(
-                _R_ERROR,
-                _string(_ERROR_CODE, error.get("code") or "")
-                + _string(_ERROR_MESSAGE, error.get("message") or ""),
-            )
-        )
-    usage_values = get("usage")
-    if usage_values:
-        out.append(_present(_R_USAGE, usage(usage_values)))
-    flags = get("safety_flags")
-    if flags:
-        for flag in flags:
-            out.append(_present(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
-    stats = get("stats")
-    if stats:
-        out.append(_present(_R_STATS, pb.ResponseStats(**stats).SerializeToString()))
-    if slim:
-        out.append(_R_SLIM_TRUE)
+        out.append(present_field(_R_PREVIOUS_RESPONSE_ID, previous.encode()))
     return b"".join(out)
 
 
-#: The events written here: JSON type -> the function writing its event message.
-EVENT_WRITERS: dict[str, Callable[[JSONMapping], bytes]] = {
-    "response.output_text.delta": text_delta,
-    "response.function_call_arguments.delta": arguments_delta,
-    "response.output_text.done": text_done,
-    "response.function_call_arguments.done": arguments_done,
-    "response.content_part.added": part_event,
-    "response.content_part.done": part_event,
-}
+def _stats(values: JSONMapping) -> bytes:
+    """A ``ResponseStats`` (``stats_to_pb``'s bytes). Built by upb: a message of a dozen
+    scalars is built faster by its keyword arguments than written field by field here, and
+    upb writes the maps in its own order (which differs between processes)."""
+    return pb.ResponseStats(**values).SerializeToString()
 
 
-def _delta_message(
-    prefix: bytes, head: bytes, delta_tag: bytes, e: JSONMapping, seq_tag: bytes
-) -> bytes:
-    """A delta message from its parts, joined once: ``prefix``, the event's length, the
-    fields before the delta (``head``), the delta, the sequence number."""
-    data = e["delta"].encode()  # only a str has encode()
-    size = len(data)
-    length = ONE_BYTE[size] if size < 0x80 else varint(size)
-    delta_head = delta_tag + length if size else b""
-    seq = e.get("sequence_number", 0)
-    tail = seq_tag + varint(seq) if seq else b""
-    body_size = len(head) + len(delta_head) + size + len(tail)
-    return b"".join(
-        (
-            prefix,
-            ONE_BYTE[body_size] if body_size < 0x80 else varint(body_size),
-            head,
-            delta_head,
-            data,
-            tail,
-        )
+def _error(error: JSONMapping) -> bytes:
+    """A ``ResponseError``: its code and message (null ones empty)."""
+    return string_field(_ERROR_CODE, error.get("code") or "") + string_field(
+        _ERROR_MESSAGE, error.get("message") or ""
     )
 
 
-#: The fields of a Response that ``response_progress`` writes.
-_PROGRESS_FIELDS = (
-    "id",
-    "created_at",
-    "completed_at",
-    "status",
-    "incomplete_details",
-    "previous_response_id",
-    "output",
-    "error",
-    "usage",
-    "safety_flags",
-    "stats",
-)
 # Bounds of a stream's memo of item bytes: a turn's items, each written two or three times.
 _MAX_ITEMS = 16
 _MAX_ITEM_BYTES = 256 << 10
+# Bounds of a stream's memo of stats bytes: a response's snapshots before its output share one.
+_MAX_STATS = 4
 
 
 class TurnWriter:
     """The event writers of one stream, with what a turn writes more than once remembered.
 
+    Each ``*_event`` method writes a whole ``ConnectResponse``: ``lead`` is its
+    ``stream_id`` field and the event's key, the rest comes from the event.
+
     An item is written when it is added, when it is done and again in the terminal
     snapshot; ``response.created`` and ``response.in_progress`` carry the same progress. A
-    value is recognised by its JSON (``orjson``, a fraction of the cost of writing it here),
+    dict is recognised by its JSON (``orjson``, a fraction of the cost of writing it here),
     which is immutable: an item changed in place is never mistaken for its earlier state.
-    Owned by the stream's encoder, bounded by count and bytes.
+    Scalars (ids, indices, statuses) are compared as they are. Owned by the stream's
+    encoder, bounded by count and bytes.
     """
 
     def __init__(self) -> None:
-        # The fields a delta shares with the previous delta of its kind (same item).
-        self._text_key: tuple[object, ...] = ()
-        self._text_head = b""
-        self._args_key: tuple[object, ...] = ()
-        self._args_head = b""
+        # The leading fields of the last item's events (its tags, id and indices) and their
+        # bytes: the same for each of its deltas, its done event and its parts.
+        self._head_key: tuple[Any, ...] = ()
+        self._head = b""
         self._items: dict[bytes, bytes] = {}
         self._item_bytes = 0
-        self._progress_key = b""
-        self._progress = b""
+        # The last response's fields before its output, and their bytes.
+        self._progress_key: tuple[Any, ...] = ()
+        self._progress_head = b""
+        self._stats: dict[bytes, bytes] = {}
 
-    def text_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
-        """A whole text delta message: ``prefix`` (the ``stream_id`` field and the event's
-        key), the event's length, then ``text_delta``'s bytes, the fields before the delta
-        reused from the previous delta and everything joined once (the hot path)."""
-        key = (e["item_id"], e["output_index"], e["content_index"])
-        if key != self._text_key:
-            out_i, content_i, _ = _TEXT_DELTA_INTS
-            self._text_head = (
-                _string(_TEXT_DELTA[0], key[0]) + _int(out_i, key[1]) + _int(content_i, key[2])
-            )
-            self._text_key = key
-        return _delta_message(prefix, self._text_head, _TEXT_DELTA[1], e, _TEXT_DELTA_INTS[2])
+    def _head_of(self, key: tuple[Any, ...]) -> bytes:
+        """The leading fields for ``key`` (tags, ``item_id``, indices), written when they
+        are not the last ones."""
+        if key != self._head_key:
+            tags = key[0]
+            out = [string_field(tags[0], key[1])]
+            for index_tag, index in zip(tags[1:], key[2:], strict=True):
+                out.append(int_field(index_tag, index))
+            self._head = b"".join(out)
+            self._head_key = key
+        return self._head
 
-    def arguments_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
-        """``text_delta_message`` for an arguments delta."""
-        key = (e["item_id"], e["output_index"])
-        if key != self._args_key:
-            self._args_head = _string(_ARGS_DELTA[0], key[0]) + _int(_ARGS_DELTA_INTS[0], key[1])
-            self._args_key = key
-        return _delta_message(prefix, self._args_head, _ARGS_DELTA[1], e, _ARGS_DELTA_INTS[1])
+    def text_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputTextDeltaEvent`` (the hot path: one string besides the item's head)."""
+        key = (_TEXT_DELTA_HEAD, e["item_id"], e["output_index"], e["content_index"])
+        head = self._head if key == self._head_key else self._head_of(key)
+        seq = e.get("sequence_number", 0)
+        return _text_event(lead, head, _TEXT_DELTA, e["delta"], _TEXT_DELTA_SEQ, seq)
+
+    def arguments_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``FunctionCallArgumentsDeltaEvent``."""
+        key = (_ARGS_DELTA_HEAD, e["item_id"], e["output_index"])
+        head = self._head if key == self._head_key else self._head_of(key)
+        seq = e.get("sequence_number", 0)
+        return _text_event(lead, head, _ARGS_DELTA, e["delta"], _ARGS_DELTA_SEQ, seq)
+
+    def text_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputTextDoneEvent``."""
+        head = self._head_of((_TEXT_DONE_HEAD, e["item_id"], e["output_index"], e["content_index"]))
+        seq = e.get("sequence_number", 0)
+        return _text_event(lead, head, _TEXT_DONE, e["text"], _TEXT_DONE_SEQ, seq)
+
+    def arguments_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``FunctionCallArgumentsDoneEvent``."""
+        head = self._head_of((_ARGS_DONE_HEAD, e["item_id"], e["output_index"]))
+        fields = string_fields(_ARGS_DONE, e["arguments"], e["name"])
+        return _event(lead, head, fields, _ARGS_DONE_SEQ, e.get("sequence_number", 0))
+
+    def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``ContentPartEvent`` (content_part.added and .done)."""
+        head = self._head_of(
+            (_PART_EVENT_HEAD, e["item_id"], e["output_index"], e["content_index"])
+        )
+        fields = present_field(_PART_EVENT_PART, part(e["part"]))
+        return _event(lead, head, fields, _PART_EVENT_SEQ, e.get("sequence_number", 0))
+
+    def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputItemEvent`` (output_item.added and .done), its item remembered."""
+        head = int_field(_ITEM_EVENT_INDEX, e["output_index"])
+        fields = present_field(_ITEM_EVENT_ITEM, self.item(e["item"]))
+        return _event(lead, head, fields, _ITEM_EVENT_SEQ, e.get("sequence_number", 0))
 
     def item(self, i: JSONMapping) -> bytes:
         """``item``, remembered."""
@@ -414,22 +401,52 @@ class TurnWriter:
             self._item_bytes += len(key) + len(data)
         return data
 
-    def item_event(self, e: JSONMapping) -> bytes:
-        """``item_event``, its item remembered."""
-        out_i, seq = _ITEM_EVENT_INTS
-        return (
-            _int(out_i, e["output_index"])
-            + _present(_ITEM_EVENT_ITEM, self.item(e["item"]))
-            + _int(seq, e.get("sequence_number", 0))
-        )
+    def stats(self, values: JSONMapping) -> bytes:
+        """A ``ResponseStats``, remembered: a response's snapshots before its output carry
+        the same counters (and the turns of a steady agent loop often do)."""
+        try:
+            key = orjson.dumps(values)
+        except TypeError:  # not JSON: serialized as it is, not remembered
+            return _stats(values)
+        data = self._stats.get(key)
+        if data is None:
+            data = _stats(values)
+            if len(self._stats) >= _MAX_STATS:
+                self._stats.clear()
+            self._stats[key] = data
+        return data
 
     def response_progress(self, r: JSONMapping, slim: bool) -> bytes:
-        """``response_progress``; before any output (``response.created`` and
-        ``response.in_progress``), the last one again when its fields are the same."""
-        if r["output"]:
-            return response_progress(r, slim, self.item)
-        key = orjson.dumps([slim, *[r.get(name) for name in _PROGRESS_FIELDS]])
+        """The fields of a Response that change over its life (``response_progress_to_pb``'s
+        bytes, in field-number order): its first fields kept while they are the same, its
+        items and stats remembered."""
+        get = r.get
+        details = get("incomplete_details")
+        key = (
+            r["id"],
+            r["created_at"],
+            get("completed_at"),
+            r["status"],
+            details["reason"] if details else None,
+            get("previous_response_id"),
+        )
         if key != self._progress_key:
-            self._progress = response_progress(r, slim, self.item)
+            self._progress_head = _progress_head(*key)
             self._progress_key = key
-        return self._progress
+        out = [self._progress_head]
+        for output_item in r["output"]:
+            out.append(present_field(_R_OUTPUT, self.item(output_item)))
+        error = get("error")
+        if error:
+            out.append(present_field(_R_ERROR, _error(error)))
+        usage_values = get("usage")
+        if usage_values:
+            out.append(present_field(_R_USAGE, usage(usage_values)))
+        for flag in get("safety_flags") or ():
+            out.append(present_field(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
+        stats_values = get("stats")
+        if stats_values:
+            out.append(present_field(_R_STATS, self.stats(stats_values)))
+        if slim:
+            out.append(_R_SLIM_TRUE)
+        return b"".join(out)
