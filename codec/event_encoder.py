@@ -57,6 +57,8 @@ _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
 # by bytes, though the echo in use is always kept).
 _MAX_ECHOES = 4
 _MAX_ECHO_BYTES = 1 << 20
+# A hand-written event's writer: (the message's lead, the event) -> the message.
+_Writer = Callable[[bytes, JSONMapping], bytes]
 # Lanes whose leads are kept per stream (see ``_leads_of``).
 _MAX_LANES = 16
 # The field of each event type's case in ``ConnectResponse``, as an encoded key.
@@ -141,7 +143,7 @@ class ProtoEncoder:
         self._echoes: list[_Echo] = []
         self._writer = writer = TurnWriter()
         # The events written by hand: JSON type -> the writer of its whole message.
-        self._writers: dict[str, Callable[[bytes, JSONMapping], bytes]] = {
+        self._writers: dict[str, _Writer] = {
             "response.output_text.delta": writer.text_delta_event,
             "response.function_call_arguments.delta": writer.arguments_delta_event,
             "response.output_text.done": writer.text_done_event,
@@ -150,9 +152,10 @@ class ProtoEncoder:
             **dict.fromkeys(ITEM_EVENT_TYPES, writer.item_event),
             **dict.fromkeys(SNAPSHOT_TYPES, self._snapshot_event),
         }
-        # Each lane's leads: the ``stream_id`` field and an event type's key, what each
-        # message begins with (the current lane's in ``_leads``).
-        self._lane_leads: dict[str, dict[str, bytes]] = {}
+        # Per lane, each hand-written event type's writer and what its messages begin
+        # with: the lane's ``stream_id`` field and the event's key (the current lane's in
+        # ``_leads``).
+        self._lane_leads: dict[str, dict[str, tuple[_Writer, bytes]]] = {}
         self._lane = ""
         self._leads = self._leads_of("")
 
@@ -160,26 +163,30 @@ class ProtoEncoder:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), written by hand for a turn's events (``codec.turn_bytes``) and
         building snapshots from a request echo serialized once (see ``_echo_bytes``)."""
-        kind = e["type"]
-        write = self._writers.get(kind)
-        if write is None:
-            return self.connect_response(lane, e).SerializeToString()
         if lane != self._lane:
             self._leads = self._leads_of(lane)
             self._lane = lane
+        writer = self._leads.get(e["type"])
+        if writer is None:
+            return self.connect_response(lane, e).SerializeToString()
+        write, lead = writer
         try:
-            return write(self._leads[kind], e)
+            return write(lead, e)
         except (TypeError, KeyError, AttributeError, ValueError):
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
 
-    def _leads_of(self, lane: str) -> dict[str, bytes]:
-        """What each event of ``lane`` begins with: its ``stream_id`` field (none for the
-        default lane) and the event's key, built once per lane (a few lanes per stream)."""
+    def _leads_of(self, lane: str) -> dict[str, tuple[_Writer, bytes]]:
+        """The writers of ``lane``'s events, each with what its messages begin with: the
+        lane's ``stream_id`` field (none for the default lane) and the event's key. Built
+        once per lane (a stream has a few)."""
         leads = self._lane_leads.get(lane)
         if leads is None:
             lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
-            leads = {kind: lane_field + case for kind, case in _CASE_TAGS.items()}
+            leads = {
+                kind: (write, lane_field + _CASE_TAGS[kind])
+                for kind, write in self._writers.items()
+            }
             if len(self._lane_leads) >= _MAX_LANES:
                 self._lane_leads.clear()
             self._lane_leads[lane] = leads

@@ -384,16 +384,18 @@ class TurnWriter:
 
     def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputItemEvent`` (output_item.added and .done), its item remembered."""
-        head = int_field(_ITEM_EVENT_INDEX, e["output_index"])
-        fields = present_field(_ITEM_EVENT_ITEM, self.item(e["item"]))
+        index = e["output_index"]
+        head = _ITEM_EVENT_INDEX + varint(index) if index else int_field(_ITEM_EVENT_INDEX, index)
+        fields = _ITEM_EVENT_ITEM + self.framed_item(e["item"])
         return _event(lead, head, fields, _ITEM_EVENT_SEQ, e.get("sequence_number", 0))
 
-    def item(self, i: JSONMapping) -> bytes:
-        """``item``, remembered."""
+    def framed_item(self, i: JSONMapping) -> bytes:
+        """``item``'s bytes after their length (a field's value but its tag), remembered."""
         key = orjson.dumps(i)
         data = self._items.get(key)
         if data is None:
-            data = item(i)
+            written = item(i)
+            data = varint(len(written)) + written
             if len(self._items) >= _MAX_ITEMS or self._item_bytes > _MAX_ITEM_BYTES:
                 self._items.clear()
                 self._item_bytes = 0
@@ -401,16 +403,16 @@ class TurnWriter:
             self._item_bytes += len(key) + len(data)
         return data
 
-    def stats(self, values: JSONMapping) -> bytes:
-        """A ``ResponseStats``, remembered: a response's snapshots before its output carry
-        the same counters (and the turns of a steady agent loop often do)."""
+    def stats_field(self, values: JSONMapping) -> bytes:
+        """The ``stats`` field of a Response, remembered: a response's snapshots before its
+        output carry the same counters (and the turns of a steady agent loop often do)."""
         try:
             key = orjson.dumps(values)
         except TypeError:  # not JSON: serialized as it is, not remembered
-            return _stats(values)
+            return present_field(_R_STATS, _stats(values))
         data = self._stats.get(key)
         if data is None:
-            data = _stats(values)
+            data = present_field(_R_STATS, _stats(values))
             if len(self._stats) >= _MAX_STATS:
                 self._stats.clear()
             self._stats[key] = data
@@ -435,7 +437,7 @@ class TurnWriter:
             self._progress_key = key
         out = [self._progress_head]
         for output_item in r["output"]:
-            out.append(present_field(_R_OUTPUT, self.item(output_item)))
+            out += (_R_OUTPUT, self.framed_item(output_item))
         error = get("error")
         if error:
             out.append(present_field(_R_ERROR, _error(error)))
@@ -446,7 +448,7 @@ class TurnWriter:
             out.append(present_field(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
         stats_values = get("stats")
         if stats_values:
-            out.append(present_field(_R_STATS, self.stats(stats_values)))
+            out.append(self.stats_field(stats_values))
         if slim:
             out.append(_R_SLIM_TRUE)
         return b"".join(out)
