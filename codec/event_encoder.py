@@ -66,7 +66,7 @@ _CASE_TAGS = {
     kind: tag(field_number(pb.ConnectResponse, case), LENGTH_DELIMITED)
     for kind, case in CASE_OF_TYPE.items()
 }
-# The echoed fields besides the instructions and tools, compared to recognise an echo.
+# The echoed fields besides the tools, compared to recognise an echo.
 _ECHO_SETTINGS = (
     "model",
     "tool_choice",
@@ -87,6 +87,7 @@ _ECHO_SETTINGS = (
     "safety_identifier",
     "prompt_cache_key",
     "max_tool_calls",
+    "instructions",
 )
 
 
@@ -94,13 +95,10 @@ _settings_of = operator.itemgetter(*_ECHO_SETTINGS)
 
 
 def _echo_settings(r: JSONMapping) -> tuple[object, ...]:
-    """The echoed settings of ``r`` (absent ones as None)."""
-    try:
-        settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
-    except KeyError:
-        get = r.get
-        return tuple([get(name) for name in _ECHO_SETTINGS])
-    return settings
+    """The echoed settings of ``r`` (absent ones as None); ``_settings_of`` when all are
+    there."""
+    get = r.get
+    return tuple([get(name) for name in _ECHO_SETTINGS])
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +108,7 @@ class _Echo:
     id."""
 
     owner: object
-    instructions: str | None
+    #: The echoed values besides the tools (``_ECHO_SETTINGS``).
     settings: tuple[object, ...]
     #: The encoder's ``slim`` and ``json_parameters`` when it was built.
     form: tuple[bool, bool]
@@ -166,13 +164,12 @@ class ProtoEncoder:
         if lane != self._lane:
             self._leads = self._leads_of(lane)
             self._lane = lane
-        writer = self._leads.get(e["type"])
-        if writer is None:
-            return self.connect_response(lane, e).SerializeToString()
-        write, lead = writer
         try:
+            write, lead = self._leads[e["type"]]
             return write(lead, e)
         except (TypeError, KeyError, AttributeError, ValueError):
+            if e.get("type") not in self._leads:  # not written by hand: built as a message
+                return self.connect_response(lane, e).SerializeToString()
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
 
@@ -239,20 +236,23 @@ class ProtoEncoder:
         tools = r["tools"]
         # (A class check: ``isinstance`` on a runtime Protocol costs microseconds.)
         owner: object = tools if hasattr(type(tools), "protobuf") else r["id"]
-        instructions = r.get("instructions")
-        settings = _echo_settings(r)
+        try:
+            settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
+        except KeyError:
+            settings = _echo_settings(r)
         form = (self.slim, self.json_parameters)
         for entry in self._echoes:
+            # Tuples compare element by element, each by identity first: the same request's
+            # values compare at once.
             if (
                 (entry.owner is owner or (type(owner) is str and entry.owner == owner))
-                and (entry.instructions is instructions or entry.instructions == instructions)
                 and entry.settings == settings
                 and entry.form == form
             ):
                 return entry.data
         with deep_messages():
             data = response_echo_to_pb(r, *form).SerializeToString()
-        self._echoes.insert(0, _Echo(owner, instructions, settings, form, data))
+        self._echoes.insert(0, _Echo(owner, settings, form, data))
         size = 0
         for keep, entry in enumerate(self._echoes):
             size += len(entry.data)

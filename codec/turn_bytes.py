@@ -36,6 +36,9 @@ __all__ = ["ONE_BYTE", "TurnWriter", "item", "part", "varint"]
 
 #: Each one-byte varint, by value.
 ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
+# Every two-byte varint (128 to 16383: most lengths, counts and sequence numbers), two bytes
+# each, by value: a slice costs half of building one (32 KiB).
+_TWO_BYTES = b"".join(bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 14))
 _UINT64 = (1 << 64) - 1
 
 
@@ -46,7 +49,7 @@ def varint(value: int) -> bytes:
     if 0 <= value < 1 << 7:
         return ONE_BYTE[value]
     if 0 < value < 1 << 14:
-        return bytes((value & 0x7F | 0x80, value >> 7))
+        return _TWO_BYTES[2 * value : 2 * value + 2]
     if 0 < value < 1 << 21:
         return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     if 0 < value < 1 << 35:
@@ -219,21 +222,32 @@ def item(i: JSONMapping) -> bytes:
     return item_to_pb(i).SerializeToString()
 
 
+def _count(field_tag: bytes, value: int) -> bytes:
+    """An int64 count field: nothing when zero; TypeError for anything but an int (a bool
+    included, as upb refuses it)."""
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    if 0 < value < 0x80:
+        return field_tag + ONE_BYTE[value]
+    return field_tag + varint(value) if value else b""
+
+
 def usage(u: JSONMapping) -> bytes:
-    """A ``Usage`` (``usage_to_pb``'s bytes: both details always present)."""
-    cached = int_field(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"])
-    reasoning = int_field(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"])
+    """A ``Usage`` (``usage_to_pb``'s bytes: both details always present, each at most 11
+    bytes)."""
+    cached = _count(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"])
+    reasoning = _count(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"])
     return b"".join(
         (
-            int_field(_USAGE_INPUT, u["input_tokens"]),
+            _count(_USAGE_INPUT, u["input_tokens"]),
             _USAGE_INPUT_DETAILS,
-            ONE_BYTE[len(cached)],  # a details message is at most 11 bytes
+            ONE_BYTE[len(cached)],
             cached,
-            int_field(_USAGE_OUTPUT, u["output_tokens"]),
+            _count(_USAGE_OUTPUT, u["output_tokens"]),
             _USAGE_OUTPUT_DETAILS,
             ONE_BYTE[len(reasoning)],
             reasoning,
-            int_field(_USAGE_TOTAL, u["total_tokens"]),
+            _count(_USAGE_TOTAL, u["total_tokens"]),
         )
     )
 
@@ -241,7 +255,7 @@ def usage(u: JSONMapping) -> bytes:
 def _event(lead: bytes, head: bytes, fields: bytes, seq_tag: bytes, seq: int) -> bytes:
     """A whole event message, joined once: ``lead`` (the ``stream_id`` field and the event's
     key), the event's length, its leading fields, the others, its sequence number."""
-    tail = seq_tag + varint(seq) if seq else b""
+    tail = seq_tag + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)) if seq else b""
     size = len(head) + len(fields) + len(tail)
     return b"".join((lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, fields, tail))
 
@@ -277,15 +291,18 @@ def _progress_head(
     reason: str | None,
     previous: str | None,
 ) -> bytes:
-    """The fields of a Response before its output, in field-number order."""
-    out = [string_field(_R_ID, id_), int_field(_R_CREATED_AT, created_at)]
+    """The fields of a Response before its output, in field-number order: ``id``,
+    ``created_at``, ``completed_at`` (optional: written when set), ``status``,
+    ``incomplete_details`` (when there is a reason), ``previous_response_id`` (optional)."""
+    out = [string_field(_R_ID, id_), _count(_R_CREATED_AT, created_at)]
     if completed_at is not None:
-        out.append(_R_COMPLETED_AT + varint(completed_at))
+        out += (_R_COMPLETED_AT, varint(completed_at))
     out.append(string_field(_R_STATUS, status))
     if reason is not None:
         out.append(present_field(_R_INCOMPLETE_DETAILS, string_field(_REASON, reason)))
     if previous is not None:
-        out.append(present_field(_R_PREVIOUS_RESPONSE_ID, previous.encode()))
+        data = previous.encode()
+        out += (_R_PREVIOUS_RESPONSE_ID, varint(len(data)), data)
     return b"".join(out)
 
 
@@ -329,6 +346,11 @@ class TurnWriter:
         # bytes: the same for each of its deltas, its done event and its parts.
         self._head_key: tuple[Any, ...] = ()
         self._head = b""
+        # Each kind of delta's last item (id and indices) and its head, the delta's tag after.
+        self._text_key: tuple[Any, ...] = ()
+        self._text_head = b""
+        self._args_key: tuple[Any, ...] = ()
+        self._args_head = b""
         self._items: dict[bytes, bytes] = {}
         self._item_bytes = 0
         # The last response's fields before its output, and their bytes.
@@ -343,51 +365,103 @@ class TurnWriter:
             tags = key[0]
             out = [string_field(tags[0], key[1])]
             for index_tag, index in zip(tags[1:], key[2:], strict=True):
-                out.append(int_field(index_tag, index))
+                if 0 < index < 0x80:  # (a float fails here too: ONE_BYTE takes an int only)
+                    out += (index_tag, ONE_BYTE[index])
+                else:
+                    out.append(int_field(index_tag, index))
             self._head = b"".join(out)
             self._head_key = key
         return self._head
 
+    # The deltas are most of a turn's events, so each is written inline: its item's head
+    # and the delta's tag kept per kind of delta, the parts joined once (a call costs about
+    # what writing a field does). An empty delta or a sequence number of 0 takes
+    # ``_text_event``, which leaves out what proto3 leaves out.
+
     def text_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
-        """``OutputTextDeltaEvent`` (the hot path: one string besides the item's head)."""
-        key = (_TEXT_DELTA_HEAD, e["item_id"], e["output_index"], e["content_index"])
-        head = self._head if key == self._head_key else self._head_of(key)
-        seq = e.get("sequence_number", 0)
-        return _text_event(lead, head, _TEXT_DELTA, e["delta"], _TEXT_DELTA_SEQ, seq)
+        """``OutputTextDeltaEvent``: the item's head, the delta, the sequence number."""
+        key = (e["item_id"], e["output_index"], e["content_index"])
+        if key != self._text_key:
+            self._text_head = self._head_of((_TEXT_DELTA_HEAD, *key)) + _TEXT_DELTA
+            self._text_key = key
+        head = self._text_head
+        data = e["delta"].encode()  # only a str has encode()
+        size = len(data)
+        seq = e["sequence_number"]
+        if not (size and seq):
+            head = head[: -len(_TEXT_DELTA)]
+            return _text_event(lead, head, _TEXT_DELTA, e["delta"], _TEXT_DELTA_SEQ, seq)
+        length = ONE_BYTE[size] if size < 0x80 else varint(size)
+        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
+        size += len(head) + len(length) + len(_TEXT_DELTA_SEQ) + len(number)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                length,
+                data,
+                _TEXT_DELTA_SEQ,
+                number,
+            )
+        )
 
     def arguments_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
-        """``FunctionCallArgumentsDeltaEvent``."""
-        key = (_ARGS_DELTA_HEAD, e["item_id"], e["output_index"])
-        head = self._head if key == self._head_key else self._head_of(key)
-        seq = e.get("sequence_number", 0)
-        return _text_event(lead, head, _ARGS_DELTA, e["delta"], _ARGS_DELTA_SEQ, seq)
+        """``FunctionCallArgumentsDeltaEvent``: as ``text_delta_event``, without a content
+        index."""
+        key = (e["item_id"], e["output_index"])
+        if key != self._args_key:
+            self._args_head = self._head_of((_ARGS_DELTA_HEAD, *key)) + _ARGS_DELTA
+            self._args_key = key
+        head = self._args_head
+        data = e["delta"].encode()
+        size = len(data)
+        seq = e["sequence_number"]
+        if not (size and seq):
+            head = head[: -len(_ARGS_DELTA)]
+            return _text_event(lead, head, _ARGS_DELTA, e["delta"], _ARGS_DELTA_SEQ, seq)
+        length = ONE_BYTE[size] if size < 0x80 else varint(size)
+        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
+        size += len(head) + len(length) + len(_ARGS_DELTA_SEQ) + len(number)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                length,
+                data,
+                _ARGS_DELTA_SEQ,
+                number,
+            )
+        )
 
     def text_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputTextDoneEvent``."""
-        head = self._head_of((_TEXT_DONE_HEAD, e["item_id"], e["output_index"], e["content_index"]))
-        seq = e.get("sequence_number", 0)
+        key = (_TEXT_DONE_HEAD, e["item_id"], e["output_index"], e["content_index"])
+        head = self._head if key == self._head_key else self._head_of(key)
+        seq = e["sequence_number"]
         return _text_event(lead, head, _TEXT_DONE, e["text"], _TEXT_DONE_SEQ, seq)
 
     def arguments_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``FunctionCallArgumentsDoneEvent``."""
-        head = self._head_of((_ARGS_DONE_HEAD, e["item_id"], e["output_index"]))
+        key = (_ARGS_DONE_HEAD, e["item_id"], e["output_index"])
+        head = self._head if key == self._head_key else self._head_of(key)
         fields = string_fields(_ARGS_DONE, e["arguments"], e["name"])
-        return _event(lead, head, fields, _ARGS_DONE_SEQ, e.get("sequence_number", 0))
+        return _event(lead, head, fields, _ARGS_DONE_SEQ, e["sequence_number"])
 
     def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``ContentPartEvent`` (content_part.added and .done)."""
-        head = self._head_of(
-            (_PART_EVENT_HEAD, e["item_id"], e["output_index"], e["content_index"])
-        )
+        key = (_PART_EVENT_HEAD, e["item_id"], e["output_index"], e["content_index"])
+        head = self._head if key == self._head_key else self._head_of(key)
         fields = present_field(_PART_EVENT_PART, part(e["part"]))
-        return _event(lead, head, fields, _PART_EVENT_SEQ, e.get("sequence_number", 0))
+        return _event(lead, head, fields, _PART_EVENT_SEQ, e["sequence_number"])
 
     def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputItemEvent`` (output_item.added and .done), its item remembered."""
         index = e["output_index"]
         head = _ITEM_EVENT_INDEX + varint(index) if index else int_field(_ITEM_EVENT_INDEX, index)
         fields = _ITEM_EVENT_ITEM + self.framed_item(e["item"])
-        return _event(lead, head, fields, _ITEM_EVENT_SEQ, e.get("sequence_number", 0))
+        return _event(lead, head, fields, _ITEM_EVENT_SEQ, e["sequence_number"])
 
     def framed_item(self, i: JSONMapping) -> bytes:
         """``item``'s bytes after their length (a field's value but its tag), remembered."""
