@@ -93,19 +93,6 @@ def string_field(field_tag: bytes, value: str) -> bytes:
     return b"".join((field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data))
 
 
-def string_fields(tags: tuple[bytes, ...], *values: str) -> bytes:
-    """Consecutive proto3 string fields, joined once (an item's ids, names and statuses)."""
-    out: list[bytes] = []
-    for field_tag, value in zip(tags, values, strict=True):
-        if value:
-            data = value.encode()
-            size = len(data)
-            out += (field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data)
-        elif not isinstance(value, str):
-            raise TypeError(f"expected a string, got {type(value).__name__}")
-    return b"".join(out)
-
-
 def present_field(field_tag: bytes, data: bytes) -> bytes:
     """A length-delimited field that is written even when empty (a set sub-message or an
     ``optional`` string)."""
@@ -156,9 +143,7 @@ _ITEM_EVENT_ITEM = _tag(pb.OutputItemEvent, "item")
 _ITEM_EVENT_SEQ = _tag(pb.OutputItemEvent, "sequence_number", VARINT)
 _ITEM_MESSAGE = _tag(pb.Item, "message")
 _ITEM_CALL = _tag(pb.Item, "function_call")
-_MESSAGE_IDS = (_tag(pb.MessageItem, "id"), _tag(pb.MessageItem, "role"))
-_MESSAGE_CONTENT = _tag(pb.MessageItem, "content")
-_MESSAGE_STATES = (_tag(pb.MessageItem, "status"), _tag(pb.MessageItem, "phase"))
+_MESSAGE = tuple(_tag(pb.MessageItem, n) for n in ("id", "role", "content", "status", "phase"))
 _CALL = tuple(
     _tag(pb.FunctionCallItem, n) for n in ("id", "call_id", "name", "arguments", "status")
 )
@@ -186,6 +171,11 @@ _USAGE_TOTAL = _tag(pb.Usage, "total_tokens", VARINT)
 _CACHED_TOKENS = _tag(pb.InputTokensDetails, "cached_tokens", VARINT)
 _REASONING_TOKENS = _tag(pb.OutputTokensDetails, "reasoning_tokens", VARINT)
 _REASON = _tag(pb.IncompleteDetails, "reason")
+# The statuses of a response, as ``status`` fields (another is written as it comes).
+_STATUS_FIELDS = {
+    status: _R_STATUS + bytes((len(status),)) + status.encode()
+    for status in ("queued", "in_progress", "completed", "failed", "incomplete", "cancelled")
+}
 _ERROR_CODE = _tag(pb.ResponseError, "code")
 _ERROR_MESSAGE = _tag(pb.ResponseError, "message")
 
@@ -205,17 +195,27 @@ def item(i: JSONMapping) -> bytes:
     kind = i.get("type")
     if kind == "function_call":
         get = i.get
-        call = string_fields(
-            _CALL, get("id", ""), i["call_id"], i["name"], i["arguments"], get("status", "")
+        id_, call_id, name, arguments, status = _CALL
+        call = b"".join(
+            (
+                string_field(id_, get("id", "")),
+                string_field(call_id, i["call_id"]),
+                string_field(name, i["name"]),
+                string_field(arguments, i["arguments"]),
+                string_field(status, get("status", "")),
+            )
         )
         return present_field(_ITEM_CALL, call)
     if kind == "message":
         get = i.get
+        id_, role, content, status, phase = _MESSAGE
         message = b"".join(
             (
-                string_fields(_MESSAGE_IDS, get("id", ""), i["role"]),
-                *[present_field(_MESSAGE_CONTENT, part(p)) for p in i["content"]],
-                string_fields(_MESSAGE_STATES, get("status", ""), get("phase") or ""),
+                string_field(id_, get("id", "")),
+                string_field(role, i["role"]),
+                *[present_field(content, part(p)) for p in i["content"]],
+                string_field(status, get("status", "")),
+                string_field(phase, get("phase") or ""),
             )
         )
         return present_field(_ITEM_MESSAGE, message)
@@ -283,29 +283,6 @@ def _text_event(
     )
 
 
-def _progress_head(
-    id_: str,
-    created_at: int,
-    completed_at: int | None,
-    status: str,
-    reason: str | None,
-    previous: str | None,
-) -> bytes:
-    """The fields of a Response before its output, in field-number order: ``id``,
-    ``created_at``, ``completed_at`` (optional: written when set), ``status``,
-    ``incomplete_details`` (when there is a reason), ``previous_response_id`` (optional)."""
-    out = [string_field(_R_ID, id_), _count(_R_CREATED_AT, created_at)]
-    if completed_at is not None:
-        out += (_R_COMPLETED_AT, varint(completed_at))
-    out.append(string_field(_R_STATUS, status))
-    if reason is not None:
-        out.append(present_field(_R_INCOMPLETE_DETAILS, string_field(_REASON, reason)))
-    if previous is not None:
-        data = previous.encode()
-        out += (_R_PREVIOUS_RESPONSE_ID, varint(len(data)), data)
-    return b"".join(out)
-
-
 def _stats(values: JSONMapping) -> bytes:
     """A ``ResponseStats`` (``stats_to_pb``'s bytes). Built by upb: a message of a dozen
     scalars is built faster by its keyword arguments than written field by field here, and
@@ -353,9 +330,11 @@ class TurnWriter:
         self._args_head = b""
         self._items: dict[bytes, bytes] = {}
         self._item_bytes = 0
-        # The last response's fields before its output, and their bytes.
-        self._progress_key: tuple[Any, ...] = ()
-        self._progress_head = b""
+        # The last response's fixed fields (id, created_at, previous_response_id) and their
+        # bytes: those before its status and the one after.
+        self._response_key: tuple[Any, ...] = ()
+        self._response_prefix = b""
+        self._response_suffix = b""
         self._stats: dict[bytes, bytes] = {}
 
     def _head_of(self, key: tuple[Any, ...]) -> bytes:
@@ -446,7 +425,8 @@ class TurnWriter:
         """``FunctionCallArgumentsDoneEvent``."""
         key = (_ARGS_DONE_HEAD, e["item_id"], e["output_index"])
         head = self._head if key == self._head_key else self._head_of(key)
-        fields = string_fields(_ARGS_DONE, e["arguments"], e["name"])
+        arguments, name = _ARGS_DONE
+        fields = string_field(arguments, e["arguments"]) + string_field(name, e["name"])
         return _event(lead, head, fields, _ARGS_DONE_SEQ, e["sequence_number"])
 
     def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
@@ -494,22 +474,31 @@ class TurnWriter:
 
     def response_progress(self, r: JSONMapping, slim: bool) -> bytes:
         """The fields of a Response that change over its life (``response_progress_to_pb``'s
-        bytes, in field-number order): its first fields kept while they are the same, its
-        items and stats remembered."""
+        bytes, in field-number order): those fixed for a response (``id``, ``created_at``,
+        ``previous_response_id``) written once, a known status written once, the items and
+        stats remembered."""
         get = r.get
+        key = (r["id"], r["created_at"], get("previous_response_id"))
+        if key != self._response_key:
+            self._response_prefix = string_field(_R_ID, key[0]) + _count(_R_CREATED_AT, key[1])
+            previous = key[2]
+            self._response_suffix = (
+                b""
+                if previous is None
+                else present_field(_R_PREVIOUS_RESPONSE_ID, previous.encode())
+            )
+            self._response_key = key
+        out = [self._response_prefix]
+        completed_at = get("completed_at")
+        if completed_at is not None:
+            out += (_R_COMPLETED_AT, varint(completed_at))
+        status = r["status"]
+        out.append(_STATUS_FIELDS.get(status) or string_field(_R_STATUS, status))
         details = get("incomplete_details")
-        key = (
-            r["id"],
-            r["created_at"],
-            get("completed_at"),
-            r["status"],
-            details["reason"] if details else None,
-            get("previous_response_id"),
-        )
-        if key != self._progress_key:
-            self._progress_head = _progress_head(*key)
-            self._progress_key = key
-        out = [self._progress_head]
+        if details:
+            reason = string_field(_REASON, details["reason"])
+            out.append(present_field(_R_INCOMPLETE_DETAILS, reason))
+        out.append(self._response_suffix)
         for output_item in r["output"]:
             out += (_R_OUTPUT, self.framed_item(output_item))
         error = get("error")
