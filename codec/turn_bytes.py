@@ -120,6 +120,9 @@ def _head_tags(message: type[Message], *ints: str) -> tuple[bytes, ...]:
 
 
 # Tags of the fields written here, read from the generated descriptors.
+# An item's events lead with its id and indices, by the same field numbers in each (checked
+# below), so one head serves a text's deltas, its done event and its parts, another the
+# arguments' deltas and done event.
 _TEXT_DELTA_HEAD = _head_tags(pb.OutputTextDeltaEvent, "output_index", "content_index")
 _TEXT_DELTA = _tag(pb.OutputTextDeltaEvent, "delta")
 _TEXT_DELTA_SEQ = _tag(pb.OutputTextDeltaEvent, "sequence_number", VARINT)
@@ -136,6 +139,10 @@ _ARGS_DONE = (
 )
 _ARGS_DONE_SEQ = _tag(pb.FunctionCallArgumentsDoneEvent, "sequence_number", VARINT)
 _PART_EVENT_HEAD = _head_tags(pb.ContentPartEvent, "output_index", "content_index")
+if not _TEXT_DELTA_HEAD == _TEXT_DONE_HEAD == _PART_EVENT_HEAD:
+    raise RuntimeError("a text's events no longer share their leading fields")
+if _ARGS_DELTA_HEAD != _ARGS_DONE_HEAD:
+    raise RuntimeError("the arguments' events no longer share their leading fields")
 _PART_EVENT_PART = _tag(pb.ContentPartEvent, "part")
 _PART_EVENT_SEQ = _tag(pb.ContentPartEvent, "sequence_number", VARINT)
 _ITEM_EVENT_INDEX = _tag(pb.OutputItemEvent, "output_index", VARINT)
@@ -252,6 +259,17 @@ def usage(u: JSONMapping) -> bytes:
     )
 
 
+def _head(tags: tuple[bytes, ...], key: tuple[Any, ...]) -> bytes:
+    """An item's events' leading fields: ``item_id`` and its indices (``key``)."""
+    out = [string_field(tags[0], key[0])]
+    for index_tag, index in zip(tags[1:], key[1:], strict=True):
+        if 0 < index < 0x80:  # (a float fails here too: ONE_BYTE takes an int only)
+            out += (index_tag, ONE_BYTE[index])
+        else:
+            out.append(int_field(index_tag, index))
+    return b"".join(out)
+
+
 def _event(lead: bytes, head: bytes, fields: bytes, seq_tag: bytes, seq: int) -> bytes:
     """A whole event message, joined once: ``lead`` (the ``stream_id`` field and the event's
     key), the event's length, its leading fields, the others, its sequence number."""
@@ -319,15 +337,12 @@ class TurnWriter:
     """
 
     def __init__(self) -> None:
-        # The leading fields of the last item's events (its tags, id and indices) and their
-        # bytes: the same for each of its deltas, its done event and its parts.
-        self._head_key: tuple[Any, ...] = ()
-        self._head = b""
-        # Each kind of delta's last item (id and indices) and its head, the delta's tag after.
+        # The last text's and the last call's id and indices, and their events' head: the
+        # same for each of their deltas (the head with the delta's tag), done event, parts.
         self._text_key: tuple[Any, ...] = ()
-        self._text_head = b""
+        self._text_head = self._text_delta_head = b""
         self._args_key: tuple[Any, ...] = ()
-        self._args_head = b""
+        self._args_head = self._args_delta_head = b""
         self._items: dict[bytes, bytes] = {}
         self._item_bytes = 0
         # The last response's fixed fields (id, created_at, previous_response_id) and their
@@ -337,20 +352,23 @@ class TurnWriter:
         self._response_suffix = b""
         self._stats: dict[bytes, bytes] = {}
 
-    def _head_of(self, key: tuple[Any, ...]) -> bytes:
-        """The leading fields for ``key`` (tags, ``item_id``, indices), written when they
-        are not the last ones."""
-        if key != self._head_key:
-            tags = key[0]
-            out = [string_field(tags[0], key[1])]
-            for index_tag, index in zip(tags[1:], key[2:], strict=True):
-                if 0 < index < 0x80:  # (a float fails here too: ONE_BYTE takes an int only)
-                    out += (index_tag, ONE_BYTE[index])
-                else:
-                    out.append(int_field(index_tag, index))
-            self._head = b"".join(out)
-            self._head_key = key
-        return self._head
+    def _text_head_of(self, key: tuple[Any, ...]) -> bytes:
+        """The head of a text's events (``item_id``, ``output_index``, ``content_index``),
+        written when ``key`` is not the last text's."""
+        if key != self._text_key:
+            self._text_head = _head(_TEXT_DELTA_HEAD, key)
+            self._text_delta_head = self._text_head + _TEXT_DELTA
+            self._text_key = key
+        return self._text_head
+
+    def _args_head_of(self, key: tuple[Any, ...]) -> bytes:
+        """The head of the arguments' events (``item_id``, ``output_index``), written when
+        ``key`` is not the last call's."""
+        if key != self._args_key:
+            self._args_head = _head(_ARGS_DELTA_HEAD, key)
+            self._args_delta_head = self._args_head + _ARGS_DELTA
+            self._args_key = key
+        return self._args_head
 
     # The deltas are most of a turn's events, so each is written inline: its item's head
     # and the delta's tag kept per kind of delta, the parts joined once (a call costs about
@@ -361,9 +379,8 @@ class TurnWriter:
         """``OutputTextDeltaEvent``: the item's head, the delta, the sequence number."""
         key = (e["item_id"], e["output_index"], e["content_index"])
         if key != self._text_key:
-            self._text_head = self._head_of((_TEXT_DELTA_HEAD, *key)) + _TEXT_DELTA
-            self._text_key = key
-        head = self._text_head
+            self._text_head_of(key)
+        head = self._text_delta_head
         data = e["delta"].encode()  # only a str has encode()
         size = len(data)
         seq = e["sequence_number"]
@@ -390,9 +407,8 @@ class TurnWriter:
         index."""
         key = (e["item_id"], e["output_index"])
         if key != self._args_key:
-            self._args_head = self._head_of((_ARGS_DELTA_HEAD, *key)) + _ARGS_DELTA
-            self._args_key = key
-        head = self._args_head
+            self._args_head_of(key)
+        head = self._args_delta_head
         data = e["delta"].encode()
         size = len(data)
         seq = e["sequence_number"]
@@ -416,23 +432,20 @@ class TurnWriter:
 
     def text_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputTextDoneEvent``."""
-        key = (_TEXT_DONE_HEAD, e["item_id"], e["output_index"], e["content_index"])
-        head = self._head if key == self._head_key else self._head_of(key)
+        head = self._text_head_of((e["item_id"], e["output_index"], e["content_index"]))
         seq = e["sequence_number"]
         return _text_event(lead, head, _TEXT_DONE, e["text"], _TEXT_DONE_SEQ, seq)
 
     def arguments_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``FunctionCallArgumentsDoneEvent``."""
-        key = (_ARGS_DONE_HEAD, e["item_id"], e["output_index"])
-        head = self._head if key == self._head_key else self._head_of(key)
+        head = self._args_head_of((e["item_id"], e["output_index"]))
         arguments, name = _ARGS_DONE
         fields = string_field(arguments, e["arguments"]) + string_field(name, e["name"])
         return _event(lead, head, fields, _ARGS_DONE_SEQ, e["sequence_number"])
 
     def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``ContentPartEvent`` (content_part.added and .done)."""
-        key = (_PART_EVENT_HEAD, e["item_id"], e["output_index"], e["content_index"])
-        head = self._head if key == self._head_key else self._head_of(key)
+        head = self._text_head_of((e["item_id"], e["output_index"], e["content_index"]))
         fields = present_field(_PART_EVENT_PART, part(e["part"]))
         return _event(lead, head, fields, _PART_EVENT_SEQ, e["sequence_number"])
 
