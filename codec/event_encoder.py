@@ -216,12 +216,15 @@ class ProtoEncoder:
         r = e["response"]
         progress = self._writer.response_progress(r, self.slim)
         echo = self._echo_bytes(r)
+        size = len(progress) + len(echo)
+        response_length = varint(size)
+        size += len(_SNAPSHOT_RESPONSE_TAG) + len(response_length)
         seq = e.get("sequence_number", 0)
         tail = _SNAPSHOT_SEQUENCE + varint(seq) if seq else b""
-        response_size = len(progress) + len(echo)
-        response_head = _SNAPSHOT_RESPONSE_TAG + varint(response_size)
-        snapshot_size = len(response_head) + response_size + len(tail)
-        return b"".join((lead, varint(snapshot_size), response_head, progress, echo, tail))
+        size += len(tail)
+        return b"".join(
+            (lead, varint(size), _SNAPSHOT_RESPONSE_TAG, response_length, progress, echo, tail)
+        )
 
     def _echo_bytes(self, r: JSONMapping) -> bytes:
         """The serialized request echo of ``r``, reused while its values stay the same.

@@ -452,9 +452,24 @@ class TurnWriter:
     def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputItemEvent`` (output_item.added and .done), its item remembered."""
         index = e["output_index"]
-        head = _ITEM_EVENT_INDEX + varint(index) if index else int_field(_ITEM_EVENT_INDEX, index)
-        fields = _ITEM_EVENT_ITEM + self.framed_item(e["item"])
-        return _event(lead, head, fields, _ITEM_EVENT_SEQ, e["sequence_number"])
+        if 0 < index < 0x80:
+            head = _ITEM_EVENT_INDEX + ONE_BYTE[index]
+        else:
+            head = int_field(_ITEM_EVENT_INDEX, index)
+        item_value = self.framed_item(e["item"])
+        seq = e["sequence_number"]
+        tail = _ITEM_EVENT_SEQ + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)) if seq else b""
+        size = len(head) + len(_ITEM_EVENT_ITEM) + len(item_value) + len(tail)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                _ITEM_EVENT_ITEM,
+                item_value,
+                tail,
+            )
+        )
 
     def framed_item(self, i: JSONMapping) -> bytes:
         """``item``'s bytes after their length (a field's value but its tag), remembered."""
