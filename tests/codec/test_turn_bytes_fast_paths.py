@@ -203,6 +203,7 @@ def test_a_responses_fixed_fields_follow_each_response() -> None:
     r = response("in_progress", [])
     variants = [
         r,
+        {**r, "previous_response_id": "resp_another"},
         {**r, "id": "resp_other"},
         {**r, "created_at": 1},
         {**r, "previous_response_id": None},
