@@ -10,13 +10,15 @@ stats value of an unusual type) still go through upb, framed here.
 
 What a turn writes more than once is written once (``TurnWriter``): the leading fields of an
 item's events (its id and indices, the same in every delta), an item (added, done, then in
-the terminal snapshot), a response's first fields (the same in ``response.created`` and
-``response.in_progress``), its stats. Each event is written whole: its tags precomputed, its
-parts joined once.
+the terminal snapshot), a response's fixed fields (``id``, ``created_at``,
+``previous_response_id``) and a known status, its stats (the same in ``response.created`` and
+``response.in_progress``). Each event is written whole: its tags precomputed, its parts
+joined once, no message built.
 
 Each writer takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
-``AttributeError``, ``ValueError``) on a value it cannot write; the encoder then takes the
-message path, which names the problem as it always has. One leniency: an ``int32`` field
+``AttributeError``, ``ValueError``) on a value it cannot write or a field it misses (an event
+without its sequence number included); the encoder then takes the message path, which writes
+it or names the problem as it always has. One leniency: an ``int32`` field
 takes any 64-bit integer here (the core's indices never come near 2**31).
 """
 
