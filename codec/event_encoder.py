@@ -140,20 +140,22 @@ class ProtoEncoder:
         # Serialized request echoes, most recent first (see ``_echo_bytes``).
         self._echoes: list[_Echo] = []
         self._writer = writer = TurnWriter()
-        # The events written by hand: JSON type -> the writer of its whole message.
-        self._writers: dict[str, _Writer] = {
+        # The events written by hand: JSON type -> the writer of its whole message (None
+        # for a snapshot: ``_snapshot_event``, which a bound method here would tie to this
+        # encoder in a reference cycle, keeping its echoes alive until a full collection).
+        self._writers: dict[str, _Writer | None] = {
             "response.output_text.delta": writer.text_delta_event,
             "response.function_call_arguments.delta": writer.arguments_delta_event,
             "response.output_text.done": writer.text_done_event,
             "response.function_call_arguments.done": writer.arguments_done_event,
             **dict.fromkeys(PART_EVENT_TYPES, writer.part_event),
             **dict.fromkeys(ITEM_EVENT_TYPES, writer.item_event),
-            **dict.fromkeys(SNAPSHOT_TYPES, self._snapshot_event),
+            **dict.fromkeys(SNAPSHOT_TYPES),
         }
         # Per lane, each hand-written event type's writer and what its messages begin
         # with: the lane's ``stream_id`` field and the event's key (the current lane's in
         # ``_leads``).
-        self._lane_leads: dict[str, dict[str, tuple[_Writer, bytes]]] = {}
+        self._lane_leads: dict[str, dict[str, tuple[_Writer | None, bytes]]] = {}
         self._lane = ""
         self._leads = self._leads_of("")
 
@@ -166,6 +168,8 @@ class ProtoEncoder:
             self._lane = lane
         try:
             write, lead = self._leads[e["type"]]
+            if write is None:
+                return self._snapshot_event(lead, e)
             return write(lead, e)
         except (TypeError, KeyError, AttributeError, ValueError):
             if e.get("type") not in self._leads:  # not written by hand: built as a message
@@ -173,7 +177,7 @@ class ProtoEncoder:
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
 
-    def _leads_of(self, lane: str) -> dict[str, tuple[_Writer, bytes]]:
+    def _leads_of(self, lane: str) -> dict[str, tuple[_Writer | None, bytes]]:
         """The writers of ``lane``'s events, each with what its messages begin with: the
         lane's ``stream_id`` field (none for the default lane) and the event's key. Built
         once per lane (a stream has a few)."""

@@ -4,6 +4,8 @@ only while it is the same."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -251,3 +253,18 @@ def test_a_batch_of_a_turns_events_reads_back_as_each_event() -> None:
         for event in unbatch(pb.ConnectResponse.FromString(message))
     ]
     assert list(read) == [pb.ConnectResponse.FromString(data) for data in written]
+
+
+def test_an_encoder_is_freed_with_its_stream() -> None:
+    """No reference cycle keeps an encoder (and the echoes it holds) alive until a full
+    collection: it goes when its stream lets go of it."""
+    encoder = ProtoEncoder()
+    for event in headline_turn():
+        encoder.event_bytes("lane", event)
+    gone = weakref.ref(encoder)
+    gc.disable()
+    try:
+        del encoder
+        assert gone() is None
+    finally:
+        gc.enable()
