@@ -199,6 +199,11 @@ def part(p: JSONMapping) -> bytes:
     return part_to_pb(p).SerializeToString()
 
 
+#: The part of content_part.added for a text, and its ``part`` field.
+_EMPTY_TEXT = {"type": "output_text", "text": "", "annotations": []}
+_EMPTY_TEXT_FIELD = present_field(_PART_EVENT_PART, part(_EMPTY_TEXT))
+
+
 def item(i: JSONMapping) -> bytes:
     """An ``Item`` (``item_to_pb``'s bytes)."""
     kind = i.get("type")
@@ -448,7 +453,9 @@ class TurnWriter:
     def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``ContentPartEvent`` (content_part.added and .done)."""
         head = self._text_head_of((e["item_id"], e["output_index"], e["content_index"]))
-        fields = present_field(_PART_EVENT_PART, part(e["part"]))
+        p = e["part"]
+        # The part a text starts with, the same every time: compared, not written.
+        fields = _EMPTY_TEXT_FIELD if p == _EMPTY_TEXT else present_field(_PART_EVENT_PART, part(p))
         return _event(lead, head, fields, _PART_EVENT_SEQ, e["sequence_number"])
 
     def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
