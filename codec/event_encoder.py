@@ -166,14 +166,15 @@ class ProtoEncoder:
         if lane != self._lane:
             self._leads = self._leads_of(lane)
             self._lane = lane
-        try:
+        try:  # (a subscript: ``get`` costs a call on every event)
             write, lead = self._leads[e["type"]]
+        except KeyError:  # not written by hand: built as a message
+            return self.connect_response(lane, e).SerializeToString()
+        try:
             if write is None:
                 return self._snapshot_event(lead, e)
             return write(lead, e)
         except (TypeError, KeyError, AttributeError, ValueError):
-            if e.get("type") not in self._leads:  # not written by hand: built as a message
-                return self.connect_response(lane, e).SerializeToString()
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
 
