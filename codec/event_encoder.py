@@ -37,7 +37,7 @@ from .steering import (
     steer_failed_to_pb,
     steer_pending_to_pb,
 )
-from .turn_bytes import EVENT_WRITERS, ONE_BYTE, TurnWriter, varint
+from .turn_bytes import TurnWriter, varint
 from .wire import (
     LENGTH_DELIMITED,
     VARINT,
@@ -57,12 +57,16 @@ _connect_response: Callable[..., pb.ConnectResponse] = pb.ConnectResponse
 # by bytes, though the echo in use is always kept).
 _MAX_ECHOES = 4
 _MAX_ECHO_BYTES = 1 << 20
+# A hand-written event's writer: (the message's lead, the event) -> the message.
+_Writer = Callable[[bytes, JSONMapping], bytes]
+# Lanes whose leads are kept per stream (see ``_leads_of``).
+_MAX_LANES = 16
 # The field of each event type's case in ``ConnectResponse``, as an encoded key.
 _CASE_TAGS = {
     kind: tag(field_number(pb.ConnectResponse, case), LENGTH_DELIMITED)
     for kind, case in CASE_OF_TYPE.items()
 }
-# The echoed fields besides the instructions and tools, compared to recognise an echo.
+# The echoed fields besides the tools, compared to recognise an echo.
 _ECHO_SETTINGS = (
     "model",
     "tool_choice",
@@ -83,6 +87,7 @@ _ECHO_SETTINGS = (
     "safety_identifier",
     "prompt_cache_key",
     "max_tool_calls",
+    "instructions",
 )
 
 
@@ -90,13 +95,10 @@ _settings_of = operator.itemgetter(*_ECHO_SETTINGS)
 
 
 def _echo_settings(r: JSONMapping) -> tuple[object, ...]:
-    """The echoed settings of ``r`` (absent ones as None)."""
-    try:
-        settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
-    except KeyError:
-        get = r.get
-        return tuple([get(name) for name in _ECHO_SETTINGS])
-    return settings
+    """The echoed settings of ``r`` (absent ones as None); ``_settings_of`` when all are
+    there."""
+    get = r.get
+    return tuple([get(name) for name in _ECHO_SETTINGS])
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ class _Echo:
     id."""
 
     owner: object
-    instructions: str | None
+    #: The echoed values besides the tools (``_ECHO_SETTINGS``).
     settings: tuple[object, ...]
     #: The encoder's ``slim`` and ``json_parameters`` when it was built.
     form: tuple[bool, bool]
@@ -137,60 +139,60 @@ class ProtoEncoder:
         self.json_parameters = json_parameters
         # Serialized request echoes, most recent first (see ``_echo_bytes``).
         self._echoes: list[_Echo] = []
-        # The last lane's ``stream_id`` field, written before each of its events.
+        self._writer = writer = TurnWriter()
+        # The events written by hand: JSON type -> the writer of its whole message (None
+        # for a snapshot: ``_snapshot_event``, which a bound method here would tie to this
+        # encoder in a reference cycle, keeping its echoes alive until a full collection).
+        self._writers: dict[str, _Writer | None] = {
+            "response.output_text.delta": writer.text_delta_event,
+            "response.function_call_arguments.delta": writer.arguments_delta_event,
+            "response.output_text.done": writer.text_done_event,
+            "response.function_call_arguments.done": writer.arguments_done_event,
+            **dict.fromkeys(PART_EVENT_TYPES, writer.part_event),
+            **dict.fromkeys(ITEM_EVENT_TYPES, writer.item_event),
+            **dict.fromkeys(SNAPSHOT_TYPES),
+        }
+        # Per lane, each hand-written event type's writer and what its messages begin
+        # with: the lane's ``stream_id`` field and the event's key (the current lane's in
+        # ``_leads``).
+        self._lane_leads: dict[str, dict[str, tuple[_Writer | None, bytes]]] = {}
         self._lane = ""
-        self._lane_field = b""  # the default lane's: no field
-        # The lane's field and a delta's key, written before each delta.
-        self._text_prefix = _CASE_TAGS["response.output_text.delta"]
-        self._args_prefix = _CASE_TAGS["response.function_call_arguments.delta"]
-        self._writer = TurnWriter()
+        self._leads = self._leads_of("")
 
     def event_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """A core event as serialized ``ConnectResponse`` bytes (what ``connect_response``
         gives, serialized), written by hand for a turn's events (``codec.turn_bytes``) and
         building snapshots from a request echo serialized once (see ``_echo_bytes``)."""
-        kind = e["type"]
+        if lane != self._lane:
+            self._leads = self._leads_of(lane)
+            self._lane = lane
+        try:  # (a subscript: ``get`` costs a call on every event)
+            write, lead = self._leads[e["type"]]
+        except KeyError:  # not written by hand: built as a message
+            return self.connect_response(lane, e).SerializeToString()
         try:
-            if kind == "response.output_text.delta":  # the hot path first, written whole
-                if lane != self._lane:
-                    self._lane_bytes(lane)
-                return self._writer.text_delta_message(self._text_prefix, e)
-            if kind == "response.function_call_arguments.delta":
-                if lane != self._lane:
-                    self._lane_bytes(lane)
-                return self._writer.arguments_delta_message(self._args_prefix, e)
-            if kind in SNAPSHOT_TYPES:
-                return self._snapshot_bytes(lane, kind, e)
-            if kind in ITEM_EVENT_TYPES:
-                body = self._writer.item_event(e)
-            else:
-                writer = EVENT_WRITERS.get(kind)
-                if writer is None:
-                    return self.connect_response(lane, e).SerializeToString()
-                body = writer(e)
+            if write is None:
+                return self._snapshot_event(lead, e)
+            return write(lead, e)
         except (TypeError, KeyError, AttributeError, ValueError):
             # A value the hand-written path cannot write: the message path names it.
             return self.message_bytes(lane, e)
-        size = len(body)
-        if lane != self._lane:
-            self._lane_bytes(lane)
-        return (
-            self._lane_field
-            + _CASE_TAGS[kind]
-            + (ONE_BYTE[size] if size < 0x80 else varint(size))
-            + body
-        )
 
-    def _lane_bytes(self, lane: str) -> bytes:
-        """The ``stream_id`` field of ``lane`` (nothing for the default lane)."""
-        if lane != self._lane:
-            self._lane = lane
-            self._lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
-            self._text_prefix = self._lane_field + _CASE_TAGS["response.output_text.delta"]
-            self._args_prefix = (
-                self._lane_field + _CASE_TAGS["response.function_call_arguments.delta"]
-            )
-        return self._lane_field
+    def _leads_of(self, lane: str) -> dict[str, tuple[_Writer | None, bytes]]:
+        """The writers of ``lane``'s events, each with what its messages begin with: the
+        lane's ``stream_id`` field (none for the default lane) and the event's key. Built
+        once per lane (a stream has a few)."""
+        leads = self._lane_leads.get(lane)
+        if leads is None:
+            lane_field = field_bytes(_STREAM_ID_FIELD, lane.encode()) if lane else b""
+            leads = {
+                kind: (write, lane_field + _CASE_TAGS[kind])
+                for kind, write in self._writers.items()
+            }
+            if len(self._lane_leads) >= _MAX_LANES:
+                self._lane_leads.clear()
+            self._lane_leads[lane] = leads
+        return leads
 
     def message_bytes(self, lane: str, e: JSONMapping) -> bytes:
         """``event_bytes`` by the message path: each event built as messages, then
@@ -213,27 +215,20 @@ class ProtoEncoder:
             out = field_bytes(_STREAM_ID_FIELD, lane.encode()) + out
         return out
 
-    def _snapshot_bytes(self, lane: str, kind: str, e: JSONMapping) -> bytes:
+    def _snapshot_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """A snapshot event: the response's progress written now, its echo reused, the whole
         joined once (an echo is kilobytes: each concatenation would copy it)."""
         r = e["response"]
         progress = self._writer.response_progress(r, self.slim)
         echo = self._echo_bytes(r)
+        size = len(progress) + len(echo)
+        response_length = varint(size)
+        size += len(_SNAPSHOT_RESPONSE_TAG) + len(response_length)
         seq = e.get("sequence_number", 0)
         tail = _SNAPSHOT_SEQUENCE + varint(seq) if seq else b""
-        response_size = len(progress) + len(echo)
-        response_head = _SNAPSHOT_RESPONSE_TAG + varint(response_size)
-        snapshot_size = len(response_head) + response_size + len(tail)
+        size += len(tail)
         return b"".join(
-            (
-                self._lane_bytes(lane),
-                _CASE_TAGS[kind],
-                varint(snapshot_size),
-                response_head,
-                progress,
-                echo,
-                tail,
-            )
+            (lead, varint(size), _SNAPSHOT_RESPONSE_TAG, response_length, progress, echo, tail)
         )
 
     def _echo_bytes(self, r: JSONMapping) -> bytes:
@@ -249,20 +244,23 @@ class ProtoEncoder:
         tools = r["tools"]
         # (A class check: ``isinstance`` on a runtime Protocol costs microseconds.)
         owner: object = tools if hasattr(type(tools), "protobuf") else r["id"]
-        instructions = r.get("instructions")
-        settings = _echo_settings(r)
+        try:
+            settings: tuple[object, ...] = _settings_of(r)  # the core's responses have them all
+        except KeyError:
+            settings = _echo_settings(r)
         form = (self.slim, self.json_parameters)
         for entry in self._echoes:
+            # Tuples compare element by element, each by identity first: the same request's
+            # values compare at once.
             if (
                 (entry.owner is owner or (type(owner) is str and entry.owner == owner))
-                and (entry.instructions is instructions or entry.instructions == instructions)
                 and entry.settings == settings
                 and entry.form == form
             ):
                 return entry.data
         with deep_messages():
             data = response_echo_to_pb(r, *form).SerializeToString()
-        self._echoes.insert(0, _Echo(owner, instructions, settings, form, data))
+        self._echoes.insert(0, _Echo(owner, settings, form, data))
         size = 0
         for keep, entry in enumerate(self._echoes):
             size += len(entry.data)

@@ -5,18 +5,26 @@ serializing it costs several times what ``orjson`` spends on the same event as J
 functions write the wire format directly: fields in field-number order, proto3 defaults left
 out, ``optional`` fields written whenever set, sub-messages framed by their length. That is
 what upb's serializer writes, so a client reads the same bytes as before (the tests compare
-them with the message path event by event). Maps (``metadata``, the stats' stage maps) and
-rare shapes (annotations, other item kinds) still go through upb, framed here.
+them with the message path event by event). Rare shapes (annotations, other item kinds, a
+stats value of an unusual type) still go through upb, framed here.
 
-Each function takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
-``AttributeError``, ``ValueError``) on a value it cannot write; the encoder then takes the
-message path, which names the problem as it always has. One leniency: an ``int32`` field
+What a turn writes more than once is written once (``TurnWriter``): the leading fields of an
+item's events (its id and indices, the same in every delta), an item (added, done, then in
+the terminal snapshot), a response's fixed fields (``id``, ``created_at``,
+``previous_response_id``) and a known status, its stats (the same in ``response.created`` and
+``response.in_progress``). Each event is written whole: its tags precomputed, its parts
+joined once, no message built.
+
+Each writer takes the core's JSON-shaped event and raises (``TypeError``, ``KeyError``,
+``AttributeError``, ``ValueError``) on a value it cannot write or a field it misses (an event
+without its sequence number included); the encoder then takes the message path, which writes
+it or names the problem as it always has. One leniency: an ``int32`` field
 takes any 64-bit integer here (the core's indices never come near 2**31).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import orjson
 from bidi_responses.schema import JSONMapping
@@ -26,17 +34,45 @@ from google.protobuf.message import Message
 from .items import item_to_pb, part_to_pb
 from .wire import LENGTH_DELIMITED, VARINT, field_number, tag
 
+__all__ = ["ONE_BYTE", "TurnWriter", "item", "part", "varint"]
+
 #: Each one-byte varint, by value.
 ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
+# Every two-byte varint (128 to 16383: most lengths, counts and sequence numbers), two bytes
+# each, by value: a slice costs half of building one (32 KiB).
+_TWO_BYTES = b"".join(bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 14))
 _UINT64 = (1 << 64) - 1
 
 
 def varint(value: int) -> bytes:
-    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64."""
-    if 0 <= value <= 0x7F:
+    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64.
+
+    Unrolled up to five bytes: lengths, sequence numbers, token counts, timestamps."""
+    if 0 <= value < 1 << 7:
         return ONE_BYTE[value]
-    if 0 < value <= 0x3FFF:  # two bytes: most sequence numbers and lengths
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 < value < 1 << 14:
+        return _TWO_BYTES[2 * value : 2 * value + 2]
+    if 0 < value < 1 << 21:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 1 << 35:
+        if value < 1 << 28:
+            return bytes(
+                (
+                    value & 0x7F | 0x80,
+                    value >> 7 & 0x7F | 0x80,
+                    value >> 14 & 0x7F | 0x80,
+                    value >> 21,
+                )
+            )
+        return bytes(
+            (
+                value & 0x7F | 0x80,
+                value >> 7 & 0x7F | 0x80,
+                value >> 14 & 0x7F | 0x80,
+                value >> 21 & 0x7F | 0x80,
+                value >> 28,
+            )
+        )
     if not -(1 << 63) <= value < 1 << 64:
         raise ValueError(f"{value} does not fit a 64-bit field")
     value &= _UINT64
@@ -48,91 +84,25 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _tags(message: type[Message], *names: str, kind: int = LENGTH_DELIMITED) -> list[bytes]:
-    return [tag(field_number(message, name), kind) for name in names]
-
-
-# Tags of the fields written here, read from the generated descriptors.
-_TEXT_DELTA = _tags(pb.OutputTextDeltaEvent, "item_id", "delta")
-_TEXT_DELTA_INTS = _tags(
-    pb.OutputTextDeltaEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ARGS_DELTA = _tags(pb.FunctionCallArgumentsDeltaEvent, "item_id", "delta")
-_ARGS_DELTA_INTS = _tags(
-    pb.FunctionCallArgumentsDeltaEvent, "output_index", "sequence_number", kind=VARINT
-)
-_TEXT_DONE = _tags(pb.OutputTextDoneEvent, "item_id", "text")
-_TEXT_DONE_INTS = _tags(
-    pb.OutputTextDoneEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ARGS_DONE = _tags(pb.FunctionCallArgumentsDoneEvent, "item_id", "arguments", "name")
-_ARGS_DONE_INTS = _tags(
-    pb.FunctionCallArgumentsDoneEvent, "output_index", "sequence_number", kind=VARINT
-)
-_ITEM_EVENT_ITEM = tag(field_number(pb.OutputItemEvent, "item"), LENGTH_DELIMITED)
-_ITEM_EVENT_INTS = _tags(pb.OutputItemEvent, "output_index", "sequence_number", kind=VARINT)
-_PART_EVENT = _tags(pb.ContentPartEvent, "item_id", "part")
-_PART_EVENT_INTS = _tags(
-    pb.ContentPartEvent, "output_index", "content_index", "sequence_number", kind=VARINT
-)
-_ITEM_MESSAGE, _ITEM_CALL = _tags(pb.Item, "message", "function_call")
-_MESSAGE = _tags(pb.MessageItem, "id", "role", "content", "status", "phase")
-_CALL = _tags(pb.FunctionCallItem, "id", "call_id", "name", "arguments", "status")
-_PART_OUTPUT_TEXT, _PART_INPUT_TEXT = _tags(pb.ContentPart, "output_text", "input_text")
-_OUTPUT_TEXT_TEXT = tag(field_number(pb.OutputText, "text"), LENGTH_DELIMITED)
-_INPUT_TEXT_TEXT = tag(field_number(pb.InputText, "text"), LENGTH_DELIMITED)
-_USAGE_INTS = _tags(pb.Usage, "input_tokens", "output_tokens", "total_tokens", kind=VARINT)
-_USAGE_DETAILS = _tags(pb.Usage, "input_tokens_details", "output_tokens_details")
-_CACHED_TOKENS = tag(field_number(pb.InputTokensDetails, "cached_tokens"), VARINT)
-_REASONING_TOKENS = tag(field_number(pb.OutputTokensDetails, "reasoning_tokens"), VARINT)
-(
-    _R_ID,
-    _R_STATUS,
-    _R_INCOMPLETE_DETAILS,
-    _R_PREVIOUS_RESPONSE_ID,
-    _R_OUTPUT,
-    _R_ERROR,
-    _R_USAGE,
-    _R_SAFETY_FLAGS,
-    _R_STATS,
-) = _tags(
-    pb.Response,
-    "id",
-    "status",
-    "incomplete_details",
-    "previous_response_id",
-    "output",
-    "error",
-    "usage",
-    "safety_flags",
-    "stats",
-)
-_R_CREATED_AT, _R_COMPLETED_AT, _R_SLIM = _tags(
-    pb.Response, "created_at", "completed_at", "slim", kind=VARINT
-)
-_REASON = tag(field_number(pb.IncompleteDetails, "reason"), LENGTH_DELIMITED)
-_ERROR_CODE, _ERROR_MESSAGE = _tags(pb.ResponseError, "code", "message")
-_TRUE = b"\x01"
-_R_SLIM_TRUE = _R_SLIM + _TRUE
-
-
-def _string(field_tag: bytes, value: str) -> bytes:
+def string_field(field_tag: bytes, value: str) -> bytes:
     """A proto3 string field: nothing when empty."""
     if not value:
         if not isinstance(value, str):
             raise TypeError(f"expected a string, got {type(value).__name__}")
         return b""
     data = value.encode()
-    return field_tag + varint(len(data)) + data
+    size = len(data)
+    return b"".join((field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data))
 
 
-def _present(field_tag: bytes, data: bytes) -> bytes:
+def present_field(field_tag: bytes, data: bytes) -> bytes:
     """A length-delimited field that is written even when empty (a set sub-message or an
     ``optional`` string)."""
-    return field_tag + varint(len(data)) + data
+    size = len(data)
+    return b"".join((field_tag, ONE_BYTE[size] if size < 0x80 else varint(size), data))
 
 
-def _int(field_tag: bytes, value: int) -> bytes:
+def int_field(field_tag: bytes, value: int) -> bytes:
     """A proto3 integer field: nothing when zero (``varint`` refuses what is not an int)."""
     if value:
         return field_tag + varint(value)
@@ -141,272 +111,382 @@ def _int(field_tag: bytes, value: int) -> bytes:
     return b""
 
 
-def text_delta(e: JSONMapping) -> bytes:
-    """``OutputTextDeltaEvent``."""
-    out_i, content_i, seq = _TEXT_DELTA_INTS
-    return (
-        _string(_TEXT_DELTA[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _string(_TEXT_DELTA[1], e["delta"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
+def _tag(message: type[Message], name: str, kind: int = LENGTH_DELIMITED) -> bytes:
+    # ``tag`` is cached: the same field key is the same bytes object wherever it is used.
+    return tag(field_number(message, name), kind)
 
 
-def arguments_delta(e: JSONMapping) -> bytes:
-    """``FunctionCallArgumentsDeltaEvent``."""
-    out_i, seq = _ARGS_DELTA_INTS
-    return (
-        _string(_ARGS_DELTA[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _string(_ARGS_DELTA[1], e["delta"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
+def _head_tags(message: type[Message], *ints: str) -> tuple[bytes, ...]:
+    """The tags of an event's leading fields: ``item_id`` and its indices."""
+    return (_tag(message, "item_id"), *(_tag(message, name, VARINT) for name in ints))
 
 
-def text_done(e: JSONMapping) -> bytes:
-    """``OutputTextDoneEvent``."""
-    out_i, content_i, seq = _TEXT_DONE_INTS
-    return (
-        _string(_TEXT_DONE[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _string(_TEXT_DONE[1], e["text"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def arguments_done(e: JSONMapping) -> bytes:
-    """``FunctionCallArgumentsDoneEvent``."""
-    out_i, seq = _ARGS_DONE_INTS
-    return (
-        _string(_ARGS_DONE[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _string(_ARGS_DONE[1], e["arguments"])
-        + _string(_ARGS_DONE[2], e["name"])
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def item_event(e: JSONMapping) -> bytes:
-    """``OutputItemEvent`` (output_item.added and .done)."""
-    out_i, seq = _ITEM_EVENT_INTS
-    return (
-        _int(out_i, e["output_index"])
-        + _present(_ITEM_EVENT_ITEM, item(e["item"]))
-        + _int(seq, e.get("sequence_number", 0))
-    )
-
-
-def part_event(e: JSONMapping) -> bytes:
-    """``ContentPartEvent`` (content_part.added and .done)."""
-    out_i, content_i, seq = _PART_EVENT_INTS
-    return (
-        _string(_PART_EVENT[0], e["item_id"])
-        + _int(out_i, e["output_index"])
-        + _int(content_i, e["content_index"])
-        + _present(_PART_EVENT[1], part(e["part"]))
-        + _int(seq, e.get("sequence_number", 0))
-    )
+# Tags of the fields written here, read from the generated descriptors.
+# An item's events lead with its id and indices, by the same field numbers in each (checked
+# below), so one head serves a text's deltas, its done event and its parts, another the
+# arguments' deltas and done event.
+_TEXT_DELTA_HEAD = _head_tags(pb.OutputTextDeltaEvent, "output_index", "content_index")
+_TEXT_DELTA = _tag(pb.OutputTextDeltaEvent, "delta")
+_TEXT_DELTA_SEQ = _tag(pb.OutputTextDeltaEvent, "sequence_number", VARINT)
+_ARGS_DELTA_HEAD = _head_tags(pb.FunctionCallArgumentsDeltaEvent, "output_index")
+_ARGS_DELTA = _tag(pb.FunctionCallArgumentsDeltaEvent, "delta")
+_ARGS_DELTA_SEQ = _tag(pb.FunctionCallArgumentsDeltaEvent, "sequence_number", VARINT)
+_TEXT_DONE_HEAD = _head_tags(pb.OutputTextDoneEvent, "output_index", "content_index")
+_TEXT_DONE = _tag(pb.OutputTextDoneEvent, "text")
+_TEXT_DONE_SEQ = _tag(pb.OutputTextDoneEvent, "sequence_number", VARINT)
+_ARGS_DONE_HEAD = _head_tags(pb.FunctionCallArgumentsDoneEvent, "output_index")
+_ARGS_DONE = (
+    _tag(pb.FunctionCallArgumentsDoneEvent, "arguments"),
+    _tag(pb.FunctionCallArgumentsDoneEvent, "name"),
+)
+_ARGS_DONE_SEQ = _tag(pb.FunctionCallArgumentsDoneEvent, "sequence_number", VARINT)
+_PART_EVENT_HEAD = _head_tags(pb.ContentPartEvent, "output_index", "content_index")
+if not _TEXT_DELTA_HEAD == _TEXT_DONE_HEAD == _PART_EVENT_HEAD:
+    raise RuntimeError("a text's events no longer share their leading fields")
+if _ARGS_DELTA_HEAD != _ARGS_DONE_HEAD:
+    raise RuntimeError("the arguments' events no longer share their leading fields")
+_PART_EVENT_PART = _tag(pb.ContentPartEvent, "part")
+_PART_EVENT_SEQ = _tag(pb.ContentPartEvent, "sequence_number", VARINT)
+_ITEM_EVENT_INDEX = _tag(pb.OutputItemEvent, "output_index", VARINT)
+_ITEM_EVENT_ITEM = _tag(pb.OutputItemEvent, "item")
+_ITEM_EVENT_SEQ = _tag(pb.OutputItemEvent, "sequence_number", VARINT)
+_ITEM_MESSAGE = _tag(pb.Item, "message")
+_ITEM_CALL = _tag(pb.Item, "function_call")
+_MESSAGE = tuple(_tag(pb.MessageItem, n) for n in ("id", "role", "content", "status", "phase"))
+_CALL = tuple(
+    _tag(pb.FunctionCallItem, n) for n in ("id", "call_id", "name", "arguments", "status")
+)
+_PART_OUTPUT_TEXT = _tag(pb.ContentPart, "output_text")
+_PART_INPUT_TEXT = _tag(pb.ContentPart, "input_text")
+_OUTPUT_TEXT_TEXT = _tag(pb.OutputText, "text")
+_INPUT_TEXT_TEXT = _tag(pb.InputText, "text")
+_R_ID = _tag(pb.Response, "id")
+_R_CREATED_AT = _tag(pb.Response, "created_at", VARINT)
+_R_COMPLETED_AT = _tag(pb.Response, "completed_at", VARINT)
+_R_STATUS = _tag(pb.Response, "status")
+_R_INCOMPLETE_DETAILS = _tag(pb.Response, "incomplete_details")
+_R_PREVIOUS_RESPONSE_ID = _tag(pb.Response, "previous_response_id")
+_R_OUTPUT = _tag(pb.Response, "output")
+_R_ERROR = _tag(pb.Response, "error")
+_R_USAGE = _tag(pb.Response, "usage")
+_R_SAFETY_FLAGS = _tag(pb.Response, "safety_flags")
+_R_STATS = _tag(pb.Response, "stats")
+_R_SLIM_TRUE = _tag(pb.Response, "slim", VARINT) + b"\x01"
+_USAGE_INPUT = _tag(pb.Usage, "input_tokens", VARINT)
+_USAGE_INPUT_DETAILS = _tag(pb.Usage, "input_tokens_details")
+_USAGE_OUTPUT = _tag(pb.Usage, "output_tokens", VARINT)
+_USAGE_OUTPUT_DETAILS = _tag(pb.Usage, "output_tokens_details")
+_USAGE_TOTAL = _tag(pb.Usage, "total_tokens", VARINT)
+_CACHED_TOKENS = _tag(pb.InputTokensDetails, "cached_tokens", VARINT)
+_REASONING_TOKENS = _tag(pb.OutputTokensDetails, "reasoning_tokens", VARINT)
+_REASON = _tag(pb.IncompleteDetails, "reason")
+# The statuses of a response, as ``status`` fields (another is written as it comes).
+_STATUS_FIELDS = {
+    status: _R_STATUS + bytes((len(status),)) + status.encode()
+    for status in ("queued", "in_progress", "completed", "failed", "incomplete", "cancelled")
+}
+_ERROR_CODE = _tag(pb.ResponseError, "code")
+_ERROR_MESSAGE = _tag(pb.ResponseError, "message")
 
 
 def part(p: JSONMapping) -> bytes:
     """A ``ContentPart`` (``part_to_pb``'s bytes)."""
     kind = p.get("type")
     if kind == "output_text" and not p.get("annotations"):
-        return _present(_PART_OUTPUT_TEXT, _string(_OUTPUT_TEXT_TEXT, p.get("text", "")))
+        return present_field(_PART_OUTPUT_TEXT, string_field(_OUTPUT_TEXT_TEXT, p.get("text", "")))
     if kind == "input_text":
-        return _present(_PART_INPUT_TEXT, _string(_INPUT_TEXT_TEXT, p.get("text", "")))
+        return present_field(_PART_INPUT_TEXT, string_field(_INPUT_TEXT_TEXT, p.get("text", "")))
     return part_to_pb(p).SerializeToString()
+
+
+#: The part of content_part.added for a text, and its ``part`` field.
+_EMPTY_TEXT = {"type": "output_text", "text": "", "annotations": []}
+_EMPTY_TEXT_FIELD = present_field(_PART_EVENT_PART, part(_EMPTY_TEXT))
 
 
 def item(i: JSONMapping) -> bytes:
     """An ``Item`` (``item_to_pb``'s bytes)."""
     kind = i.get("type")
     if kind == "function_call":
+        get = i.get
         id_, call_id, name, arguments, status = _CALL
-        return _present(
-            _ITEM_CALL,
-            _string(id_, i.get("id", ""))
-            + _string(call_id, i["call_id"])
-            + _string(name, i["name"])
-            + _string(arguments, i["arguments"])
-            + _string(status, i.get("status", "")),
+        call = b"".join(
+            (
+                string_field(id_, get("id", "")),
+                string_field(call_id, i["call_id"]),
+                string_field(name, i["name"]),
+                string_field(arguments, i["arguments"]),
+                string_field(status, get("status", "")),
+            )
         )
+        return present_field(_ITEM_CALL, call)
     if kind == "message":
+        get = i.get
         id_, role, content, status, phase = _MESSAGE
-        return _present(
-            _ITEM_MESSAGE,
-            _string(id_, i.get("id", ""))
-            + _string(role, i["role"])
-            + b"".join([_present(content, part(p)) for p in i["content"]])
-            + _string(status, i.get("status", ""))
-            + _string(phase, i.get("phase") or ""),
+        message = b"".join(
+            (
+                string_field(id_, get("id", "")),
+                string_field(role, i["role"]),
+                *[present_field(content, part(p)) for p in i["content"]],
+                string_field(status, get("status", "")),
+                string_field(phase, get("phase") or ""),
+            )
         )
+        return present_field(_ITEM_MESSAGE, message)
     return item_to_pb(i).SerializeToString()
 
 
+def _count(field_tag: bytes, value: int) -> bytes:
+    """An int64 count field: nothing when zero; TypeError for anything but an int (a bool
+    included, as upb refuses it)."""
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    if 0 < value < 0x80:
+        return field_tag + ONE_BYTE[value]
+    return field_tag + varint(value) if value else b""
+
+
 def usage(u: JSONMapping) -> bytes:
-    """A ``Usage`` (``usage_to_pb``'s bytes: both details always present)."""
-    input_tokens, output_tokens, total_tokens = _USAGE_INTS
-    input_details, output_details = _USAGE_DETAILS
-    return (
-        _int(input_tokens, u["input_tokens"])
-        + _present(input_details, _int(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"]))
-        + _int(output_tokens, u["output_tokens"])
-        + _present(
-            output_details,
-            _int(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"]),
+    """A ``Usage`` (``usage_to_pb``'s bytes: both details always present, each at most 11
+    bytes)."""
+    cached = _count(_CACHED_TOKENS, u["input_tokens_details"]["cached_tokens"])
+    reasoning = _count(_REASONING_TOKENS, u["output_tokens_details"]["reasoning_tokens"])
+    return b"".join(
+        (
+            _count(_USAGE_INPUT, u["input_tokens"]),
+            _USAGE_INPUT_DETAILS,
+            ONE_BYTE[len(cached)],
+            cached,
+            _count(_USAGE_OUTPUT, u["output_tokens"]),
+            _USAGE_OUTPUT_DETAILS,
+            ONE_BYTE[len(reasoning)],
+            reasoning,
+            _count(_USAGE_TOTAL, u["total_tokens"]),
         )
-        + _int(total_tokens, u["total_tokens"])
     )
 
 
-def response_progress(
-    r: JSONMapping, slim: bool, write_item: Callable[[JSONMapping], bytes] = item
-) -> bytes:
-    """The fields of a Response that change over its life (``response_progress_to_pb``'s
-    bytes, in field-number order); ``write_item`` writes each output item."""
-    get = r.get
-    out = [_string(_R_ID, r["id"]), _int(_R_CREATED_AT, r["created_at"])]
-    completed_at = get("completed_at")
-    if completed_at is not None:
-        out.append(_R_COMPLETED_AT + varint(completed_at))
-    out.append(_string(_R_STATUS, r["status"]))
-    details = get("incomplete_details")
-    if details:
-        out.append(_present(_R_INCOMPLETE_DETAILS, _string(_REASON, details["reason"])))
-    previous = get("previous_response_id")
-    if previous is not None:
-        out.append(_present(_R_PREVIOUS_RESPONSE_ID, previous.encode()))
-    for output_item in r["output"]:
-        out.append(_present(_R_OUTPUT, write_item(output_item)))
-    error = get("error")
-    if error:
-        out.append(
-            _present(
-                _R_ERROR,
-                _string(_ERROR_CODE, error.get("code") or "")
-                + _string(_ERROR_MESSAGE, error.get("message") or ""),
-            )
-        )
-    usage_values = get("usage")
-    if usage_values:
-        out.append(_present(_R_USAGE, usage(usage_values)))
-    flags = get("safety_flags")
-    if flags:
-        for flag in flags:
-            out.append(_present(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
-    stats = get("stats")
-    if stats:
-        out.append(_present(_R_STATS, pb.ResponseStats(**stats).SerializeToString()))
-    if slim:
-        out.append(_R_SLIM_TRUE)
+def _head(tags: tuple[bytes, ...], key: tuple[Any, ...]) -> bytes:
+    """An item's events' leading fields: ``item_id`` and its indices (``key``)."""
+    out = [string_field(tags[0], key[0])]
+    for index_tag, index in zip(tags[1:], key[1:], strict=True):
+        if 0 < index < 0x80:  # (a float fails here too: ONE_BYTE takes an int only)
+            out += (index_tag, ONE_BYTE[index])
+        else:
+            out.append(int_field(index_tag, index))
     return b"".join(out)
 
 
-#: The events written here: JSON type -> the function writing its event message.
-EVENT_WRITERS: dict[str, Callable[[JSONMapping], bytes]] = {
-    "response.output_text.delta": text_delta,
-    "response.function_call_arguments.delta": arguments_delta,
-    "response.output_text.done": text_done,
-    "response.function_call_arguments.done": arguments_done,
-    "response.content_part.added": part_event,
-    "response.content_part.done": part_event,
-}
+def _event(lead: bytes, head: bytes, fields: bytes, seq_tag: bytes, seq: int) -> bytes:
+    """A whole event message, joined once: ``lead`` (the ``stream_id`` field and the event's
+    key), the event's length, its leading fields, the others, its sequence number."""
+    tail = seq_tag + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)) if seq else b""
+    size = len(head) + len(fields) + len(tail)
+    return b"".join((lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, fields, tail))
 
 
-def _delta_message(
-    prefix: bytes, head: bytes, delta_tag: bytes, e: JSONMapping, seq_tag: bytes
+def _text_event(
+    lead: bytes, head: bytes, text_tag: bytes, text: str, seq_tag: bytes, seq: int
 ) -> bytes:
-    """A delta message from its parts, joined once: ``prefix``, the event's length, the
-    fields before the delta (``head``), the delta, the sequence number."""
-    data = e["delta"].encode()  # only a str has encode()
+    """``_event`` of one string field after the head (a delta, a done text), its parts
+    joined once without building the field first: the deltas' hot path."""
+    data = text.encode()  # only a str has encode()
     size = len(data)
-    length = ONE_BYTE[size] if size < 0x80 else varint(size)
-    delta_head = delta_tag + length if size else b""
-    seq = e.get("sequence_number", 0)
-    tail = seq_tag + varint(seq) if seq else b""
-    body_size = len(head) + len(delta_head) + size + len(tail)
+    if size:
+        string_head = text_tag + (ONE_BYTE[size] if size < 0x80 else varint(size))
+        size += len(string_head)
+    else:
+        string_head = b""
+    if seq:
+        tail = seq_tag + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq))
+        size += len(tail)
+    else:
+        tail = b""
+    size += len(head)
     return b"".join(
-        (
-            prefix,
-            ONE_BYTE[body_size] if body_size < 0x80 else varint(body_size),
-            head,
-            delta_head,
-            data,
-            tail,
-        )
+        (lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, string_head, data, tail)
     )
 
 
-#: The fields of a Response that ``response_progress`` writes.
-_PROGRESS_FIELDS = (
-    "id",
-    "created_at",
-    "completed_at",
-    "status",
-    "incomplete_details",
-    "previous_response_id",
-    "output",
-    "error",
-    "usage",
-    "safety_flags",
-    "stats",
-)
+def _stats(values: JSONMapping) -> bytes:
+    """A ``ResponseStats`` (``stats_to_pb``'s bytes). Built by upb: a message of a dozen
+    scalars is built faster by its keyword arguments than written field by field here, and
+    upb writes the maps in its own order (which differs between processes)."""
+    return pb.ResponseStats(**values).SerializeToString()
+
+
+def _error(error: JSONMapping) -> bytes:
+    """A ``ResponseError``: its code and message (null ones empty)."""
+    return string_field(_ERROR_CODE, error.get("code") or "") + string_field(
+        _ERROR_MESSAGE, error.get("message") or ""
+    )
+
+
 # Bounds of a stream's memo of item bytes: a turn's items, each written two or three times.
 _MAX_ITEMS = 16
 _MAX_ITEM_BYTES = 256 << 10
+# Bounds of a stream's memo of stats bytes: a response's snapshots before its output share one.
+_MAX_STATS = 4
 
 
 class TurnWriter:
     """The event writers of one stream, with what a turn writes more than once remembered.
 
+    Each ``*_event`` method writes a whole ``ConnectResponse``: ``lead`` is its
+    ``stream_id`` field and the event's key, the rest comes from the event.
+
     An item is written when it is added, when it is done and again in the terminal
     snapshot; ``response.created`` and ``response.in_progress`` carry the same progress. A
-    value is recognised by its JSON (``orjson``, a fraction of the cost of writing it here),
+    dict is recognised by its JSON (``orjson``, a fraction of the cost of writing it here),
     which is immutable: an item changed in place is never mistaken for its earlier state.
-    Owned by the stream's encoder, bounded by count and bytes.
+    Scalars (ids, indices, statuses) are compared as they are. Owned by the stream's
+    encoder, bounded by count and bytes.
     """
 
     def __init__(self) -> None:
-        # The fields a delta shares with the previous delta of its kind (same item).
-        self._text_key: tuple[object, ...] = ()
-        self._text_head = b""
-        self._args_key: tuple[object, ...] = ()
-        self._args_head = b""
+        # The last text's and the last call's id and indices, and their events' head: the
+        # same for each of their deltas (the head with the delta's tag), done event, parts.
+        self._text_key: tuple[Any, ...] = ()
+        self._text_head = self._text_delta_head = b""
+        self._args_key: tuple[Any, ...] = ()
+        self._args_head = self._args_delta_head = b""
         self._items: dict[bytes, bytes] = {}
         self._item_bytes = 0
-        self._progress_key = b""
-        self._progress = b""
+        # The last response's fixed fields (id, created_at, previous_response_id) and their
+        # bytes: those before its status and the one after.
+        self._response_key: tuple[Any, ...] = ()
+        self._response_prefix = b""
+        self._response_suffix = b""
+        self._stats: dict[bytes, bytes] = {}
 
-    def text_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
-        """A whole text delta message: ``prefix`` (the ``stream_id`` field and the event's
-        key), the event's length, then ``text_delta``'s bytes, the fields before the delta
-        reused from the previous delta and everything joined once (the hot path)."""
+    def _text_head_of(self, key: tuple[Any, ...]) -> bytes:
+        """The head of a text's events (``item_id``, ``output_index``, ``content_index``),
+        written when ``key`` is not the last text's."""
+        if key != self._text_key:
+            self._text_head = _head(_TEXT_DELTA_HEAD, key)
+            self._text_delta_head = self._text_head + _TEXT_DELTA
+            self._text_key = key
+        return self._text_head
+
+    def _args_head_of(self, key: tuple[Any, ...]) -> bytes:
+        """The head of the arguments' events (``item_id``, ``output_index``), written when
+        ``key`` is not the last call's."""
+        if key != self._args_key:
+            self._args_head = _head(_ARGS_DELTA_HEAD, key)
+            self._args_delta_head = self._args_head + _ARGS_DELTA
+            self._args_key = key
+        return self._args_head
+
+    # The deltas are most of a turn's events, so each is written inline: its item's head
+    # and the delta's tag kept per kind of delta, the parts joined once (a call costs about
+    # what writing a field does). An empty delta or a sequence number of 0 takes
+    # ``_text_event``, which leaves out what proto3 leaves out.
+
+    def text_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputTextDeltaEvent``: the item's head, the delta, the sequence number."""
         key = (e["item_id"], e["output_index"], e["content_index"])
         if key != self._text_key:
-            out_i, content_i, _ = _TEXT_DELTA_INTS
-            self._text_head = (
-                _string(_TEXT_DELTA[0], key[0]) + _int(out_i, key[1]) + _int(content_i, key[2])
+            self._text_head_of(key)
+        head = self._text_delta_head
+        data = e["delta"].encode()  # only a str has encode()
+        size = len(data)
+        seq = e["sequence_number"]
+        if not (size and seq):
+            head = head[: -len(_TEXT_DELTA)]
+            return _text_event(lead, head, _TEXT_DELTA, e["delta"], _TEXT_DELTA_SEQ, seq)
+        length = ONE_BYTE[size] if size < 0x80 else varint(size)
+        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
+        size += len(head) + len(length) + len(_TEXT_DELTA_SEQ) + len(number)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                length,
+                data,
+                _TEXT_DELTA_SEQ,
+                number,
             )
-            self._text_key = key
-        return _delta_message(prefix, self._text_head, _TEXT_DELTA[1], e, _TEXT_DELTA_INTS[2])
+        )
 
-    def arguments_delta_message(self, prefix: bytes, e: JSONMapping) -> bytes:
-        """``text_delta_message`` for an arguments delta."""
+    def arguments_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``FunctionCallArgumentsDeltaEvent``: as ``text_delta_event``, without a content
+        index."""
         key = (e["item_id"], e["output_index"])
         if key != self._args_key:
-            self._args_head = _string(_ARGS_DELTA[0], key[0]) + _int(_ARGS_DELTA_INTS[0], key[1])
-            self._args_key = key
-        return _delta_message(prefix, self._args_head, _ARGS_DELTA[1], e, _ARGS_DELTA_INTS[1])
+            self._args_head_of(key)
+        head = self._args_delta_head
+        data = e["delta"].encode()
+        size = len(data)
+        seq = e["sequence_number"]
+        if not (size and seq):
+            head = head[: -len(_ARGS_DELTA)]
+            return _text_event(lead, head, _ARGS_DELTA, e["delta"], _ARGS_DELTA_SEQ, seq)
+        length = ONE_BYTE[size] if size < 0x80 else varint(size)
+        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
+        size += len(head) + len(length) + len(_ARGS_DELTA_SEQ) + len(number)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                length,
+                data,
+                _ARGS_DELTA_SEQ,
+                number,
+            )
+        )
 
-    def item(self, i: JSONMapping) -> bytes:
-        """``item``, remembered."""
+    def text_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputTextDoneEvent``."""
+        head = self._text_head_of((e["item_id"], e["output_index"], e["content_index"]))
+        seq = e["sequence_number"]
+        return _text_event(lead, head, _TEXT_DONE, e["text"], _TEXT_DONE_SEQ, seq)
+
+    def arguments_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``FunctionCallArgumentsDoneEvent``."""
+        head = self._args_head_of((e["item_id"], e["output_index"]))
+        arguments, name = _ARGS_DONE
+        fields = string_field(arguments, e["arguments"]) + string_field(name, e["name"])
+        return _event(lead, head, fields, _ARGS_DONE_SEQ, e["sequence_number"])
+
+    def part_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``ContentPartEvent`` (content_part.added and .done)."""
+        head = self._text_head_of((e["item_id"], e["output_index"], e["content_index"]))
+        p = e["part"]
+        # The part a text starts with, the same every time: compared, not written.
+        fields = _EMPTY_TEXT_FIELD if p == _EMPTY_TEXT else present_field(_PART_EVENT_PART, part(p))
+        return _event(lead, head, fields, _PART_EVENT_SEQ, e["sequence_number"])
+
+    def item_event(self, lead: bytes, e: JSONMapping) -> bytes:
+        """``OutputItemEvent`` (output_item.added and .done), its item remembered."""
+        index = e["output_index"]
+        if 0 < index < 0x80:
+            head = _ITEM_EVENT_INDEX + ONE_BYTE[index]
+        else:
+            head = int_field(_ITEM_EVENT_INDEX, index)
+        item_value = self.framed_item(e["item"])
+        seq = e["sequence_number"]
+        tail = _ITEM_EVENT_SEQ + (ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)) if seq else b""
+        size = len(head) + len(_ITEM_EVENT_ITEM) + len(item_value) + len(tail)
+        return b"".join(
+            (
+                lead,
+                ONE_BYTE[size] if size < 0x80 else varint(size),
+                head,
+                _ITEM_EVENT_ITEM,
+                item_value,
+                tail,
+            )
+        )
+
+    def framed_item(self, i: JSONMapping) -> bytes:
+        """``item``'s bytes after their length (a field's value but its tag), remembered."""
         key = orjson.dumps(i)
         data = self._items.get(key)
         if data is None:
-            data = item(i)
+            written = item(i)
+            data = varint(len(written)) + written
             if len(self._items) >= _MAX_ITEMS or self._item_bytes > _MAX_ITEM_BYTES:
                 self._items.clear()
                 self._item_bytes = 0
@@ -414,22 +494,61 @@ class TurnWriter:
             self._item_bytes += len(key) + len(data)
         return data
 
-    def item_event(self, e: JSONMapping) -> bytes:
-        """``item_event``, its item remembered."""
-        out_i, seq = _ITEM_EVENT_INTS
-        return (
-            _int(out_i, e["output_index"])
-            + _present(_ITEM_EVENT_ITEM, self.item(e["item"]))
-            + _int(seq, e.get("sequence_number", 0))
-        )
+    def stats_field(self, values: JSONMapping) -> bytes:
+        """The ``stats`` field of a Response, remembered: a response's snapshots before its
+        output carry the same counters (and the turns of a steady agent loop often do)."""
+        try:
+            key = orjson.dumps(values)
+        except TypeError:  # not JSON: serialized as it is, not remembered
+            return present_field(_R_STATS, _stats(values))
+        data = self._stats.get(key)
+        if data is None:
+            data = present_field(_R_STATS, _stats(values))
+            if len(self._stats) >= _MAX_STATS:
+                self._stats.clear()
+            self._stats[key] = data
+        return data
 
     def response_progress(self, r: JSONMapping, slim: bool) -> bytes:
-        """``response_progress``; before any output (``response.created`` and
-        ``response.in_progress``), the last one again when its fields are the same."""
-        if r["output"]:
-            return response_progress(r, slim, self.item)
-        key = orjson.dumps([slim, *[r.get(name) for name in _PROGRESS_FIELDS]])
-        if key != self._progress_key:
-            self._progress = response_progress(r, slim, self.item)
-            self._progress_key = key
-        return self._progress
+        """The fields of a Response that change over its life (``response_progress_to_pb``'s
+        bytes, in field-number order): those fixed for a response (``id``, ``created_at``,
+        ``previous_response_id``) written once, a known status written once, the items and
+        stats remembered."""
+        get = r.get
+        key = (r["id"], r["created_at"], get("previous_response_id"))
+        if key != self._response_key:
+            self._response_prefix = string_field(_R_ID, key[0]) + _count(_R_CREATED_AT, key[1])
+            previous = key[2]
+            self._response_suffix = (
+                b""
+                if previous is None
+                else present_field(_R_PREVIOUS_RESPONSE_ID, previous.encode())
+            )
+            self._response_key = key
+        out = [self._response_prefix]
+        completed_at = get("completed_at")
+        if completed_at is not None:
+            out += (_R_COMPLETED_AT, varint(completed_at))
+        status = r["status"]
+        out.append(_STATUS_FIELDS.get(status) or string_field(_R_STATUS, status))
+        details = get("incomplete_details")
+        if details:
+            reason = string_field(_REASON, details["reason"])
+            out.append(present_field(_R_INCOMPLETE_DETAILS, reason))
+        out.append(self._response_suffix)
+        for output_item in r["output"]:
+            out += (_R_OUTPUT, self.framed_item(output_item))
+        error = get("error")
+        if error:
+            out.append(present_field(_R_ERROR, _error(error)))
+        usage_values = get("usage")
+        if usage_values:
+            out.append(present_field(_R_USAGE, usage(usage_values)))
+        for flag in get("safety_flags") or ():
+            out.append(present_field(_R_SAFETY_FLAGS, pb.SafetyFlag(**flag).SerializeToString()))
+        stats_values = get("stats")
+        if stats_values:
+            out.append(self.stats_field(stats_values))
+        if slim:
+            out.append(_R_SLIM_TRUE)
+        return b"".join(out)
