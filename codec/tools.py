@@ -20,6 +20,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 
 from .depth import deep
 from .structs import fill_struct, struct_to_dict
+from .wire import exact
 
 #: The optional fields of a function tool, null in the Response's echo when unset.
 _FUNCTION_OPTIONAL = ("description", "parameters", "strict")
@@ -147,7 +148,7 @@ def tool_echoes_to_dicts(tools: Sequence[pb.Tool]) -> list[JSONObject]:
             except (TypeError, orjson.JSONEncodeError):  # NaN and the like: not cached
                 result.append(converted)
                 continue
-            _echoed_tools.put(key, text)
+            _echoed_tools.put(key, exact(text))
         result.append(orjson.loads(text))
     return result
 

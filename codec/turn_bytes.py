@@ -32,7 +32,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
 from .items import item_to_pb, part_to_pb
-from .wire import LENGTH_DELIMITED, VARINT, field_number, tag
+from .wire import LENGTH_DELIMITED, VARINT, exact, field_number, tag
 
 __all__ = ["ONE_BYTE", "TurnWriter", "item", "part", "varint"]
 
@@ -490,7 +490,7 @@ class TurnWriter:
             if len(self._items) >= _MAX_ITEMS or self._item_bytes > _MAX_ITEM_BYTES:
                 self._items.clear()
                 self._item_bytes = 0
-            self._items[key] = data
+            self._items[exact(key)] = data
             self._item_bytes += len(key) + len(data)
         return data
 
@@ -506,7 +506,7 @@ class TurnWriter:
             data = present_field(_R_STATS, _stats(values))
             if len(self._stats) >= _MAX_STATS:
                 self._stats.clear()
-            self._stats[key] = data
+            self._stats[exact(key)] = data
         return data
 
     def response_progress(self, r: JSONMapping, slim: bool) -> bytes:
