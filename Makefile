@@ -13,7 +13,7 @@ TYPED := server client bench cluster schema tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation
+	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip
 
 all: check test
 
@@ -155,6 +155,10 @@ aiperf: $(EXTRA)bench $(AIPERF_VENV)/.installed
 SATURATION_ARGS ?= --streams 50,100,200
 saturation: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.saturation $(SATURATION_ARGS)
+
+# One event's round trip on Connect and on WebSocket mode: the latency of a transport hop.
+roundtrip: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.roundtrip
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
