@@ -308,6 +308,18 @@ def _text_event(
     )
 
 
+def _delta_event(lead: bytes, head: bytes, data: bytes, seq_tag: bytes, seq: int) -> bytes:
+    """A delta event whose ``head`` ends with the delta's tag, with a delta and a sequence
+    number both present: the deltas' hot path, joined once."""
+    size = len(data)
+    length = ONE_BYTE[size] if size < 0x80 else varint(size)
+    number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
+    size += len(head) + len(length) + len(seq_tag) + len(number)
+    return b"".join(
+        (lead, ONE_BYTE[size] if size < 0x80 else varint(size), head, length, data, seq_tag, number)
+    )
+
+
 def _stats(values: JSONMapping) -> bytes:
     """A ``ResponseStats`` (``stats_to_pb``'s bytes). Built by upb: a message of a dozen
     scalars is built faster by its keyword arguments than written field by field here, and
@@ -389,25 +401,11 @@ class TurnWriter:
             self._text_head_of(key)
         head = self._text_delta_head
         data = e["delta"].encode()  # only a str has encode()
-        size = len(data)
         seq = e["sequence_number"]
-        if not (size and seq):
+        if not (data and seq):
             head = head[: -len(_TEXT_DELTA)]
             return _text_event(lead, head, _TEXT_DELTA, e["delta"], _TEXT_DELTA_SEQ, seq)
-        length = ONE_BYTE[size] if size < 0x80 else varint(size)
-        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
-        size += len(head) + len(length) + len(_TEXT_DELTA_SEQ) + len(number)
-        return b"".join(
-            (
-                lead,
-                ONE_BYTE[size] if size < 0x80 else varint(size),
-                head,
-                length,
-                data,
-                _TEXT_DELTA_SEQ,
-                number,
-            )
-        )
+        return _delta_event(lead, head, data, _TEXT_DELTA_SEQ, seq)
 
     def arguments_delta_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``FunctionCallArgumentsDeltaEvent``: as ``text_delta_event``, without a content
@@ -417,25 +415,11 @@ class TurnWriter:
             self._args_head_of(key)
         head = self._args_delta_head
         data = e["delta"].encode()
-        size = len(data)
         seq = e["sequence_number"]
-        if not (size and seq):
+        if not (data and seq):
             head = head[: -len(_ARGS_DELTA)]
             return _text_event(lead, head, _ARGS_DELTA, e["delta"], _ARGS_DELTA_SEQ, seq)
-        length = ONE_BYTE[size] if size < 0x80 else varint(size)
-        number = ONE_BYTE[seq] if 0 < seq < 0x80 else varint(seq)
-        size += len(head) + len(length) + len(_ARGS_DELTA_SEQ) + len(number)
-        return b"".join(
-            (
-                lead,
-                ONE_BYTE[size] if size < 0x80 else varint(size),
-                head,
-                length,
-                data,
-                _ARGS_DELTA_SEQ,
-                number,
-            )
-        )
+        return _delta_event(lead, head, data, _ARGS_DELTA_SEQ, seq)
 
     def text_done_event(self, lead: bytes, e: JSONMapping) -> bytes:
         """``OutputTextDoneEvent``."""
