@@ -7,16 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.fake_engine import ScriptedCore, ScriptedEngine
+from tests.core.fake_engine import ScriptedCore, ScriptedEngine, started_core
 
 
 @pytest.fixture
 async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
     """A started ``ScriptedCore`` and its engine (script its ``turns``); closed after."""
-    engine = ScriptedEngine()
-    core = ScriptedCore(tmp_path, engine)
-    await core.start()
-    try:
-        yield engine, core
-    finally:
-        await core.close()
+    async with started_core(tmp_path) as started:
+        yield started

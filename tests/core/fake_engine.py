@@ -9,6 +9,7 @@ request, so the tests can check the prompt tokens the core hands it. Everything 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,3 +117,15 @@ class ScriptedCore(ResponsesCore):
 
     def _engine_for(self, route: RouteConfig) -> Engine:
         return self.engine
+
+
+@contextlib.asynccontextmanager
+async def started_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
+    """A started ``ScriptedCore`` and its engine (script its ``turns``); closed after."""
+    engine = ScriptedEngine()
+    core = ScriptedCore(tmp_path, engine)
+    await core.start()
+    try:
+        yield engine, core
+    finally:
+        await core.close()

@@ -27,7 +27,7 @@ from bidi_responses.server.transports.streams import (
     open_stream,
 )
 
-from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
+from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn, started_core
 from tests.core.session_events import create
 
 TIMEOUT_S = 20
@@ -91,14 +91,8 @@ class MemoryWire:
 
 @pytest.fixture
 async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
-    engine = ScriptedEngine()
-    core = ScriptedCore(tmp_path, engine)
-    await core.start()
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            yield engine, core
-    finally:
-        await core.close()
+    async with started_core(tmp_path) as started, asyncio.timeout(TIMEOUT_S):
+        yield started
 
 
 def _run(core: ScriptedCore, *, half_close: bool = True) -> tuple[MemoryWire, asyncio.Task[None]]:
