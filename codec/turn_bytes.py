@@ -32,56 +32,9 @@ from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
 from .items import item_to_pb, part_to_pb
-from .wire import LENGTH_DELIMITED, VARINT, exact, field_number, tag
+from .wire import LENGTH_DELIMITED, ONE_BYTE, VARINT, exact, field_number, tag, varint
 
 __all__ = ["ONE_BYTE", "TurnWriter", "item", "part", "varint"]
-
-#: Each one-byte varint, by value.
-ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
-# Every two-byte varint (128 to 16383: most lengths, counts and sequence numbers), two bytes
-# each, by value: a slice costs half of building one (32 KiB).
-_TWO_BYTES = b"".join(bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 14))
-_UINT64 = (1 << 64) - 1
-
-
-def varint(value: int) -> bytes:
-    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64.
-
-    Unrolled up to five bytes: lengths, sequence numbers, token counts, timestamps."""
-    if 0 <= value < 1 << 7:
-        return ONE_BYTE[value]
-    if 0 < value < 1 << 14:
-        return _TWO_BYTES[2 * value : 2 * value + 2]
-    if 0 < value < 1 << 21:
-        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
-    if 0 < value < 1 << 35:
-        if value < 1 << 28:
-            return bytes(
-                (
-                    value & 0x7F | 0x80,
-                    value >> 7 & 0x7F | 0x80,
-                    value >> 14 & 0x7F | 0x80,
-                    value >> 21,
-                )
-            )
-        return bytes(
-            (
-                value & 0x7F | 0x80,
-                value >> 7 & 0x7F | 0x80,
-                value >> 14 & 0x7F | 0x80,
-                value >> 21 & 0x7F | 0x80,
-                value >> 28,
-            )
-        )
-    if not -(1 << 63) <= value < 1 << 64:
-        raise ValueError(f"{value} does not fit a 64-bit field")
-    value &= _UINT64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def string_field(field_tag: bytes, value: str) -> bytes:

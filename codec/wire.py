@@ -20,7 +20,6 @@ from google.protobuf.message import Message
 VARINT = 0
 #: Wire type of length-delimited fields: sub-messages, strings, bytes.
 LENGTH_DELIMITED = 2
-_ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
 
 
 def exact(data: bytes) -> bytes:
@@ -30,10 +29,46 @@ def exact(data: bytes) -> bytes:
     return bytes(memoryview(data))
 
 
+#: Each one-byte varint, by value.
+ONE_BYTE = tuple(bytes((b,)) for b in range(0x80))
+# Every two-byte varint (128 to 16383: most lengths, counts and sequence numbers), two bytes
+# each, by value: a slice costs half of building one (32 KiB).
+_TWO_BYTES = b"".join(bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 14))
+_UINT64 = (1 << 64) - 1
+
+
 def varint(value: int) -> bytes:
-    """``value`` (non-negative) as a base-128 varint."""
-    if value <= 0x7F:  # one byte: most lengths of a streamed event
-        return _ONE_BYTE[value]
+    """``value`` as a varint; negative integers take ten bytes, as upb writes int32/int64.
+
+    Unrolled up to five bytes: lengths, sequence numbers, token counts, timestamps."""
+    if 0 <= value < 1 << 7:
+        return ONE_BYTE[value]
+    if 0 < value < 1 << 14:
+        return _TWO_BYTES[2 * value : 2 * value + 2]
+    if 0 < value < 1 << 21:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 1 << 35:
+        if value < 1 << 28:
+            return bytes(
+                (
+                    value & 0x7F | 0x80,
+                    value >> 7 & 0x7F | 0x80,
+                    value >> 14 & 0x7F | 0x80,
+                    value >> 21,
+                )
+            )
+        return bytes(
+            (
+                value & 0x7F | 0x80,
+                value >> 7 & 0x7F | 0x80,
+                value >> 14 & 0x7F | 0x80,
+                value >> 21 & 0x7F | 0x80,
+                value >> 28,
+            )
+        )
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit a 64-bit field")
+    value &= _UINT64
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
