@@ -240,7 +240,9 @@ async def _send_ws(port: int, text: str) -> str:
         return f"ws {event.get('type')} {event.get('status', '')}".strip()
 
 
-def _raw_channel(port: int) -> grpc.aio.Channel:
+def unlimited_channel(port: int) -> grpc.aio.Channel:
+    """A channel of its own (no shared connection) with no message size limits: for sending
+    messages up to and past the server's own limit."""
     return grpc.aio.insecure_channel(
         f"127.0.0.1:{port}",
         options=[
@@ -252,7 +254,7 @@ def _raw_channel(port: int) -> grpc.aio.Channel:
 
 
 async def _send_grpc_unary(port: int, message: bytes) -> str:
-    async with _raw_channel(port) as channel:
+    async with unlimited_channel(port) as channel:
         method: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(
             f"{SERVICE}/CreateResponse"
         )
@@ -266,7 +268,7 @@ async def _send_grpc_unary(port: int, message: bytes) -> str:
 
 
 async def _send_grpc_connect(port: int, message: bytes) -> str:
-    async with _raw_channel(port) as channel:
+    async with unlimited_channel(port) as channel:
         method: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
             f"{SERVICE}/Connect"
         )

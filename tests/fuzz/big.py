@@ -28,6 +28,7 @@ import grpc
 import httpx
 import orjson
 import websockets
+from bidi_responses.bench.fairness import unlimited_channel
 from bidi_responses.bench.servers import serve_command
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
@@ -146,17 +147,6 @@ def big_inputs(draw: st.DrawFn, chars: int) -> BigInput:
 # -- senders -----------------------------------------------------------------------------------
 
 
-def _grpc_channel(port: int) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(
-        f"127.0.0.1:{port}",
-        options=[
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
-            ("grpc.use_local_subchannel_pool", 1),
-        ],
-    )
-
-
 async def send_big(server: FuzzServer, big: BigInput) -> str:
     """Send one huge input on its own connection; its outcome."""
     body = big.body()
@@ -180,7 +170,7 @@ async def send_big(server: FuzzServer, big: BigInput) -> str:
                             return _event_outcome(event)
             params = params_to_pb(body)
             decoder = EventDecoder()
-            async with _grpc_channel(server.grpc_port) as channel:
+            async with unlimited_channel(server.grpc_port) as channel:
                 if big.transport == "grpc CreateResponse":
                     create: grpc.aio.UnaryStreamMultiCallable[bytes, pb.CreateResponseResponse]
                     create = channel.unary_stream(
@@ -263,7 +253,7 @@ async def small_agent(
             while not stop.is_set():
                 counts[await turn(create)] += 1
         return
-    async with _grpc_channel(server.grpc_port) as channel:
+    async with unlimited_channel(server.grpc_port) as channel:
         connect: grpc.aio.StreamStreamMultiCallable[bytes, pb.ConnectResponse]
         connect = channel.stream_stream(
             f"{SERVICE}/Connect",
