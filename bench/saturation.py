@@ -1,10 +1,17 @@
 """Saturation: N streams at once on one server process, each asking a long answer of a fast
 simulated engine; the median stream's delivered tokens per second, per transport and client.
 
-Each stream opens its own connection, sends one ``response.create`` at the same moment as the
-others and reads its answer to the end. Its delivered rate is its output tokens over the time
-from sending its create to its terminal event; against the engine's own rate that says whether
-the server kept up. Transports and clients:
+Every stream is opened first (a WebSocket connection, or a Connect call whose headers have
+come back). Once all of them are open, in every client process, each sends one
+``response.create`` at the same moment and reads its answer to the end. Its delivered rate is
+its output tokens over the time from sending its create to its terminal event; against the
+engine's own rate that says whether the server kept up. Opening is timed on its own (``open``):
+a burst of opens is a different load from a burst of requests, and grpc.aio admits one call per
+event-loop turn where an asyncio listener accepts a backlog at once, so folding the two together
+would measure the opening ramp, not serving. SSE has no stream to open before its request: its
+POST is sent at the common moment and its connection setup counts in its rate.
+
+Transports and clients:
 
 - ``websocket``: WebSocket mode, JSON text frames (the ``websockets`` library);
 - ``sse``: POST /v1/responses with SSE (aiohttp);
@@ -28,10 +35,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,6 +74,8 @@ class StreamResult:
     messages: int = 0  # wire messages: gRPC messages, WebSocket frames, SSE events
     deltas: int = 0
     increasing: bool = True  # sequence numbers strictly increasing
+    open_s: float = 0.0  # opening the stream: connection and handshake, or call and headers
+    opened: float = 0.0  # when it was open (perf_counter)
     sent: float = 0.0  # when the create was sent (perf_counter)
     first_delta: float = 0.0
     end: float = 0.0
@@ -128,10 +139,35 @@ def _body(stream: int) -> dict[str, Any]:
     return {"model": "sim-model", "input": f"write the report, part {stream}"}
 
 
-async def _websocket(address: ServerAddress, stream: int) -> StreamResult:
+class _Start:
+    """Lets every stream's create go at one moment, once every stream is open.
+
+    ``everyone_open`` runs when this process's streams are all open; it waits for the other
+    client processes' (a barrier), so that the creates of every process go together.
+    """
+
+    def __init__(self, streams: int, everyone_open: Callable[[], Awaitable[None]]) -> None:
+        self._waiting = streams
+        self._everyone_open = everyone_open
+        self._go = asyncio.Event()
+
+    async def opened(self, result: StreamResult, began: float) -> None:
+        """Count ``result``'s stream as open; return when every stream may send its create."""
+        result.opened = time.perf_counter()
+        result.open_s = result.opened - began
+        self._waiting -= 1
+        if self._waiting == 0:
+            await self._everyone_open()
+            self._go.set()
+        await self._go.wait()
+
+
+async def _websocket(address: ServerAddress, stream: int, start: _Start) -> StreamResult:
     seen = _Seen()
     url = f"ws://{address.host}:{address.http_port}/v1/responses"
+    began = time.perf_counter()
     async with websockets.connect(url, max_size=None, compression=None) as ws:
+        await start.opened(seen.result, began)
         seen.result.sent = time.perf_counter()
         await ws.send(orjson.dumps({"type": "response.create", **_body(stream)}).decode())
         async for frame in ws:
@@ -141,9 +177,12 @@ async def _websocket(address: ServerAddress, stream: int) -> StreamResult:
     return seen.result
 
 
-async def _sse(address: ServerAddress, stream: int, http: aiohttp.ClientSession) -> StreamResult:
+async def _sse(
+    address: ServerAddress, stream: int, http: aiohttp.ClientSession, start: _Start
+) -> StreamResult:
     seen = _Seen()
     url = f"http://{address.host}:{address.http_port}/v1/responses"
+    await start.opened(seen.result, time.perf_counter())  # nothing to open before the POST
     seen.result.sent = time.perf_counter()
     async with http.post(url, json={**_body(stream), "stream": True}) as resp:
         buffer = b""
@@ -180,19 +219,28 @@ def _pb_event(event: pb.ConnectResponse) -> dict[str, Any]:
     return data
 
 
-async def _connect(channel: grpc.aio.Channel, stream: int, batched: bool) -> StreamResult:
+async def _connect(
+    channel: grpc.aio.Channel, stream: int, batched: bool, start: _Start
+) -> StreamResult:
     seen = _Seen()
     request = pb.ConnectRequest(response_create=params_to_pb(_body(stream)))
     if batched:
         request.delivery.batch_events = True
+    go = asyncio.Event()
     finished = asyncio.Event()
 
     async def requests() -> AsyncIterator[pb.ConnectRequest]:
+        await go.wait()
+        seen.result.sent = time.perf_counter()
         yield request
         await finished.wait()  # half-close once the answer is in
 
-    seen.result.sent = time.perf_counter()  # the call opens and sends its create now
+    began = time.perf_counter()
     call = pb_grpc.ResponsesServiceStub(channel).Connect(requests())
+    # The server sends its headers as soon as it has admitted the call: the stream is open.
+    await call.initial_metadata()
+    await start.opened(seen.result, began)
+    go.set()
     async for message in call:
         seen.result.messages += 1
         if any(seen.event(_pb_event(e)) for e in unbatch(message)):
@@ -202,10 +250,19 @@ async def _connect(channel: grpc.aio.Channel, stream: int, batched: bool) -> Str
     return seen.result
 
 
+async def _alone() -> None:
+    """No other client process to wait for."""
+
+
 async def run_streams(
-    address: ServerAddress, transport: str, streams: Sequence[int], start_at: float
+    address: ServerAddress,
+    transport: str,
+    streams: Sequence[int],
+    start_at: float,
+    everyone_open: Callable[[], Awaitable[None]] = _alone,
 ) -> list[StreamResult]:
-    """Run ``streams`` at once on ``transport``, starting at wall-clock ``start_at``."""
+    """Run ``streams`` at once on ``transport``: open them from wall-clock ``start_at`` on,
+    then, once ``everyone_open`` returns, send every create together."""
     connector = aiohttp.TCPConnector(limit=0)
     target = f"{address.host}:{address.grpc_port}"
     # One gRPC channel (HTTP/2 connection) per client process, as a gRPC client would have,
@@ -218,21 +275,33 @@ async def run_streams(
             await channel.channel_ready()
         await asyncio.sleep(max(start_at - time.time(), 0))  # every client process at once
 
+        start = _Start(len(streams), everyone_open)
+
         async def one(stream: int) -> StreamResult:
             if transport == "websocket":
-                return await _websocket(address, stream)
+                return await _websocket(address, stream, start)
             if transport == "sse":
-                return await _sse(address, stream, http)
-            return await _connect(channel, stream, transport == "connect_batched")
+                return await _sse(address, stream, http, start)
+            return await _connect(channel, stream, transport == "connect_batched", start)
 
         return list(await asyncio.gather(*(one(s) for s in streams)))
 
 
 def _client_process(
-    address: ServerAddress, transport: str, streams: list[int], start_at: float
+    address: ServerAddress,
+    transport: str,
+    streams: list[int],
+    start_at: float,
+    barrier: threading.Barrier,
+    timeout_s: float,
 ) -> tuple[list[dict[str, Any]], float]:
     """One client process's streams, and the CPU seconds it spent on them."""
-    results = asyncio.run(run_streams(address, transport, streams, start_at))
+
+    async def everyone_open() -> None:
+        # Blocks a thread, not the loop: the other streams' opens are still being answered.
+        await asyncio.to_thread(barrier.wait, timeout_s)
+
+    results = asyncio.run(run_streams(address, transport, streams, start_at, everyone_open))
     return [asdict(r) for r in results], time.process_time()
 
 
@@ -241,13 +310,13 @@ def measure(
 ) -> tuple[list[StreamResult], float]:
     """``streams`` streams on ``transport`` from ``processes`` client processes; the results
     and the client processes' CPU seconds."""
-    shares = [list(range(i, streams, processes)) for i in range(processes)]
+    shares = [share for i in range(processes) if (share := list(range(i, streams, processes)))]
     start_at = time.time() + 1.0 + 0.2 * processes  # after every process has imported
-    with ProcessPoolExecutor(processes) as pool:
+    with multiprocessing.Manager() as manager, ProcessPoolExecutor(processes) as pool:
+        barrier = manager.Barrier(len(shares))
         futures = [
-            pool.submit(_client_process, address, transport, share, start_at)
+            pool.submit(_client_process, address, transport, share, start_at, barrier, timeout_s)
             for share in shares
-            if share
         ]
         done = [future.result(timeout=timeout_s) for future in futures]
     rows = [row for share, _ in done for row in share]
@@ -269,6 +338,9 @@ def summary(
         # From the first delta on: what the stream carried once its answer had started.
         "median_streaming_tok_s": median([r.streaming_rate for r in results]),
         "median_ttft_s": median([r.first_delta - r.sent for r in results if r.first_delta]),
+        # Opening every stream, before any create: the median stream's and the slowest's.
+        "median_open_s": median([r.open_s for r in results]),
+        "max_open_s": max(r.open_s for r in results),
         "total_tok_s": sum(r.tokens for r in results)
         / max(max(r.end for r in results) - min(r.sent for r in results), 1e-9),
         "messages_per_stream": median([float(r.messages) for r in results]),
@@ -315,7 +387,8 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"N={row['streams']:<4} {row['transport']:<16} median {row['median_tok_s']:7.0f} tok/s "
         f"({row['median_share'] * 100:5.1f}%), min {row['min_tok_s']:6.0f}, streaming "
-        f"{row['median_streaming_tok_s']:5.0f}, TTFT {row['median_ttft_s'] * 1000:5.0f} ms, total "
+        f"{row['median_streaming_tok_s']:5.0f}, TTFT {row['median_ttft_s'] * 1000:5.0f} ms, open "
+        f"{row['median_open_s'] * 1000:4.0f}/{row['max_open_s'] * 1000:4.0f} ms, total "
         f"{row['total_tok_s'] / 1000:6.1f}k tok/s, {row['messages_per_stream']:6.0f} msgs/stream, "
         f"{row['correct']}/{row['streams']} correct, CPU s server {row['server_cpu_s']:.1f} "
         f"client {row['client_cpu_s']:.1f}"

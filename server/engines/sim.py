@@ -5,7 +5,8 @@ the first ``tool_rounds`` turns after a user message it calls one of the request
 argument JSON that is valid for the tool's schema and about ``function_call_tokens`` tokens
 long; then it answers with about ``answer_tokens`` tokens of English-and-code text. Output is a
 pure function of the config seed and the request's ``seed``, ``turn_index`` and
-``tool_rounds`` (never wall time), so every transport replays the same rollout.
+``tool_rounds`` (never wall time), so every transport replays the same rollout; only how it is
+cut into Deltas depends on time (a late consumer gets what accumulated as one, see ``play``).
 
 Timing and the engine's own prefix (KV) cache come from ``engines.timing``; the cache lives on
 the engine instance, shared by every stream and transport. It models KV memory that a real

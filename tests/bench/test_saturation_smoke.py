@@ -30,6 +30,8 @@ async def test_every_stream_gets_its_whole_answer(
     address = ServerAddress("127.0.0.1", running.grpc_port, running.http_port)
     async with asyncio.timeout(90):
         results = await run_streams(address, transport, range(12), time.time())
+    # Every stream was open before the first create went: opening is not part of serving.
+    assert min(r.sent for r in results) >= max(r.opened for r in results) > 0
     for result in results:
         assert result.status == "completed" and result.tokens == _ANSWER
         assert result.text == result.done_text and len(result.text) > _ANSWER

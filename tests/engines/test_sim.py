@@ -303,9 +303,10 @@ async def test_function_call_arguments_are_valid_and_sized(encoding: tiktoken.En
     assert finish.reason == "tool_calls"
     assert not schema_errors(json.loads(text), EXEC_COMMAND.parameters)
     assert text.isascii()
-    # Deltas are one token each and concatenate to the exact JSON string.
+    # Each Delta's text is its own tokens' text (at this rate the engine is always ahead of
+    # the loop, so it hands over merged Deltas), and together they make the exact JSON string.
     deltas = [e for e in events if isinstance(e, Delta)]
-    assert all(len(d.token_ids) == 1 for d in deltas)
+    assert all(d.text == encoding.decode(list(d.token_ids)) for d in deltas)
     assert tokens == encoding.encode_ordinary(text)
     assert 40 <= len(tokens) <= 48
     assert finish.output_tokens == len(tokens)
@@ -351,7 +352,14 @@ async def test_deterministic_for_same_seed(encoding: tiktoken.Encoding) -> None:
     for _ in range(2):
         engine = sim(encoding, seed=7)  # fresh engine: same prefix-cache state too
         runs.append([await collect(engine, request(tools=tools, tool_rounds=r)) for r in range(4)])
-    assert runs[0] == runs[1]
+    # The same items, texts and tokens; how they are cut into Deltas depends on how late the
+    # consumer was (merged when late), so only the content is compared.
+    assert [[items_of(events) for events in run] for run in runs] == [
+        [items_of(events) for events in runs[0]]
+    ] * 2
+    assert [[finish_of(events).output_tokens for events in run] for run in runs] == [
+        [finish_of(events).output_tokens for events in runs[0]]
+    ] * 2
 
 
 async def test_different_seeds_differ(encoding: tiktoken.Encoding) -> None:
@@ -591,6 +599,61 @@ async def test_pacer_sleeps_only_when_ahead() -> None:
     assert pacer.tokens == 52
     # Modeled time ignores the loop's lateness.
     assert pacer.modeled_seconds() == pytest.approx(0.1 + 52 / 100)
+
+
+async def _played_late(
+    late_by_s: float, max_output_tokens: int | None = None
+) -> tuple[list[EngineEvent], float]:
+    """Ten one-token deltas at 100 tok/s, consumed on time except once: after the first delta
+    the consumer comes back ``late_by_s`` late. The events and the fake clock's end."""
+    now = [0.0]
+
+    async def fake_sleep(delay: float) -> None:
+        now[0] += delay
+
+    planned = tuple(Delta(text=f"t{i} ", token_ids=(i,)) for i in range(10))
+    received: list[EngineEvent] = []
+    async for event in play(
+        [PlannedItem(kind="message", deltas=planned)],
+        request=EngineRequest(prompt_tokens=[], tools=(), max_output_tokens=max_output_tokens),
+        timing=EngineTiming(tokens_per_second=100, ttft_ms=0),
+        prefix_cache=PrefixCache(),
+        finish_reason="stop",
+        clock=lambda: now[0],
+        sleep=fake_sleep,
+    ):
+        received.append(event)
+        if isinstance(event, Delta) and event.token_ids == (0,):
+            now[0] += late_by_s
+    return received, now[0]
+
+
+async def test_a_late_consumer_gets_what_was_generated_meanwhile_as_one_delta() -> None:
+    # Token k (0-based) is due at (k + 1) / 100 s. Back at 0.055 s, tokens 1-4 are due.
+    events, end = await _played_late(0.045)
+    deltas = [event for event in events if isinstance(event, Delta)]
+    assert [d.token_ids for d in deltas] == [(0,), (1, 2, 3, 4), (5,), (6,), (7,), (8,), (9,)]
+    assert deltas[1].text == "t1 t2 t3 t4 "
+    assert "".join(d.text for d in deltas) == "".join(f"t{i} " for i in range(10))
+    finish = finish_of(events)
+    assert finish.output_tokens == 10 and finish.reason == "stop"
+    # Nothing is released early: the schedule, not the merge, sets the end.
+    assert end == pytest.approx(0.1) and finish.engine_seconds == pytest.approx(0.1)
+
+
+async def test_an_on_time_consumer_gets_each_planned_delta() -> None:
+    events, _ = await _played_late(0.0)
+    deltas = [event for event in events if isinstance(event, Delta)]
+    assert [d.token_ids for d in deltas] == [(i,) for i in range(10)]
+
+
+async def test_a_merged_delta_stays_within_the_output_budget() -> None:
+    events, _ = await _played_late(0.09, max_output_tokens=3)
+    deltas = [event for event in events if isinstance(event, Delta)]
+    assert [d.token_ids for d in deltas] == [(0,), (1, 2)]
+    assert events[-2] == ItemEnd(incomplete=True)
+    finish = finish_of(events)
+    assert finish.reason == "max_output_tokens" and finish.output_tokens == 3
 
 
 async def test_play_zero_token_item_waits_ttft() -> None:

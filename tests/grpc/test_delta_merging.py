@@ -42,8 +42,10 @@ async def test_merging_cuts_messages_not_text(
         merged, text_merged, final_merged, _ = await _deltas(
             server_factory, tmp_path, coalesce_deltas=True, delta_window_ms=2.0
         )
-    # One event per token without merging; a 2 ms window at 4,000 tokens/s merges several.
-    assert single == tokens
-    assert merged < tokens / 3
+    # Without merging, an event per engine hand-over: one token, or the few that fell due while
+    # the loop was over a millisecond late (a busy test machine); a 2 ms window at 4,000
+    # tokens/s merges about eight.
+    assert single > tokens / 2
+    assert merged < tokens / 3 and merged < single / 2
     assert text_single == final_single and text_merged == final_merged
     assert final_single == final_merged  # same seed, same text, fewer messages
