@@ -33,8 +33,9 @@ ConnectCall = grpc.aio.StreamStreamCall[pb.ConnectRequest, pb.ConnectResponse]
 #: The delta window this client asks for unless told otherwise (``DeliveryOptions``). An agent
 #: loop reads whole items, and a reader of the text sees 50 updates a second; one message per
 #: 20 ms instead of one per two tokens saves most of a stream's per-message cost on both sides.
-#: An item's first delta and its end are never delayed, so time to first token and turn time
-#: are unchanged.
+#: An item's first delta and its end are never held, so time to first token is unchanged; but a
+#: turn's last events then follow a pause, and a message after a pause wakes sleeping threads
+#: (~0.6 ms more on a small turn on a 2-vCPU VM). ``delta_window_ms=0`` trades CPU for that.
 DEFAULT_DELTA_WINDOW_MS = 20
 
 
