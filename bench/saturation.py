@@ -6,8 +6,8 @@ come back). Once all of them are open, in every client process, each sends one
 ``response.create`` at the same moment and reads its answer to the end. Its delivered rate is
 its output tokens over the time from sending its create to its terminal event; against the
 engine's own rate that says whether the server kept up. Opening is timed on its own (``open``):
-a burst of opens is a different load from a burst of requests, and grpc.aio admits one call per
-event-loop turn where an asyncio listener accepts a backlog at once, so folding the two together
+a burst of opens is a different load from a burst of requests, and grpc.aio admits calls one at
+a time where an asyncio listener accepts a backlog at once, so folding the two together
 would measure the opening ramp, not serving. SSE has no stream to open before its request: its
 POST is sent at the common moment and its connection setup counts in its rate.
 
@@ -74,8 +74,8 @@ class StreamResult:
     messages: int = 0  # wire messages: gRPC messages, WebSocket frames, SSE events
     deltas: int = 0
     increasing: bool = True  # sequence numbers strictly increasing
-    open_s: float = 0.0  # opening the stream: connection and handshake, or call and headers
-    opened: float = 0.0  # when it was open (perf_counter)
+    began: float = 0.0  # when opening the stream began (perf_counter)
+    opened: float = 0.0  # when it was open: connection and handshake, or call and headers
     sent: float = 0.0  # when the create was sent (perf_counter)
     first_delta: float = 0.0
     end: float = 0.0
@@ -86,6 +86,11 @@ class StreamResult:
         engine starts at once: no time to first token)."""
         span = self.end - self.sent
         return self.tokens / span if span > 0 and self.sent else 0.0
+
+    @property
+    def open_s(self) -> float:
+        """Opening the stream, before any create."""
+        return self.opened - self.began
 
     @property
     def streaming_rate(self) -> float:
@@ -153,8 +158,7 @@ class _Start:
 
     async def opened(self, result: StreamResult, began: float) -> None:
         """Count ``result``'s stream as open; return when every stream may send its create."""
-        result.opened = time.perf_counter()
-        result.open_s = result.opened - began
+        result.began, result.opened = began, time.perf_counter()
         self._waiting -= 1
         if self._waiting == 0:
             await self._everyone_open()
