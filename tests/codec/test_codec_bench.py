@@ -8,7 +8,9 @@ The content is a headline turn (``headline_turn``): the server writes its 24 eve
 snapshots echoing the rollout's instructions and 8 tools) and reads the next create (the same
 tools, a tool output); the client does the opposite. The JSON side is what WebSocket mode
 costs for the same content: ``orjson.dumps`` of each event, ``orjson.loads`` of the create.
-Each protobuf round is the next turn of one long stream: new ids every turn, one encoder.
+Each protobuf round is the next turn of one long stream: new ids, usage and stats every
+turn (what a snapshot's encoding can reuse from the last turn is only what a real stream's
+can), one encoder.
 """
 
 from __future__ import annotations
@@ -65,15 +67,36 @@ def run(benchmark: BenchmarkFixture, group: str, side: str, fn: Callable[[], obj
 
 
 def _turns(count: int) -> list[list[JSONObject]]:
-    """``count`` headline turns of one stream, each with its own response and item ids."""
+    """``count`` headline turns of one stream, each with its own response and item ids, and
+    its own usage and timings, as a stream's turns differ (the history grows, and no two
+    turns take the same time): nothing of one turn's counters is reused by the next."""
     turns = []
     for n in range(count):
         events = orjson.loads(orjson.dumps(headline_turn()).replace(b"5d06a54d", b"%08x" % n))
         for e in events:  # the core hands the encoder its checked tool list, not JSON
             if "response" in e:
-                e["response"]["tools"] = headline_turn()[0]["response"]["tools"]
+                r = e["response"]
+                r["tools"] = headline_turn()[0]["response"]["tools"]
+                _grown(r, n)
         turns.append(events)
     return turns
+
+
+def _grown(r: JSONObject, n: int) -> None:
+    """``r``'s counters as in the ``n``th turn of its stream."""
+    stats, usage = r["stats"], r["usage"]
+    assert isinstance(stats, dict)
+    history = 97 * n  # each turn adds its input and output to the history
+    for name in ("tokens_rendered", "tokens_reused"):
+        stats[name] += history
+    for name in ("engine_ms", "api_pre_ms", "api_post_ms"):
+        if stats[name]:
+            stats[name] = round(stats[name] * (1 + n / 37), 3)
+    stats["stage_ms"] = {k: round(v * (1 + n / 29), 3) for k, v in stats["stage_ms"].items()}
+    if isinstance(usage, dict):
+        usage["input_tokens"] += history
+        usage["input_tokens_details"]["cached_tokens"] += history
+        usage["total_tokens"] += history
 
 
 TURNS = _turns(16)
