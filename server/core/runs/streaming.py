@@ -1,10 +1,10 @@
 """Streaming one engine segment to the client: delta merging and the item streamer.
 
-The engine runs as its own task and feeds a queue; the consumer merges text deltas that are
-already waiting (or arrive within the configured window) into one event, and the
-``ItemStreamer`` turns the engine's item events into Responses output events and items. A
-segment cut short (cancelled, disconnected, failed) keeps what was generated, closed as
-``incomplete``.
+The engine runs as its own task and hands its events over (``Handoff``); the consumer merges
+text deltas that are already waiting (or arrive within the configured window) into one event,
+and the ``ItemStreamer`` turns the engine's item events into Responses output events and
+items. A segment cut short (cancelled, disconnected, failed) keeps what was generated,
+closed as ``incomplete``.
 """
 
 from __future__ import annotations
@@ -46,13 +46,14 @@ from ...engines.base import (
 from ..api.ids import new_id
 from ..api.requests import CreateRequest
 from ..lanes.state import ConversationState
+from .handoff import Handoff
 from .record import EventSequence, ResponseRecord
 
 Emit = Callable[[ResponseEvent], Awaitable[None]]
 
 
 class _Failure:
-    """An engine failure, passed through the queue to the consumer."""
+    """An engine failure, handed to the consumer."""
 
     __slots__ = ("exc",)
 
@@ -69,14 +70,7 @@ class _Wake:
 _WAKE = _Wake()
 
 
-class _WindowEnd(_Wake):
-    """Ends one delta window (``_merge``); one left behind by a merge that ended first is
-    skipped like any wake."""
-
-    __slots__ = ()
-
-
-#: What the engine task hands the consumer through the queue.
+#: What the engine task hands the consumer.
 EngineOutput: TypeAlias = EngineEvent | _Failure | _Wake
 
 
@@ -91,19 +85,19 @@ class BoundaryStop:
 
     def __init__(self) -> None:
         self.requested = False
-        self._queue: asyncio.Queue[EngineOutput] | None = None
+        self._outputs: Handoff[EngineOutput] | None = None
 
     def request(self) -> None:
         self.requested = True
-        if self._queue is not None:
-            self._queue.put_nowait(_WAKE)
+        if self._outputs is not None:
+            self._outputs.put(_WAKE)
 
     def clear(self) -> None:
         """The steering input was taken into this response: no stop any more."""
         self.requested = False
 
-    def attach(self, queue: asyncio.Queue[EngineOutput] | None) -> None:
-        self._queue = queue
+    def attach(self, outputs: Handoff[EngineOutput] | None) -> None:
+        self._outputs = outputs
 
 
 def engine_request_for(
@@ -152,16 +146,17 @@ async def stream_segment(
     ``incomplete`` with everything generated for it, ``streamer.tokens`` counts the segment's
     output, and the exception propagates. The engine task never outlives this call.
     """
-    queue: asyncio.Queue[EngineOutput] = asyncio.Queue()
+    outputs: Handoff[EngineOutput] = Handoff()
     if stop is not None:
-        stop.attach(queue)
+        stop.attach(outputs)
 
     async def produce() -> None:
         try:
             async for event in engine.generate(request):
-                queue.put_nowait(event)
+                # Only what ends a run of deltas cuts a delta window short.
+                outputs.put(event, urgent=not isinstance(event, Delta))
         except BaseException as exc:
-            queue.put_nowait(_Failure(exc))
+            outputs.put(_Failure(exc))
             raise
 
     producer = asyncio.get_running_loop().create_task(produce())
@@ -180,10 +175,10 @@ async def stream_segment(
                         "steered", streamer.tokens, 0, time.perf_counter() - started
                     )
                 else:
-                    finish = await _boundary(queue, pending, streamer, started)
+                    finish = await _boundary(outputs, pending, streamer, started)
                 _step_follows(streamer.emit)
                 return finish
-            event = pending if pending is not None else await queue.get()
+            event = pending if pending is not None else await outputs.get()
             pending = None
             if isinstance(event, _Wake):
                 continue
@@ -193,7 +188,7 @@ async def stream_segment(
                     # An item's first delta never waits, so the window costs no time to first
                     # token.
                     window = config.delta_window_ms if streamer.parts else 0.0
-                    text, count, pending = await _merge(queue, text, count, window, config)
+                    text, count, pending = await _merge(outputs, text, count, window, config)
                 delta, delta_count, text, count = text, count, "", 0
                 await streamer.delta(delta, delta_count)
             elif isinstance(event, ItemStart):
@@ -208,14 +203,14 @@ async def stream_segment(
                 raise event.exc
     except BaseException:
         # Cancelled, cut off or failed mid-stream: the response keeps what was generated.
-        streamer.keep_partial(text, count, queue)
+        streamer.keep_partial(text, count, outputs)
         raise
     finally:
         if stop is not None:
             stop.attach(None)
         if not producer.done():
             producer.cancel()
-        with contextlib.suppress(BaseException):  # already reported through the queue
+        with contextlib.suppress(BaseException):  # already handed over as a _Failure
             await producer
 
 
@@ -229,7 +224,7 @@ def _step_follows(emit: Emit) -> None:
 
 
 async def _boundary(
-    queue: asyncio.Queue[EngineOutput],
+    outputs: Handoff[EngineOutput],
     pending: EngineOutput | None,
     streamer: ItemStreamer,
     started: float,
@@ -237,7 +232,7 @@ async def _boundary(
     """A stop was requested between items: the engine's finish if it comes next, otherwise a
     ``"steered"`` finish (what follows is dropped with the engine task)."""
     while True:
-        event = pending if pending is not None else await queue.get()
+        event = pending if pending is not None else await outputs.get()
         pending = None
         if isinstance(event, _Wake):
             continue
@@ -249,7 +244,7 @@ async def _boundary(
 
 
 async def _merge(
-    queue: asyncio.Queue[EngineOutput],
+    outputs: Handoff[EngineOutput],
     text: str,
     count: int,
     window_ms: float,
@@ -257,38 +252,27 @@ async def _merge(
 ) -> tuple[str, int, EngineOutput | None]:
     """Merge the deltas already waiting (and, with a window, those arriving within it) into
     one: one message instead of several. Returns the text, its token count and the first
-    non-delta event taken from the queue (None if none was).
+    non-delta event taken (None if none was).
 
-    The window ends with a marker the loop's timer puts in the queue, not by cancelling the
-    wait: cancelling raises through the queue's getter and a timeout, which cost more than
-    the rest of streaming a delta (a tenth of the server's loop at 200 streams)."""
+    The window is one wait: for its end, or for an event that ends the run of deltas sooner.
+    Deltas arriving meanwhile wait without waking this task, and are taken together after it.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + window_ms / 1000
-    window_end: _WindowEnd | None = None
-    timer: asyncio.TimerHandle | None = None
-    try:
-        while len(text) < config.max_delta_chars:
-            if queue.empty():
-                if window_end is None:
-                    if loop.time() >= deadline:
-                        break
-                    window_end = _WindowEnd()
-                    timer = loop.call_at(deadline, queue.put_nowait, window_end)
-                nxt = await queue.get()
-            else:
-                nxt = queue.get_nowait()
-            if isinstance(nxt, _WindowEnd):
-                if nxt is window_end:
-                    break
-                continue  # the window of an earlier merge that ended first
-            if not isinstance(nxt, Delta):
-                return text, count, nxt
-            text += nxt.text
-            count += len(nxt.token_ids)
-        return text, count, None
-    finally:
-        if timer is not None:
-            timer.cancel()
+    waited = window_ms <= 0
+    while len(text) < config.max_delta_chars:
+        if not outputs:
+            if waited or loop.time() >= deadline:
+                break
+            await outputs.wait_urgent(deadline)
+            waited = True
+            continue
+        nxt = outputs.pop()
+        if not isinstance(nxt, Delta):
+            return text, count, nxt
+        text += nxt.text
+        count += len(nxt.token_ids)
+    return text, count, None
 
 
 class ItemStreamer:
@@ -389,12 +373,12 @@ class ItemStreamer:
                 )
             )
 
-    def keep_partial(self, text: str, tokens: int, queue: asyncio.Queue[EngineOutput]) -> None:
+    def keep_partial(self, text: str, tokens: int, outputs: Handoff[EngineOutput]) -> None:
         """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still queued), counted in ``tokens``."""
+        (merged but unsent text, and deltas still waiting), counted in ``tokens``."""
         if self.current is not None:
-            while not queue.empty():
-                event = queue.get_nowait()
+            while outputs:
+                event = outputs.pop()
                 if not isinstance(event, Delta):
                     break
                 text += event.text
