@@ -4,11 +4,13 @@ its engine work is cancelled; memory stays bounded meanwhile (the heavy version 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from pathlib import Path
 
 import grpc
 import orjson
+import pytest
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.storage.sqlite_schema import read_ledger
@@ -83,8 +85,9 @@ async def test_a_websocket_client_that_stops_reading_is_closed_1008(
 
 
 async def test_an_sse_client_that_stops_reading_loses_its_connection(
-    server_factory: ServerFactory, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="uvicorn.error")
     async with asyncio.timeout(60):
         config = _slow_config(tmp_path)
         running: RunningServer = await server_factory(config, http=True)
@@ -122,3 +125,7 @@ async def test_an_sse_client_that_stops_reading_loses_its_connection(
         assert b"response.completed" not in received
         await core.deps.post.join()
         assert "cancelled" in _ledger(running).values()
+    # A handled outcome, logged as one: no ERROR from the HTTP server for the cut stream.
+    logged = [r for r in caplog.records if r.name == "uvicorn.error"]
+    assert [r.levelname for r in logged] == ["INFO"]
+    assert "stopped reading" in logged[0].getMessage()

@@ -20,6 +20,7 @@ from ...core.service import ResponsesCore
 from ...sockets import bound_socket
 from ...tracing import wrap_asgi
 from .app import HttpTransport
+from .sse import quiet_cut_off_logs
 from .uvicorn_ws import WebSocketProtocol, quiet_denial_logs
 
 StopHttp = Callable[[float], Awaitable[None]]
@@ -103,6 +104,7 @@ async def start_http_server(
     transport = HttpTransport(core)
     config = _config(transport, core)
     quiet_denial_logs()
+    quiet_cut_off_logs()
     sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _AppOwnsSignals(config)

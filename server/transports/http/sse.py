@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextvars import ContextVar
 
 from bidi_responses.schema import JSONValue, ServerEvent
 from starlette.responses import StreamingResponse
-from starlette.types import Message, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ...core.service import ResponsesCore
 from ..streams import WatchedWrites, WriteWatch
 from .framing import SSE_HEADERS, flat_sse_error, sse_frame
+
+# Set in the task that served a request whose SSE stream the write timeout cut off (the task
+# in which the HTTP server then reports the response's end).
+_CUT_OFF: ContextVar[bool] = ContextVar("sse_cut_off", default=False)
+
+
+class _CutOffLogFilter(logging.Filter):
+    """uvicorn logs a response that the application ended before its last chunk as an ERROR
+    ("returned without completing response"). An SSE stream cut off by the write timeout ends
+    that way on purpose: that request's record becomes one INFO line. Any other response left
+    incomplete is still an ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _CUT_OFF.get() and "returned without completing response" in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "SSE: a client stopped reading; its stream was cut off (write timeout)"
+            record.args = ()
+        return True
+
+
+_CUT_OFF_FILTER = _CutOffLogFilter()
+
+
+def quiet_cut_off_logs() -> None:
+    """Install the filter on uvicorn's error log (once)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if _CUT_OFF_FILTER not in uvicorn_log.filters:
+        uvicorn_log.addFilter(_CUT_OFF_FILTER)
 
 
 class SseResponse(StreamingResponse):
@@ -28,6 +58,12 @@ class SseResponse(StreamingResponse):
             content, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
         )
         self._core = core
+        self._cut_off = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+        if self._cut_off:  # (streamed in a task of its own: the mark is set in this one)
+            _CUT_OFF.set(True)
 
     async def stream_response(self, send: Send) -> None:
         """Stream the events under the stream driver's write watch; a write pending for the
@@ -43,7 +79,7 @@ class SseResponse(StreamingResponse):
             await super(SseResponse, self).stream_response(watched_send)
 
         try:
-            await WatchedWrites(
+            self._cut_off = await WatchedWrites(
                 writes, limits.write_timeout_s, self._core.counters, "sse-writer"
             ).wait()
         finally:
