@@ -278,7 +278,7 @@ async def play(
                 due = pacer.overdue()
                 if budget is not None:
                     due = min(due, budget - pacer.tokens)
-                late, tokens = _whole_deltas(deltas, index, due)
+                late, tokens = _whole_deltas(deltas, index, due) if due > 0 else (0, 0)
                 if late:
                     delta = _joined(deltas[index - 1 : index + late])
                     index += late
