@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import math
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -44,6 +45,7 @@ __all__ = [
     "EngineTiming",
     "Pacer",
     "PlannedItem",
+    "StepClock",
     "TokenDecoder",
     "play",
     "token_deltas",
@@ -83,6 +85,63 @@ class EngineTiming:
 TIMER_GRANULARITY_S = 0.001
 
 
+# The step of the shared clock (``StepClock``): the sleeps of every run that end within one
+# step are released together, by one timer.
+STEP_S = 0.00025
+
+
+class StepClock:
+    """The wake-ups of every simulated run on one event loop, one timer per step.
+
+    A batched engine releases a token of every sequence at each decode step. A timer per run
+    per token would cost the loop a timer handle and a heap push and pop for each token of
+    each stream, and a loop with that many timers also delays grpc.aio's write completions
+    (``bench/aio_busy_loop.py``). Here a sleep joins the bucket of the step it ends in, and
+    only a bucket's first sleeper sets a timer. The steps (``STEP_S``) are fine next to the
+    loop's own millisecond rounding, so pacing is unchanged while the timers per millisecond
+    fall from one per stream to a few.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._buckets: dict[int, list[asyncio.Future[None]]] = {}
+
+    async def sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds, released with every other sleep ending in the same step, at
+        the step's end: never early, at most one step later than asked."""
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        step = math.ceil((self._loop.time() + delay) / STEP_S)
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        bucket = self._buckets.get(step)
+        if bucket is None:
+            self._buckets[step] = [waiter]
+            self._loop.call_at(step * STEP_S, self._release, step)
+        else:
+            bucket.append(waiter)
+        await waiter
+
+    def _release(self, step: int) -> None:
+        for waiter in self._buckets.pop(step):
+            if not waiter.done():  # a cancelled sleeper's waiter is cancelled
+                waiter.set_result(None)
+
+    @classmethod
+    def of_running_loop(cls) -> StepClock:
+        """The running loop's clock (one per loop, gone with it)."""
+        loop = asyncio.get_running_loop()
+        clock = _STEP_CLOCKS.get(loop)
+        if clock is None:
+            clock = _STEP_CLOCKS[loop] = cls(loop)
+        return clock
+
+
+_STEP_CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StepClock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class Pacer:
     """Releases output tokens on the modeled schedule of one segment.
 
@@ -111,9 +170,10 @@ class Pacer:
         self._uncached = uncached_prompt_tokens
         # The loop's clock is the one asyncio.sleep keeps; tests may inject both.
         self._clock = clock if clock is not None else asyncio.get_running_loop().time
-        self._sleep = sleep if sleep is not None else asyncio.sleep
-        # Only asyncio's own sleep rounds up to the millisecond; an injected sleep is exact.
-        self._early = TIMER_GRANULARITY_S / 2 if sleep is None else 0.0
+        self._sleep = sleep if sleep is not None else StepClock.of_running_loop().sleep
+        # The loop's timers round up to its millisecond and the clock to its step; an
+        # injected sleep is exact.
+        self._early = (TIMER_GRANULARITY_S + STEP_S) / 2 if sleep is None else 0.0
         # Lateness within the timer's own rounding is the loop on time: tokens go one by one.
         self._slack = TIMER_GRANULARITY_S if sleep is None else 0.0
         self._t0 = start if start is not None else self._clock()
@@ -147,7 +207,8 @@ class Pacer:
         # asyncio's selector rounds every wait up to a whole millisecond, so a sleep of exactly
         # ``delay`` wakes 0-1 ms late and the turn's last token would arrive ~0.5 ms after the
         # model says it is due: simulation lateness that would be measured as API overhead.
-        # Aiming half the granularity early centres the release on the schedule (±0.5 ms).
+        # Aiming half the granularity (and half a ``StepClock`` step) early centres the release
+        # on the schedule (±0.5 ms).
         delay = due - self._clock() - self._early
         if delay > 0:
             self._unyielded = 0
