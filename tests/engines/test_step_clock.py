@@ -61,7 +61,6 @@ async def test_sleeps_in_different_steps_wake_in_order() -> None:
 
 
 async def test_a_cancelled_sleeper_leaves_the_rest_of_its_step_to_wake() -> None:
-    loop = asyncio.get_running_loop()
     clock = StepClock.of_running_loop()
     cancelled = asyncio.create_task(clock.sleep(0.005))
     kept = asyncio.create_task(clock.sleep(0.005))
@@ -71,7 +70,6 @@ async def test_a_cancelled_sleeper_leaves_the_rest_of_its_step_to_wake() -> None
         await kept
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert loop.time() > 0
 
 
 async def test_each_loop_has_its_own_clock() -> None:
