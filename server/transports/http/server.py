@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,8 +21,9 @@ from ...core.service import ResponsesCore
 from ...sockets import bound_socket
 from ...tracing import wrap_asgi
 from .app import HttpTransport
-from .sse import quiet_cut_off_logs
-from .uvicorn_ws import WebSocketProtocol, quiet_denial_logs
+from .sse import LOG_FILTERS as SSE_LOG_FILTERS
+from .uvicorn_ws import LOG_FILTERS as WS_LOG_FILTERS
+from .uvicorn_ws import WebSocketProtocol
 
 StopHttp = Callable[[float], Awaitable[None]]
 
@@ -80,6 +82,16 @@ def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
     )
 
 
+def _quiet_uvicorn_logs() -> None:
+    """Install the transports' filters on uvicorn's error log, once each: they turn the false
+    alarms it logs for outcomes the app handled (a denial before the WebSocket upgrade, a
+    client's invalid UTF-8, an SSE stream cut off by the write timeout) into what they are."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    for log_filter in (*WS_LOG_FILTERS, *SSE_LOG_FILTERS):
+        if log_filter not in uvicorn_log.filters:
+            uvicorn_log.addFilter(log_filter)
+
+
 async def _started(serving: asyncio.Task[None], transport: HttpTransport) -> None:
     """Wait until the app's lifespan has started; raise what stopped the server instead (an
     unreadable certificate, say)."""
@@ -103,8 +115,7 @@ async def start_http_server(
     """
     transport = HttpTransport(core)
     config = _config(transport, core)
-    quiet_denial_logs()
-    quiet_cut_off_logs()
+    _quiet_uvicorn_logs()
     sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _AppOwnsSignals(config)

@@ -34,14 +34,8 @@ class _CutOffLogFilter(logging.Filter):
         return True
 
 
-_CUT_OFF_FILTER = _CutOffLogFilter()
-
-
-def quiet_cut_off_logs() -> None:
-    """Install the filter on uvicorn's error log (once)."""
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    if _CUT_OFF_FILTER not in uvicorn_log.filters:
-        uvicorn_log.addFilter(_CUT_OFF_FILTER)
+#: What SSE filters in uvicorn's error log (installed by ``server.start_http_server``).
+LOG_FILTERS: tuple[logging.Filter, ...] = (_CutOffLogFilter(),)
 
 
 class SseResponse(StreamingResponse):

@@ -131,13 +131,6 @@ class _ClientFaultLogFilter(logging.Filter):
         return True
 
 
-_DENIAL_FILTER = _DenialLogFilter()
-_CLIENT_FAULT_FILTER = _ClientFaultLogFilter()
-
-
-def quiet_denial_logs() -> None:
-    """Install the filters on uvicorn's error log (once)."""
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    for log_filter in (_DENIAL_FILTER, _CLIENT_FAULT_FILTER):
-        if log_filter not in uvicorn_log.filters:
-            uvicorn_log.addFilter(log_filter)
+#: What WebSocket mode filters in uvicorn's error log (installed by
+#: ``server.start_http_server``).
+LOG_FILTERS: tuple[logging.Filter, ...] = (_DenialLogFilter(), _ClientFaultLogFilter())
