@@ -304,9 +304,11 @@ def test_delta_window_is_bounded_by_the_server() -> None:
 async def test_the_project_client_asks_for_a_20_ms_window_unless_told_otherwise(
     server_factory: ServerFactory, tmp_path: Any
 ) -> None:
-    # 400 tokens at 1,000 tokens/s take 400 ms: a 20 ms window sends at most about 20 deltas
-    # after the first; the server's 2 ms window (delta_window_ms=0) about one per two tokens.
-    config = make_config(tmp_path, tokens_per_second=1000, answer_tokens=400, tool_rounds=0)
+    # 120 tokens at 250 tokens/s take 480 ms, one every 4 ms: a 20 ms window sends about 25
+    # deltas; the server's 2 ms window (delta_window_ms=0) closes before the next token is due,
+    # so it sends about one a token. A loaded machine only merges more, so the default's bound
+    # is firm; the fine count is compared with the default's, measured in the same run.
+    config = make_config(tmp_path, tokens_per_second=250, answer_tokens=120, tool_rounds=0)
     running = await server_factory(config)
     target = f"127.0.0.1:{running.grpc_port}"
     body: dict[str, Any] = {"model": "sim-model", "input": "explain the fix"}
@@ -321,6 +323,6 @@ async def test_the_project_client_asks_for_a_20_ms_window_unless_told_otherwise(
     async with asyncio.timeout(30):
         default, text = await deltas_of(AsyncResponsesClient(target))
         fine, fine_text = await deltas_of(AsyncResponsesClient(target, delta_window_ms=0))
-    assert "".join(default) == text and "".join(fine) == fine_text and len(text) > 400
-    assert 1 < len(default) <= 40
-    assert len(fine) > 100
+    assert "".join(default) == text and "".join(fine) == fine_text and len(text) > 100
+    assert 1 < len(default) <= 30
+    assert len(fine) >= 2 * len(default)
