@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bidi_responses.client import AsyncResponsesClient
+
 from tests.conftest import ServerFactory, make_config
-from tests.grpc.conftest import open_stream
 
 
 async def _deltas(
@@ -20,7 +21,9 @@ async def _deltas(
     for key, value in streaming.items():
         setattr(config.streaming, key, value)
     running = await server_factory(config)
-    async with open_stream(running) as stream:
+    # delta_window_ms=0: the server's window applies (the project client asks for 20 ms).
+    client = AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}", delta_window_ms=0)
+    async with client, client.connect() as stream:
         events = [e async for e in stream.create_events(model="sim-model", input="talk")]
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     final = events[-1]["response"]
