@@ -6,14 +6,16 @@ completes. Beside it, on the server's event loop, ``--burners`` coroutines each 
 ``--burn-ms`` of CPU and then sleep ``--nap-ms`` (a timer), as a token-paced engine keeps a
 loop busy. A task that sleeps 1 ms at a time measures how late the loop comes back to it.
 
-What it shows on a 2-vCPU VM: with 30 burners of 0.1 ms per 1 ms nap (the loop oversaturated
-with timers) about 9% of the writes take ~230 ms, on most of the streams, while a
-1 ms timer fires at most ~4 ms late; with no burners every write completes within a few
-milliseconds. The stall is inside grpc, not the loop: it is why a Connect stream's deltas
-merge into a few messages when one server process carries 100-200 streams
-(``make saturation``).
+What it shows on a 2-vCPU VM: with 30 burners of 0.1 ms per 1 ms nap, about 9% of the writes
+take ~230 ms, on most of the streams, in bursts about three times a second, while a 1 ms timer
+fires at most ~4 ms late. The client receives nothing during a burst. The cause is grpc.aio's
+hand-over of completions to the loop: a byte per completion written to a socket pair, one byte
+read per turn of the loop. On a busy loop the bytes pile up until the pair is full and grpc's
+poller thread blocks, and with it every completion (``server/transports/grpc/wakeups.py``).
+``--drain-wakeups`` runs the server with this project's remedy, which reads the waiting bytes
+at once: every write then completes within a few milliseconds.
 
-    python -m bidi_responses.bench.aio_busy_loop --streams 100 --burners 30
+    python -m bidi_responses.bench.aio_busy_loop --streams 100 --burners 30 [--drain-wakeups]
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Settings:
     burners: int = 30
     burn_ms: float = 0.1
     nap_ms: float = 1.0
+    #: Run the server with grpc.aio's completion wake-ups drained (the project's remedy).
+    drain_wakeups: bool = False
 
 
 @dataclass(slots=True)
@@ -106,6 +110,11 @@ async def _serve(settings: Settings, port: int, ready: Connection) -> _Timings:
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    if settings.drain_wakeups:
+        from ..server.transports.grpc.wakeups import drain_completion_wakeups
+
+        if not drain_completion_wakeups():
+            raise RuntimeError("grpc.aio's completion wake-ups could not be drained")
     load = [asyncio.create_task(burner()) for _ in range(settings.burners)]
     load.append(asyncio.create_task(turn_clock()))
     ready.send(True)
@@ -188,7 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     defaults = Settings()
     for field, value in asdict(defaults).items():
-        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
+        flag = f"--{field.replace('_', '-')}"
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     settings = Settings(**{k: getattr(args, k) for k in asdict(defaults)})
@@ -198,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(
             f"{settings.streams} streams x {settings.writes} writes beside {settings.burners} "
-            f"burners ({settings.burn_ms:g} ms of CPU per {settings.nap_ms:g} ms nap): write p50 "
+            f"burners ({settings.burn_ms:g} ms of CPU per {settings.nap_ms:g} ms nap"
+            f"{', wake-ups drained' if settings.drain_wakeups else ''}): write p50 "
             f"{figures['write_p50_ms']:.2f} ms, p99 {figures['write_p99_ms']:.2f}, max "
             f"{figures['write_max_ms']:.2f}; {figures['slow_writes']:.0f} writes over 100 ms, on "
             f"{figures['slow_streams']:.0f} streams; a 1 ms timer late by p50 "

@@ -10,8 +10,17 @@ from bidi_responses.bench.aio_busy_loop import Settings, measure
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_every_write_is_timed_beside_the_load() -> None:
-    settings = Settings(streams=4, writes=3, gap_ms=1.0, burners=2, burn_ms=0.1, nap_ms=1.0)
+@pytest.mark.parametrize("drain_wakeups", [False, True])
+def test_every_write_is_timed_beside_the_load(drain_wakeups: bool) -> None:
+    settings = Settings(
+        streams=4,
+        writes=3,
+        gap_ms=1.0,
+        burners=2,
+        burn_ms=0.1,
+        nap_ms=1.0,
+        drain_wakeups=drain_wakeups,
+    )
     figures = measure(settings, timeout_s=60)
     assert figures["writes"] == 12
     assert 0 < figures["write_p50_ms"] <= figures["write_p99_ms"] <= figures["write_max_ms"]

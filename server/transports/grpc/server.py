@@ -18,6 +18,7 @@ from .health import add_health_service, mark_draining
 from .reflection import enable_reflection
 from .registration import SERVICE, add_servicer
 from .servicer import ResponsesServicer
+from .wakeups import drain_completion_wakeups
 
 SERVICE_NAME = SERVICE.full_name
 
@@ -94,4 +95,7 @@ async def start_grpc_server(
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
+    # grpc.aio's completions reach the loop through wake-up bytes it reads one at a time; on
+    # a busy server they pile up and stall every write (see wakeups.py).
+    drain_completion_wakeups()
     return GrpcServer(server, bound)
