@@ -95,11 +95,10 @@ class StepClock:
 
     A batched engine releases a token of every sequence at each decode step. A timer per run
     per token would cost the loop a timer handle and a heap push and pop for each token of
-    each stream, and a loop with that many timers also delays grpc.aio's write completions
-    (``bench/aio_busy_loop.py``). Here a sleep joins the bucket of the step it ends in, and
-    only a bucket's first sleeper sets a timer. The steps (``STEP_S``) are fine next to the
-    loop's own millisecond rounding, so pacing is unchanged while the timers per millisecond
-    fall from one per stream to a few.
+    each stream, and longer turns of the loop for everything else on it. Here a sleep joins
+    the bucket of the step it ends in, and only a bucket's first sleeper sets a timer. The
+    steps (``STEP_S``) are fine next to the loop's own millisecond rounding, so pacing is
+    unchanged while the timers per millisecond fall from one per stream to a few.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
