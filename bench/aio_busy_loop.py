@@ -111,7 +111,7 @@ async def _serve(settings: Settings, port: int, ready: Connection) -> _Timings:
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     if settings.drain_wakeups:
-        from ..server.transports.grpc.wakeups import drain_completion_wakeups
+        from bidi_responses.server.transports.grpc.wakeups import drain_completion_wakeups
 
         if not drain_completion_wakeups():
             raise RuntimeError("grpc.aio's completion wake-ups could not be drained")
