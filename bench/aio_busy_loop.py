@@ -11,7 +11,7 @@ take ~230 ms, on most of the streams, in bursts about three times a second, whil
 fires at most ~4 ms late. The client receives nothing during a burst. The cause is grpc.aio's
 hand-over of completions to the loop: a byte per completion written to a socket pair, one byte
 read per turn of the loop. On a busy loop the bytes pile up until the pair is full and grpc's
-poller thread blocks, and with it every completion (``server/transports/grpc/wakeups.py``).
+poller thread blocks, and with it every completion (``codec/aio_wakeups.py``).
 ``--drain-wakeups`` runs the server with this project's remedy, which reads the waiting bytes
 at once: every write then completes within a few milliseconds.
 
@@ -111,7 +111,7 @@ async def _serve(settings: Settings, port: int, ready: Connection) -> _Timings:
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     if settings.drain_wakeups:
-        from bidi_responses.server.transports.grpc.wakeups import drain_completion_wakeups
+        from bidi_responses.codec.aio_wakeups import drain_completion_wakeups
 
         if not drain_completion_wakeups():
             raise RuntimeError("grpc.aio's completion wake-ups could not be drained")

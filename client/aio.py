@@ -30,6 +30,7 @@ from bidi_responses.codec import (
     unbatch,
     usage_to_dict,
 )
+from bidi_responses.codec.aio_wakeups import drain_completion_wakeups
 from bidi_responses.schema import InputItemList
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -109,7 +110,9 @@ class AsyncResponsesClient:
 
     def open_stream(self) -> ConnectStream:
         """Open a Connect stream that the caller closes (``connect()`` does it for you)."""
-        return ConnectStream(self._stub.Connect(metadata=self._metadata), self._delivery)
+        call = self._stub.Connect(metadata=self._metadata)
+        _drain_wakeups()
+        return ConnectStream(call, self._delivery)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[ConnectStream]:
@@ -135,6 +138,7 @@ class AsyncResponsesClient:
             request = pb.CreateResponseRequest(delivery=self._delivery)
             params_to_pb(params, json_parameters=self._json_parameters, into=request.params)
         call = self._stub.CreateResponse(request, metadata=self._metadata)
+        _drain_wakeups()
         try:
             async for message in call:
                 for event in unbatch(message.event):
@@ -152,8 +156,10 @@ class AsyncResponsesClient:
     async def _unary(
         self, method: grpc.aio.UnaryUnaryMultiCallable[Request, Reply], request: Request
     ) -> Reply:
+        call = method(request, metadata=self._metadata)
+        _drain_wakeups()
         try:
-            return await method(request, metadata=self._metadata)
+            return await call
         except grpc.aio.AioRpcError as error:
             raise status_error(error) from None
 
@@ -206,6 +212,7 @@ class AsyncResponsesClient:
             request.starting_after = starting_after
         decoder = EventDecoder()
         call = self._stub.StreamResponse(request, metadata=self._metadata)
+        _drain_wakeups()
         try:
             async for message in call:
                 yield decoder.event(message.event)
@@ -260,3 +267,10 @@ class AsyncResponsesClient:
         """The server's cumulative counters."""
         reply = await self._unary(self._stub.GetStats, pb.GetStatsRequest())
         return flat_message_to_dict(reply)
+
+
+def _drain_wakeups() -> None:
+    """grpc.aio's completion wake-ups drained on this loop, as the server drains its own: with
+    many streams on a busy loop they pile up and stall every call (``codec.aio_wakeups``)."""
+    with contextlib.suppress(RuntimeError):  # no running loop: grpc.aio is not in use yet
+        drain_completion_wakeups()

@@ -10,7 +10,8 @@ One module per concept, each converting both ways (``X_to_pb`` from JSON, ``X_to
 and their acknowledgements); and per direction of the stream:
 ``request_decoder`` (the server's), ``event_encoder`` (the server's, writing a turn's events
 by hand with ``turn_bytes``), ``event_decoder`` (the client's), over ``events`` (the event
-table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits).
+table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits). Both sides'
+event loops also share ``aio_wakeups``: grpc.aio's completion wake-ups, drained.
 """
 
 from bidi_responses.schema import JSONObject, JSONValue

@@ -1,9 +1,10 @@
-"""grpc.aio's completion wake-ups are drained (``transports/grpc/wakeups.py``).
+"""grpc.aio's completion wake-ups are drained (``codec/aio_wakeups.py``).
 
 grpc.aio writes a byte per completion and its reader reads one per turn of the loop; the
-server wraps that reader so a turn reads all the waiting bytes. The completions here are real:
-Connect streams from blocking stubs in a thread (grpc's synchronous API, which does not use
-the event loop's wake-ups), whose messages reach the server while its loop is held.
+server and the project's client wrap that reader so a turn reads all the waiting bytes. The
+completions here are real: Connect streams from blocking stubs in a thread (grpc's synchronous
+API, which does not use the event loop's wake-ups), whose messages reach the server while its
+loop is held; and a client's calls to a server in another process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from contextlib import ExitStack
 from typing import Any
 
 import grpc
-from bidi_responses.server.transports.grpc.wakeups import (
+from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.codec.aio_wakeups import (
     completion_reader,
     drain_completion_wakeups,
     pending_bytes,
@@ -25,6 +27,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
 from tests.conftest import ServerFactory
+from tests.pipeline.server_process import serve_process
 
 STREAMS = 16
 
@@ -98,3 +101,16 @@ async def test_the_server_drains_the_wakeups_of_a_busy_loop(
             while reader.drained_bytes - before < waiting - 1:  # noqa: ASYNC110
                 await asyncio.sleep(0)
             assert reader.drained_bytes - before >= waiting - 1
+
+
+async def test_the_project_client_drains_the_wakeups_of_its_own_loop(tmp_path: Any) -> None:
+    # The server runs in another process: every completion on this loop is the client's.
+    async with asyncio.timeout(60), serve_process(tmp_path / "data") as (_, port, _log):
+        loop = asyncio.get_running_loop()
+        async with AsyncResponsesClient(f"127.0.0.1:{port}") as client:
+            assert await client.list_models()
+            reader = completion_reader(loop)
+            assert reader is not None
+            async with client.connect() as stream:
+                await stream.create(model="sim-model", input="hi")
+            assert completion_reader(loop) is reader  # installed once

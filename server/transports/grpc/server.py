@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from bidi_responses.codec.aio_wakeups import drain_completion_wakeups
 from grpc_health.v1 import health
 
 from ...config import ServerConfig, TlsConfig
@@ -18,7 +19,6 @@ from .health import add_health_service, mark_draining
 from .reflection import enable_reflection
 from .registration import SERVICE, add_servicer
 from .servicer import ResponsesServicer
-from .wakeups import drain_completion_wakeups
 
 SERVICE_NAME = SERVICE.full_name
 
@@ -96,6 +96,6 @@ async def start_grpc_server(
         raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
     # grpc.aio's completions reach the loop through wake-up bytes it reads one at a time; on
-    # a busy server they pile up and stall every write (see wakeups.py).
+    # a busy server they pile up and stall every write (see codec/aio_wakeups.py).
     drain_completion_wakeups()
     return GrpcServer(server, bound)

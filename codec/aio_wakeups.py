@@ -1,4 +1,4 @@
-"""grpc.aio's completion wake-ups, drained: a busy event loop no longer stalls every write.
+"""grpc.aio's completion wake-ups, drained: a busy event loop no longer stalls every call.
 
 grpc.aio hands completions to the event loop through a socket pair. Its poller thread queues
 each completion and writes one byte to the pair; the loop's reader for the other end reads one
@@ -8,13 +8,14 @@ written. The bytes pile up, and the reader stays ready, so it runs on every turn
 Once the pair's buffer is full, a few hundred bytes, the poller thread blocks in ``write``. No
 completion reaches the loop until the loop has read about half the buffer back, one byte per
 turn. With 100 streams beside a loop kept busy by token-paced work, every write in flight
-stalled for ~230 ms, about three times a second (``bench/aio_busy_loop.py``).
+stalled for ~230 ms, about three times a second (``bench/aio_busy_loop.py``). A client's loop
+with many streams has the same hand-over, so the server and the project's client both drain it.
 
 ``drain_completion_wakeups`` wraps that reader: before grpc's own handler runs, it reads all but
 one of the waiting bytes (grpc's ``recv(1)`` takes the last, so it never blocks). Nothing is
 lost: the poller queues a completion before it writes its byte, and grpc's handler runs the
 whole queue. The wrapper is installed once per loop. It needs the default selector event loop
-and grpc's ``PollerCompletionQueue``. Without them it installs nothing and says so.
+and grpc's ``PollerCompletionQueue``. Without them it installs nothing and says so, once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import logging
 import os
 import selectors
+import weakref
 from collections.abc import Callable
 
 try:  # (POSIX only: elsewhere nothing is drained)
@@ -33,6 +35,13 @@ except ImportError:  # pragma: no cover
     termios = None  # type: ignore[assignment]
 
 log = logging.getLogger("bidi_responses.grpc")
+
+# The reader installed on each loop, looked for again once it is no longer registered (grpc.aio
+# shut down and started again); and the loops where none could be, which the log names once.
+_INSTALLED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DrainingReader] = (
+    weakref.WeakKeyDictionary()
+)
+_UNDRAINED: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 # grpc.aio's reader for its completion wake-ups, as the loop holds it: a functools.partial of
 # this method (grpcio 1.85).
@@ -66,40 +75,63 @@ def pending_bytes(fd: int) -> int:
 
 
 def completion_reader(loop: asyncio.AbstractEventLoop) -> _DrainingReader | None:
-    """The draining reader installed on ``loop``, if there is one."""
-    for _fd, callback in _readers(loop):
-        if isinstance(callback, _DrainingReader):
-            return callback
-    return None
+    """The draining reader installed on ``loop``, if it is still there."""
+    reader = _INSTALLED.get(loop)
+    return reader if reader is not None and _registered(loop, reader) else None
 
 
 def drain_completion_wakeups(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     """Wrap grpc.aio's wake-up reader on ``loop`` (the running loop by default); True if it
-    is wrapped, now or before. Call it once grpc.aio has started on the loop (a server or a
-    channel exists)."""
+    is wrapped, now or before. Call it once grpc.aio is in use on the loop (a server started or
+    a call made); once installed, a call costs two dictionary lookups."""
     loop = loop or asyncio.get_running_loop()
-    if fcntl is None:  # pragma: no cover
+    if completion_reader(loop) is not None:
+        return True
+    reader = None if fcntl is None else _wrap(loop)
+    if reader is None:
+        if loop not in _UNDRAINED:
+            _UNDRAINED.add(loop)
+            log.info("grpc.aio's completion wake-ups are not drained: no reader of theirs here")
         return False
+    _INSTALLED[loop] = reader
+    return True
+
+
+def _wrap(loop: asyncio.AbstractEventLoop) -> _DrainingReader | None:
+    """The draining reader on ``loop``: the one there, or grpc's wrapped now (None if neither
+    is registered)."""
     for fd, callback in _readers(loop):
         if isinstance(callback, _DrainingReader):
-            return True
+            return callback
         func = getattr(callback, "func", None)
         if getattr(func, "__qualname__", "") == _GRPC_HANDLER:
             loop.remove_reader(fd)
-            loop.add_reader(fd, _DrainingReader(fd, callback))
-            return True
-    log.info("grpc.aio's completion wake-ups are not drained: no reader of theirs on this loop")
-    return False
+            reader = _DrainingReader(fd, callback)
+            loop.add_reader(fd, reader)
+            return reader
+    return None
 
 
-def _readers(loop: asyncio.AbstractEventLoop) -> list[tuple[int, Callable[[], object]]]:
-    """The loop's readers without arguments, by file descriptor (none unless it is a selector
-    loop: its selector is the only place they can be read)."""
+def _registered(loop: asyncio.AbstractEventLoop, reader: _DrainingReader) -> bool:
+    """Whether ``reader`` is still ``loop``'s reader of its file descriptor."""
+    return any(callback is reader for fd, callback in _readers(loop, reader.fd))
+
+
+def _readers(
+    loop: asyncio.AbstractEventLoop, fd: int | None = None
+) -> list[tuple[int, Callable[[], object]]]:
+    """The loop's readers without arguments (only ``fd``'s, if given), by file descriptor; none
+    unless it is a selector loop, whose selector is the only place they can be read."""
     selector: selectors.BaseSelector | None = getattr(loop, "_selector", None)
     if selector is None:
         return []
+    if fd is None:
+        keys = list(selector.get_map().values())
+    else:
+        key = selector.get_map().get(fd)
+        keys = [] if key is None else [key]
     found = []
-    for key in selector.get_map().values():
+    for key in keys:
         reader = key.data[0] if isinstance(key.data, tuple) else None
         callback = getattr(reader, "_callback", None)
         if callback is not None and not getattr(reader, "_args", ()):
