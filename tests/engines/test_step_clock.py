@@ -33,8 +33,9 @@ async def test_sleeps_ending_in_one_step_share_one_timer_and_none_ends_early() -
     clock = StepClock.of_running_loop()
     timers = _count_timers(loop)
     start = loop.time()
-    # A step boundary 20 ms ahead; ten sleeps ending inside the step before it.
-    boundary = (int((start + 0.02) / STEP_S) + 1) * STEP_S
+    # A step boundary 200 ms ahead (far enough that a loaded machine still starts every sleep
+    # before its end); ten sleeps ending inside the step before it.
+    boundary = (int((start + 0.2) / STEP_S) + 1) * STEP_S
     ends = [boundary - STEP_S * (0.1 + 0.08 * i) for i in range(10)]
 
     async def sleeper(end: float) -> float:
