@@ -5,11 +5,12 @@ each completion and writes one byte to the pair; the loop's reader for the other
 byte and then runs every queued completion. So when several completions arrive between two
 turns of the loop, which is the normal case on a busy server, one byte is read for several
 written. The bytes pile up, and the reader stays ready, so it runs on every turn of the loop.
-Once the pair's buffer is full, a few hundred bytes, the poller thread blocks in ``write``. No
-completion reaches the loop until the loop has read about half the buffer back, one byte per
-turn. With 100 streams beside a loop kept busy by token-paced work, every write in flight
-stalled for ~230 ms, about three times a second (``bench/aio_busy_loop.py``). A client's loop
-with many streams has the same hand-over, so the server and the project's client both drain it.
+Once the pair's buffer is full (278 one-byte writes with Linux's default buffer), the poller
+thread blocks in ``write``. No completion reaches the loop until the loop has read about half
+the buffer back, one byte per turn. With 100 streams beside a loop kept busy by token-paced
+work, every write in flight stalled for ~230 ms, about three times a second
+(``bench/aio_busy_loop.py``). A client's loop with many streams has the same hand-over, so the
+server and the project's client both drain it.
 
 ``drain_completion_wakeups`` wraps that reader: before grpc's own handler runs, it reads all but
 one of the waiting bytes (grpc's ``recv(1)`` takes the last, so it never blocks). Nothing is
