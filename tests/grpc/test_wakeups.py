@@ -101,6 +101,9 @@ async def test_the_server_drains_the_wakeups_of_a_busy_loop(
             while reader.drained_bytes - before < waiting - 1:  # noqa: ASYNC110
                 await asyncio.sleep(0)
             assert reader.drained_bytes - before >= waiting - 1
+            # What /metrics shows operators: the same count.
+            scraped = running.core.metrics.scrape().decode()
+            assert f"bidi_grpc_wakeups_drained_total {float(reader.drained_bytes)}" in scraped
 
 
 async def test_the_project_client_drains_the_wakeups_of_its_own_loop(tmp_path: Any) -> None:

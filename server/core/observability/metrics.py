@@ -8,10 +8,12 @@ registry; scrape each worker (or sum them in Prometheus).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from bidi_responses.codec.aio_wakeups import completion_reader
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -19,7 +21,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ..runs.record import ResponseStats
@@ -128,6 +132,7 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        r.register(_GrpcWakeups())
 
     def model(self, name: object) -> str:
         """A bounded label for a requested model: the alias if configured, else "unknown"."""
@@ -140,6 +145,29 @@ class Metrics:
     def scrape(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+class _GrpcWakeups(Collector):
+    """grpc.aio's completion wake-up bytes read at once on this process's event loop
+    (``codec.aio_wakeups``): each would have cost a turn of the loop, and a rising count says
+    completions queue up behind a busy loop. Read when scraped, from the loop's thread."""
+
+    def describe(self) -> list[CounterMetricFamily]:
+        # (Registered with nothing to describe: collecting reads the running loop's reader.)
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        try:
+            reader = completion_reader(asyncio.get_running_loop())
+        except RuntimeError:  # scraped from outside the loop: nothing to read
+            return
+        if reader is not None:
+            yield CounterMetricFamily(
+                "bidi_grpc_wakeups_drained",
+                "grpc.aio completion wake-up bytes read at once instead of one per turn of "
+                "the event loop (completions that queued behind a busy loop).",
+                value=reader.drained_bytes,
+            )
 
 
 class ResponseMetrics:
