@@ -115,26 +115,32 @@ def _wrap(loop: asyncio.AbstractEventLoop) -> _DrainingReader | None:
 
 def _registered(loop: asyncio.AbstractEventLoop, reader: _DrainingReader) -> bool:
     """Whether ``reader`` is still ``loop``'s reader of its file descriptor."""
-    return any(callback is reader for fd, callback in _readers(loop, reader.fd))
+    selector = _selector(loop)
+    key = None if selector is None else selector.get_map().get(reader.fd)
+    return key is not None and _callback(key) is reader
 
 
-def _readers(
-    loop: asyncio.AbstractEventLoop, fd: int | None = None
-) -> list[tuple[int, Callable[[], object]]]:
-    """The loop's readers without arguments (only ``fd``'s, if given), by file descriptor; none
-    unless it is a selector loop, whose selector is the only place they can be read."""
-    selector: selectors.BaseSelector | None = getattr(loop, "_selector", None)
+def _readers(loop: asyncio.AbstractEventLoop) -> list[tuple[int, Callable[[], object]]]:
+    """The loop's readers without arguments, by file descriptor."""
+    selector = _selector(loop)
     if selector is None:
         return []
-    if fd is None:
-        keys = list(selector.get_map().values())
-    else:
-        key = selector.get_map().get(fd)
-        keys = [] if key is None else [key]
     found = []
-    for key in keys:
-        reader = key.data[0] if isinstance(key.data, tuple) else None
-        callback = getattr(reader, "_callback", None)
-        if callback is not None and not getattr(reader, "_args", ()):
+    for key in selector.get_map().values():
+        callback = _callback(key)
+        if callback is not None:
             found.append((key.fd, callback))
     return found
+
+
+def _selector(loop: asyncio.AbstractEventLoop) -> selectors.BaseSelector | None:
+    """A selector loop's selector: the only place its readers can be read (None elsewhere)."""
+    selector: selectors.BaseSelector | None = getattr(loop, "_selector", None)
+    return selector
+
+
+def _callback(key: selectors.SelectorKey) -> Callable[[], object] | None:
+    """The reader of a registration, if it has one that takes no arguments."""
+    reader = key.data[0] if isinstance(key.data, tuple) else None
+    callback: Callable[[], object] | None = getattr(reader, "_callback", None)
+    return callback if callback is not None and not getattr(reader, "_args", ()) else None

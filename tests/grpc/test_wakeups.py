@@ -13,7 +13,6 @@ import asyncio
 import queue
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import grpc
@@ -85,9 +84,8 @@ async def test_the_server_drains_the_wakeups_of_a_busy_loop(
         assert drain_completion_wakeups()  # and only once
         assert completion_reader(asyncio.get_running_loop()) is reader
 
-        with ExitStack() as cleanup:
-            streams = _Streams(running.grpc_port)
-            cleanup.callback(streams.close)
+        streams = _Streams(running.grpc_port)
+        try:
             await asyncio.to_thread(streams.opened)
             # Every stream waits for a message; the loop is held while they all arrive, so
             # their read completions queue up behind it, a wake-up byte each.
@@ -104,6 +102,8 @@ async def test_the_server_drains_the_wakeups_of_a_busy_loop(
             # What /metrics shows operators: the same count.
             scraped = running.core.metrics.scrape().decode()
             assert f"bidi_grpc_wakeups_drained_total {float(reader.drained_bytes)}" in scraped
+        finally:
+            streams.close()
 
 
 async def test_the_project_client_drains_the_wakeups_of_its_own_loop(tmp_path: Any) -> None:
