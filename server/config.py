@@ -35,6 +35,7 @@ class Limits:
     max_inflight_request_bytes: int = 256 * 1024 * 1024
     # Pre-inference work (checking, classifying, rendering) of a create with at least this
     # many characters of instructions and input runs in a worker thread; smaller ones inline.
+    # So does the rendering of an answer (or an append's tool outputs) at least this long.
     offload_chars: int = 65_536
     # How long an append-mode response waits in response.done for its tool outputs.
     append_timeout_s: float = 300.0

@@ -12,7 +12,6 @@ Register a stage class with ``register_stage`` or name it as ``module:attribute`
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import importlib
@@ -33,6 +32,7 @@ from ..core.api.errors import ApiError
 from ..core.api.requests import CreateRequest
 from ..core.lanes.state import CarriedState
 from ..core.observability.logsafe import printable
+from ..core.runs.worker_thread import in_worker_thread
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]
@@ -101,7 +101,7 @@ async def examine_off_loop(
     examining a small batch). The stage's coroutine waits; the event loop does not."""
     if batch.chars < batch.offload_chars:
         return work(*args, **kwargs)
-    return await asyncio.to_thread(work, *args, **kwargs)
+    return await in_worker_thread(work, *args, **kwargs)
 
 
 def text_windows(

@@ -7,12 +7,15 @@ session (``test_session.py`` drives the session).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Iterable
 from typing import Any, cast
 
-from bidi_responses.schema import ResponseEvent
+from bidi_responses.schema import Item, ResponseEvent
 from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.lanes.state import ResponseCache
+from bidi_responses.server.core.rendering.render import TokenArray
 from bidi_responses.server.core.runs.runner import ResponseRun
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn
@@ -146,3 +149,40 @@ async def test_same_tools_reuse_the_lanes_tool_set(
     await _run(core, lane, tools=again, previous_response_id=first["id"])
     assert lane.toolset is toolset
     assert engine.requests[1].tools is toolset.functions
+
+
+async def test_a_long_answer_is_rendered_off_the_loop_into_the_same_tokens(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    """An answer of at least ``limits.offload_chars`` characters is rendered onto the
+    conversation in a worker thread, as a large input is, and the next turn's prompt is the
+    one an inline render gives."""
+    engine, core = engine_and_core
+    renderer = core.deps.renderer
+    render_items = renderer.render_items
+    rendered: list[tuple[str, bool]] = []  # (the first item's type, on the loop's thread)
+
+    def spy(items: Iterable[Item], call_names: dict[str, str], out: TokenArray) -> int:
+        listed = list(items)
+        on_loop = threading.current_thread() is threading.main_thread()
+        rendered.append((str(listed[0].get("role", listed[0]["type"])), on_loop))
+        return render_items(listed, call_names, out)
+
+    renderer.render_items = spy  # type: ignore[method-assign]
+    answer = tuple(f" word{n}" for n in range(400))  # about 3,000 characters
+    prompts: list[list[int]] = []
+    for offload_chars in (1_000_000, 1_000):  # inline, then in a worker thread
+        core.config.limits.offload_chars = offload_chars
+        engine.turns += [Turn(answer), Turn(("ok",))]
+        lane = _lane(core)
+        first = await _run(core, lane)
+        assert first[-1]["response"]["status"] == "completed"
+        previous = first[-1]["response"]["id"]
+        second = await _run(core, lane, input="next", previous_response_id=previous)
+        assert second[-1]["response"]["status"] == "completed"
+        prompts.append(engine.prompts[-1])
+    inline, offloaded = rendered[:4], rendered[4:]
+    short = [("user", True), ("assistant", True)]  # each turn's input, then its answer
+    assert inline == short + short
+    assert offloaded == [("user", True), ("assistant", False), *short]
+    assert prompts[0] == prompts[1]

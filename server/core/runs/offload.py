@@ -1,16 +1,18 @@
 """Bounded work per request: how much input a create carries, its bound, and running the
-pre-inference work of a large one off the event loop.
+pre-inference work of a large one, and the rendering of a long answer, off the event loop.
 
-Checking, classifying and rendering cost time in proportion to the input's characters. A
+Checking, classifying and rendering cost time in proportion to the text's characters. A
 small request does that work inline (a thread hop costs more than the work); one of at least
 ``limits.offload_chars`` characters does it in a worker thread, so other streams' events keep
 flowing while it is tokenized (tiktoken releases the GIL while it encodes, and the bounded
 encoder hands it short segments) and scanned (the classifiers scan a large text in windows).
+An answer is rendered onto the conversation's tokens before its terminal event, by the same
+rule: a long one (a model writing a document) would otherwise hold every stream for the
+milliseconds its tokenizing takes.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 from typing import ParamSpec, TypeVar
 
@@ -21,6 +23,7 @@ from ...config import Limits
 from ...pipeline.base import iter_texts
 from ..api.errors import ApiError
 from ..api.requests import CreateRequest
+from .worker_thread import in_worker_thread
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -70,7 +73,8 @@ async def offload(
     size: int, limits: Limits, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
     """``work(*args, **kwargs)``: inline when ``size`` (characters) is under
-    ``limits.offload_chars``, else in a worker thread (the caller waits; the loop does not)."""
+    ``limits.offload_chars``, else in a worker thread (the caller waits; the loop does not;
+    a cancellation waits for the thread, which writes the run's state)."""
     if size < limits.offload_chars:
         return work(*args, **kwargs)
-    return await asyncio.to_thread(work, *args, **kwargs)
+    return await in_worker_thread(work, *args, **kwargs)

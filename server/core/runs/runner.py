@@ -516,6 +516,7 @@ class ResponseRun:
             raise
         self.account.segment_ends(stats, segment)
         items = streamer.items
-        stats.tokens_rendered += self._append_items(items)
+        limits = self.deps.config.limits
+        stats.tokens_rendered += await offload(item_chars(items), limits, self._append_items, items)
         calls = [item for item in items if item["type"] == "function_call"]
         return segment, calls
