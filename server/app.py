@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .config import ServerConfig
+from .core.observability.gc_pauses import freeze_startup_heap
 from .core.service import ResponsesCore
 from .transports.grpc import GrpcServer, start_grpc_server
 
@@ -205,6 +206,8 @@ async def serve(
     """
     config, guard = guard_public_bind(config)
     running = await start_server(config, http=http)
+    # What the process holds now lives as long as it does (gc_pauses.py).
+    freeze_startup_heap()
     if on_ready is not None:
         on_ready(running)
     else:

@@ -70,6 +70,7 @@ class ResponsesCore:
         post-inference writer)."""
         await self.deps.store.open()
         await self.deps.post.start()
+        self.metrics.gc_timer.start()
 
     def begin_drain(self) -> None:
         """From now on refuse new responses (``server_shutting_down``) and report NOT_SERVING
@@ -106,16 +107,19 @@ class ResponsesCore:
 
     async def close(self) -> None:
         """Stop streams, then drain post-inference work so nothing completed is lost."""
-        self.begin_drain()
-        await self.background.close()
-        for session in list(self._sessions):
-            await session.close()
-        await self._one_shots.stop_all()
-        deps = self.deps
-        await deps.post.drain(self.config.durability.drain_timeout_s)
-        await deps.router.aclose()
-        await deps.store.aclose()
-        await deps.pipeline.close()
+        try:
+            self.begin_drain()
+            await self.background.close()
+            for session in list(self._sessions):
+                await session.close()
+            await self._one_shots.stop_all()
+            deps = self.deps
+            await deps.post.drain(self.config.durability.drain_timeout_s)
+            await deps.router.aclose()
+            await deps.store.aclose()
+            await deps.pipeline.close()
+        finally:
+            self.metrics.gc_timer.stop()
 
     # -- streams -----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ registry; scrape each worker (or sum them in Prometheus).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+
+from .gc_pauses import GcPauseTimer
 
 if TYPE_CHECKING:
     from ..runs.record import ResponseStats
@@ -49,6 +52,8 @@ _LATENCY_BUCKETS = (
     60.0,
     300.0,
 )
+# Seconds: a young generation's collection takes about a millisecond, a full one tens.
+_GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class Metrics:
@@ -133,6 +138,22 @@ class Metrics:
             registry=r,
         )
         r.register(_GrpcWakeups())
+        self.gc_pauses = Histogram(
+            "bidi_gc_pause_seconds",
+            "Pauses of this process's garbage collector (every stream waits), by generation "
+            "(2: a full collection).",
+            ["generation"],
+            buckets=_GC_PAUSE_BUCKETS,
+            registry=r,
+        )
+        frozen = Gauge(
+            "bidi_gc_frozen_objects",
+            "Objects of the startup heap moved out of the garbage collector's walks.",
+            registry=r,
+        )
+        frozen.set_function(gc.get_freeze_count)
+        #: Started and stopped with the core (``ResponsesCore.start``, ``close``).
+        self.gc_timer = GcPauseTimer(self.gc_pauses)
 
     def model(self, name: object) -> str:
         """A bounded label for a requested model: the alias if configured, else "unknown"."""
