@@ -32,7 +32,7 @@ from ..core.api.errors import ApiError
 from ..core.api.requests import CreateRequest
 from ..core.lanes.state import CarriedState
 from ..core.observability.logsafe import printable
-from ..core.runs.worker_thread import in_worker_thread
+from ..core.runs.worker_thread import off_loop_from
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]
@@ -99,9 +99,7 @@ async def examine_off_loop(
     """``work(*args, **kwargs)``, in a worker thread when the batch is large (at least
     ``batch.offload_chars`` characters), inline otherwise (a thread hop costs more than
     examining a small batch). The stage's coroutine waits; the event loop does not."""
-    if batch.chars < batch.offload_chars:
-        return work(*args, **kwargs)
-    return await in_worker_thread(work, *args, **kwargs)
+    return await off_loop_from(batch.chars, batch.offload_chars, work, *args, **kwargs)
 
 
 def text_windows(

@@ -23,7 +23,7 @@ from ...config import Limits
 from ...pipeline.base import iter_texts
 from ..api.errors import ApiError
 from ..api.requests import CreateRequest
-from .worker_thread import in_worker_thread
+from .worker_thread import off_loop_from
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -75,6 +75,4 @@ async def offload(
     """``work(*args, **kwargs)``: inline when ``size`` (characters) is under
     ``limits.offload_chars``, else in a worker thread (the caller waits; the loop does not;
     a cancellation waits for the thread, which writes the run's state)."""
-    if size < limits.offload_chars:
-        return work(*args, **kwargs)
-    return await in_worker_thread(work, *args, **kwargs)
+    return await off_loop_from(size, limits.offload_chars, work, *args, **kwargs)

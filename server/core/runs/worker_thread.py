@@ -20,6 +20,16 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+async def off_loop_from(
+    size: int, threshold: int, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """``work(*args, **kwargs)``: inline when ``size`` is under ``threshold`` (a thread hop
+    costs more than small work), else ``in_worker_thread``."""
+    if size < threshold:
+        return work(*args, **kwargs)
+    return await in_worker_thread(work, *args, **kwargs)
+
+
 async def in_worker_thread(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``await asyncio.to_thread(work, ...)``, except that a cancellation takes effect only
     once the thread has returned."""
