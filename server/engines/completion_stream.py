@@ -2,7 +2,8 @@
 
 ``read_completion`` posts the request and reads its server-sent events under the first-token
 and idle deadlines; each chunk's sampled token ids (vLLM's ``token_ids``, llama.cpp's
-``logprobs.content[].id``, ``token_id:N`` logprob strings) go through the chat format's parser.
+``logprobs.content[].id``, ``token_id:N`` logprob strings) go through the chat format's parser;
+ids a report leaves out are worked out from the model's vocabulary (``sampled_ids``).
 ``StreamState`` keeps what the stream reported (tokens, usage, timings), from which
 ``finish`` builds the segment's ``EngineFinish``.
 """
@@ -28,6 +29,7 @@ from .http_backend import (
     error_text,
     sse_data,
 )
+from .sampled_ids import IdCounts, Vocabulary, entry_ids
 
 if TYPE_CHECKING:
     from .completions import CompletionsConfig
@@ -55,6 +57,9 @@ class StreamState:
     finish_reason: str | None = None
     usage: JSONObject = field(default_factory=dict)
     timings: JSONObject = field(default_factory=dict)
+    # The model's vocabulary, for ids the backend does not report, and how many there were.
+    vocabulary: Vocabulary | None = None
+    counts: IdCounts = field(default_factory=IdCounts)
 
     def __post_init__(self) -> None:
         self.last = self.started
@@ -143,6 +148,10 @@ def finish(
     else:
         reason = "stop"
     usage = state.usage
+    output_tokens = state.tokens
+    if state.counts.retokenized:
+        # Ids tokenized back from text may not count what was sampled: the backend's count.
+        output_tokens = _int(usage.get("completion_tokens")) or output_tokens
     prompt_tokens = _int(usage.get("prompt_tokens")) or prompt_len
     details = usage.get("prompt_tokens_details")
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
@@ -153,10 +162,15 @@ def finish(
     backend_ms = _float(timings.get("prompt_ms")) + _float(timings.get("predicted_ms"))
     return EngineFinish(
         reason=reason,
-        output_tokens=state.tokens,
+        output_tokens=output_tokens,
         prefill_tokens=max(prompt_tokens - cached, 0),
         engine_seconds=backend_ms / 1000 if backend_ms > 0 else wall,
-        extra={"backend_wall_ms": round(wall * 1000, 3), "retries": retries},
+        extra={
+            "backend_wall_ms": round(wall * 1000, 3),
+            "retries": retries,
+            "recovered_ids": state.counts.recovered,
+            "retokenized_tokens": state.counts.retokenized,
+        },
         prompt_tokens=prompt_tokens,
         cached_tokens=cached,
     )
@@ -205,15 +219,21 @@ def _line(line: bytes, parser: CompletionParserLike, state: StreamState) -> list
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        ids = _token_ids(choice)
+        ids = _token_ids(choice, state)
         if ids is None:
-            if choice.get("text"):
+            text = choice.get("text")
+            if text and isinstance(text, str) and state.vocabulary is not None:
+                # No ids at all (a backend without logprobs): the text, tokenized back.
+                ids = state.vocabulary.encode_text(text)
+                state.counts.retokenized += len(ids)
+            elif text:
                 raise EngineError(
                     "engine_bad_response",
                     "The backend streamed text without its token ids; it must return them "
                     "(vLLM: return_token_ids, llama.cpp: logprobs).",
                 )
-            ids = []
+            else:
+                ids = []
         for token in ids:
             if parser.finished:
                 state.after_stop += 1
@@ -225,7 +245,7 @@ def _line(line: bytes, parser: CompletionParserLike, state: StreamState) -> list
     return events
 
 
-def _token_ids(choice: JSONObject) -> list[int] | None:
+def _token_ids(choice: JSONObject, state: StreamState) -> list[int] | None:
     ids = choice.get("token_ids")
     if isinstance(ids, list):
         return _checked(ids)
@@ -233,9 +253,7 @@ def _token_ids(choice: JSONObject) -> list[int] | None:
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list) and content:
-            return _checked(
-                [entry.get("id") if isinstance(entry, dict) else None for entry in content]
-            )
+            return _checked(entry_ids(content, state.vocabulary, state.counts))
         tokens = logprobs.get("tokens")
         if (
             isinstance(tokens, list)

@@ -131,6 +131,10 @@ class CompletionsEngine:
         # The prompt ends where the model's turn begins (the renderer leaves it to the engine).
         self._assistant_start = self.format.assistant_start
         self._sessions = SessionPool(config.connect_timeout_s, config.max_connections)
+        # Ids the backends' reports left out, worked out from the vocabulary (llama.cpp's
+        # split characters) or tokenized back from text (no ids at all): see sampled_ids.
+        self.recovered_ids = 0
+        self.retokenized_tokens = 0
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -209,7 +213,7 @@ class CompletionsEngine:
         self._idle.clear()
         try:
             while True:
-                state = StreamState(started=time.perf_counter())
+                state = StreamState(started=time.perf_counter(), vocabulary=self.format.vocabulary)
                 try:
                     async for event in read_completion(
                         session, self._url, body, headers, parser, state, config
@@ -225,6 +229,8 @@ class CompletionsEngine:
             self._active -= 1
             if not self._active:
                 self._idle.set()
+            self.recovered_ids += state.counts.recovered
+            self.retokenized_tokens += state.counts.retokenized
         for event in parser.close():
             yield event
         yield finish(state, parser, len(prompt), attempt)

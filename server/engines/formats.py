@@ -20,6 +20,7 @@ from bidi_responses.schema import FunctionCallItem
 from ..core.rendering import tokenizer
 from ..core.rendering.render import Renderer
 from .base import EngineEvent, EngineRequest
+from .sampled_ids import TiktokenVocabulary, Vocabulary
 
 if TYPE_CHECKING:
     from .template_format import TemplateSettings
@@ -66,6 +67,9 @@ class ChatFormat:
     # A structured-output schema goes to the backend's constrained decoding as the request's
     # ``response_format`` (vLLM, SGLang) instead of into the prompt.
     sends_response_format: bool = False
+    # The model's vocabulary, to work out ids a backend's stream does not report
+    # (``sampled_ids``); None: the ids are taken as reported.
+    vocabulary: Vocabulary | None = None
 
     def parser_for(self, request: EngineRequest) -> CompletionParserLike:
         """A parser for one sampling segment of ``request``."""
@@ -111,7 +115,13 @@ def build_format(
         from .completion_parser import CompletionParser
 
         renderer = Renderer(encoding, open_compaction)
-        return ChatFormat("generic", renderer, start, lambda: CompletionParser(encoding))
+        return ChatFormat(
+            "generic",
+            renderer,
+            start,
+            lambda: CompletionParser(encoding),
+            vocabulary=TiktokenVocabulary(encoding),
+        )
     if name == "harmony":
         from .harmony import (
             HarmonyCompletionParser,
@@ -125,5 +135,6 @@ def build_format(
             HarmonyRenderer(encoding, open_compaction),
             start,
             lambda: HarmonyCompletionParser(harmony),
+            vocabulary=TiktokenVocabulary(encoding),
         )
     raise ValueError(f"unknown chat format {name!r}; expected one of {', '.join(FORMATS)}")

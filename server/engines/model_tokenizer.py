@@ -67,6 +67,12 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(keep, chars, strict=True)}
 
 
+@functools.cache
+def _byte_chars() -> dict[int, str]:
+    """Byte -> GPT-2's printable character (byte-level BPE token text)."""
+    return {b: c for c, b in _byte_decoder().items()}
+
+
 @dataclass(slots=True)
 class ModelTokenizer:
     """A model's tokenizer plus what its chat format needs from the model's files."""
@@ -119,6 +125,20 @@ class ModelTokenizer:
             if token in added
         ]
         return ids, splits
+
+    def encode_text(self, text: str) -> list[int]:
+        """Sampled text back to ids (``sampled_ids``): the same as ``encode``."""
+        return self.encode(text)
+
+    def split_bytes(self, data: bytes) -> list[int]:
+        """``data``, which may end or start inside a character, as the model's BPE splits it
+        (byte-level), or as byte-fallback tokens ``<0xNN>`` (SentencePiece)."""
+        if self.byte_level:
+            chars = _byte_chars()
+            pieces = self.tokenizer.model.tokenize("".join(chars[b] for b in data))
+            return [int(piece.id) for piece in pieces]
+        found = [self.tokenizer.token_to_id(f"<0x{b:02X}>") for b in data]
+        return [int(i) for i in found if i is not None]
 
     def token_id(self, text: str) -> int | None:
         """The id of a token written exactly as ``text`` (an added token), or None."""

@@ -18,11 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tiktoken
-from bidi_responses.schema import Item, JSONValue
+from bidi_responses.schema import (
+    FunctionCallItem,
+    Item,
+    JSONValue,
+    MessageItem,
+    OutputTextPart,
+)
 
 from .base import EngineRequest
 from .chat_template import ChatTemplate, TemplateRenderer
@@ -92,10 +98,6 @@ def build_template_format(
         raise ValueError(
             f"completions: unknown tool_call_format {style!r}; expected auto, {', '.join(STYLES)}"
         )
-    syntax = ToolCallSyntax(
-        style="tags" if style == "tags" else "json" if style == "json" else "none",
-        think_open="<think>" if "<think>" in source else "",
-    )
     template = ChatTemplate(
         source,
         bos_token=model.bos_token,
@@ -107,6 +109,12 @@ def build_template_format(
         f"template:{Path(model.source).name}:{digest}", template, model, encoding, open_compaction
     )
     start = _generation_prompt(renderer)
+    syntax = ToolCallSyntax(
+        style="tags" if style == "tags" else "json" if style == "json" else "none",
+        think_open="<think>" if "<think>" in source else "",
+    )
+    if syntax.style == "tags":
+        syntax = replace(syntax, call_separator=_call_separator(renderer, syntax.open_tag))
     stops = _stop_ids(model)
     call_token = model.token_id(syntax.open_tag) if syntax.style == "tags" else None
 
@@ -125,6 +133,7 @@ def build_template_format(
         open_call=lambda name: _open_call(model, syntax, name, arguments_key or "arguments"),
         call_token=call_token,
         sends_response_format=True,
+        vocabulary=model,
     )
 
 
@@ -138,6 +147,30 @@ def _generation_prompt(renderer: TemplateRenderer) -> tuple[int, ...]:
             "conversation's render, which the template format needs"
         )
     return tuple(renderer.tokenizer.encode(opened[len(bare) :]))
+
+
+def _call_separator(renderer: TemplateRenderer, open_tag: str) -> str:
+    """The whitespace the template writes between an assistant message's text and a call
+    that follows it (``"\n"`` in ChatML and Qwen templates), "" when it writes none."""
+    mark = "\u2060probe\u2060"
+    part: OutputTextPart = {"type": "output_text", "text": mark, "annotations": []}
+    answer: MessageItem = {"type": "message", "role": "assistant", "content": [part]}
+    call: FunctionCallItem = {
+        "type": "function_call",
+        "call_id": "call_probe",
+        "name": "probe",
+        "arguments": "{}",
+    }
+    items: list[Item] = [*_PROBE, answer, call]
+    tool: dict[str, JSONValue] = {"type": "function", "name": "probe", "parameters": {}}
+    try:
+        text = renderer.render_text(None, [tool], items)
+    except Exception:  # a template that refuses the probe: no separator is known
+        return ""
+    after = text[text.find(mark) + len(mark) :] if mark in text else ""
+    at = after.find(open_tag)
+    separator = after[:at] if at > 0 else ""
+    return separator if not separator.strip() else ""
 
 
 def _stop_ids(model: ModelTokenizer) -> tuple[int, ...]:

@@ -56,6 +56,9 @@ class ToolCallSyntax:
     close_tag: str = "</tool_call>"
     think_open: str = ""  # "<think>" when the template has reasoning
     think_close: str = "</think>"
+    # What the template writes between a message's text and a call that follows it ("\n"
+    # for ChatML and Qwen): the template's, not the message's, so it is not kept in the text.
+    call_separator: str = ""
 
 
 def malformed(detail: str) -> EngineError:
@@ -278,17 +281,23 @@ class TemplateCompletionParser:
         buffer = self._hold + text
         self._hold = ""
         best: tuple[int, str, str] | None = None
-        for tag, action in self._openers():
+        openers = self._openers()
+        for tag, action in openers:
             at = buffer.find(tag)
             if at >= 0 and (best is None or at < best[0]):
                 best = (at, tag, action)
         if best is None:
-            keep = max((_partial(buffer, tag) for tag, _ in self._openers()), default=0)
+            # Held back: what may begin a tag, with the separator the template puts before it.
+            keep = max((_partial(buffer, self._lead(tag) + tag) for tag, _ in openers), default=0)
             self._hold = buffer[len(buffer) - keep :] if keep else ""
             self._say(buffer[: len(buffer) - keep], events)
             return ""
         at, tag, action = best
-        self._say(buffer[:at], events)
+        before = buffer[:at]
+        lead = self._lead(tag)
+        if lead and before.endswith(lead):
+            before = before[: -len(lead)]
+        self._say(before, events)
         rest = buffer[at + len(tag) :]
         if self._kind is not None:
             events += self._end()
@@ -302,6 +311,11 @@ class TemplateCompletionParser:
         else:  # the end of reasoning
             self._mode = "start"
         return rest
+
+    def _lead(self, tag: str) -> str:
+        """The template's separator before ``tag`` (only a call's, in a message's text)."""
+        syntax = self._syntax
+        return syntax.call_separator if tag == syntax.open_tag and self._mode == "text" else ""
 
     def _say(self, text: str, events: list[EngineEvent]) -> None:
         if not text:
