@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 from .config import ServerConfig
 from .core.observability.gc_pauses import freeze_startup_heap
+from .core.observability.ratelimit import CLIENT_FAULTS
 from .core.service import ResponsesCore
+from .transports.connections import raise_descriptor_limit
 from .transports.grpc import GrpcServer, start_grpc_server
 
 log = logging.getLogger("bidi_responses")
@@ -118,6 +120,10 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
 
     Raises StartupError with a one-line reason when something the server needs is unusable.
     """
+    # Every connection is a descriptor: take all the process may have, then bound each
+    # listener below it (transports/connections.py).
+    raise_descriptor_limit()
+    CLIENT_FAULTS.per_minute = config.limits.client_fault_log_lines_per_minute
     core = await _open_core(config)
     await core.start()
     try:

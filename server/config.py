@@ -33,6 +33,26 @@ class Limits:
     # every transport and stream at once (gRPC messages, HTTP bodies, WebSocket frames); past
     # it a message is refused with a retryable 429 / RESOURCE_EXHAUSTED (0 = no budget).
     max_inflight_request_bytes: int = 256 * 1024 * 1024
+    # Accept permessage-deflate on WebSocket mode. Off: clients that offer it (the openai SDK
+    # does) then send plain frames. On: inflated bytes count against the budget above, and a
+    # message stops inflating where the budget has no room (close 1013).
+    websocket_compression: bool = False
+    # Connections held at once (0 = derived from the descriptor limit, RLIMIT_NOFILE, whose
+    # soft value start-up raises to the hard one): what is left after
+    # ``reserved_descriptors`` is split evenly between the HTTP/WebSocket listener and the
+    # gRPC listener. Past it: HTTP 503 ``too_many_connections`` (WebSocket: on the upgrade);
+    # gRPC closes the connection at accept (grpc core's connection quota).
+    max_connections: int = 0
+    max_grpc_connections: int = 0
+    # Descriptors kept for everything but client connections (store, journal, engines, logs).
+    reserved_descriptors: int = 256
+    # HTTP/WebSocket connections from one client address (0 = no limit; behind a proxy or a
+    # mesh sidecar every client has its address, so set 0 there). Never more than half of
+    # ``max_connections``, so one address cannot hold the whole listener. Past it: 429.
+    max_connections_per_peer: int = 1000
+    # Log lines about client faults (undecodable messages, connections refused, accept()
+    # failures), per kind of line and minute; the rest are counted and summarised.
+    client_fault_log_lines_per_minute: int = 10
     # Pre-inference work (checking, classifying, rendering) of a create with at least this
     # many characters of instructions and input runs in a worker thread; smaller ones inline.
     # So does the rendering of an answer (or an append's tool outputs) at least this long.

@@ -27,6 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from .gc_pauses import GcPauseTimer
+from .ratelimit import SuppressedLines
 
 if TYPE_CHECKING:
     from ..runs.record import ResponseStats
@@ -137,6 +138,31 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.open_connections = Gauge(
+            "bidi_open_connections",
+            "Client connections held by a listener (HTTP: HTTP and WebSocket mode).",
+            ["transport"],
+            registry=r,
+        )
+        self.connection_limit = Gauge(
+            "bidi_connection_limit",
+            "Configured connection limits in force (scope: server, peer).",
+            ["transport", "scope"],
+            registry=r,
+        )
+        self.descriptor_limit = Gauge(
+            "bidi_descriptor_limit",
+            "The process's descriptor limit (RLIMIT_NOFILE, soft) after start-up raised it.",
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "bidi_connections_refused",
+            "Connections refused by a connection limit or for want of descriptors, by reason "
+            "(peer, server, descriptors).",
+            ["transport", "reason"],
+            registry=r,
+        )
+        r.register(SuppressedLines())
         r.register(_GrpcWakeups())
         self.gc_pauses = Histogram(
             "bidi_gc_pause_seconds",

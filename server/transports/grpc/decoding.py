@@ -11,6 +11,7 @@ from bidi_responses.codec.wire import read_varint
 from google.protobuf.message import Message
 
 from ...core.api.errors import ApiError
+from ...core.observability.ratelimit import CLIENT_FAULTS
 
 log = logging.getLogger("bidi_responses.grpc")
 
@@ -18,8 +19,16 @@ _M = TypeVar("_M", bound=Message)
 
 
 def undecodable(error: MessageDecodeError, method: str) -> ApiError:
-    """The 400 for a message that cannot be decoded, logged once as a WARNING."""
-    log.warning("%s: undecodable request refused: %s", method, error.message)
+    """The 400 for a message that cannot be decoded, logged as a WARNING within the
+    client-fault rate (a client decides how many it sends)."""
+    CLIENT_FAULTS.log(
+        log,
+        logging.WARNING,
+        "grpc-undecodable",
+        "%s: undecodable request refused: %s",
+        method,
+        error.message,
+    )
     return ApiError(error.message, code="invalid_message", param=error.param)
 
 

@@ -14,6 +14,7 @@ from grpc_health.v1 import health
 from ...config import ServerConfig, TlsConfig
 from ...core.service import ResponsesCore
 from ...tracing import grpc_interceptors
+from ..connections import connection_caps
 from .connect import StreamsPerConnection
 from .health import add_health_service, mark_draining
 from .reflection import enable_reflection
@@ -30,6 +31,10 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", limit),
         ("grpc.max_send_message_length", limit),
+        # Connections held at once: grpc core's connection quota closes one past it right
+        # at accept(), so a flood cannot take the descriptors the other listener and the
+        # store need (connections.py).
+        ("grpc.max_allowed_incoming_connections", connection_caps(config.limits).grpc),
         # Off for one process, so a port already in use is an error at start-up; on when
         # worker processes share the port (the kernel spreads connections).
         ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
@@ -95,6 +100,7 @@ async def start_grpc_server(
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {address}")
     await server.start()
+    core.metrics.connection_limit.labels("grpc", "server").set(connection_caps(config.limits).grpc)
     # grpc.aio's completions reach the loop through wake-up bytes it reads one at a time; on
     # a busy server they pile up and stall every write (see codec/aio_wakeups.py).
     drain_completion_wakeups()

@@ -13,9 +13,12 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
+from ...core.api.errors import ApiError
 from ...core.service import ResponsesCore
-from .errors import exception_handlers
+from ..connections import ConnectionAccount
+from .errors import error_response, exception_handlers
 from .ops import ops_routes
 from .responses import responses_route, stored_response_routes
 from .surface import surface_routes
@@ -30,7 +33,10 @@ class HttpTransport:
     and connection handlers so that a stop can wait for their cleanup.
     """
 
-    def __init__(self, core: ResponsesCore) -> None:
+    def __init__(self, core: ResponsesCore, account: ConnectionAccount | None = None) -> None:
+        self._core = core
+        #: The listener's connections; a connection it refused is answered with the reason.
+        self.account = account
         self.websockets = WebSocketMode(core)
         # Set by the app's lifespan: the server has started.
         self.started = asyncio.Event()
@@ -59,11 +65,28 @@ class HttpTransport:
         if scope["type"] == "lifespan" or task is None:
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        if self.account is not None and client is not None:
+            refusal = self.account.refusal(client[0], client[1])
+            if refusal is not None:
+                await self._refuse(refusal, scope, receive, send)
+                return
         self._handlers.add(task)
         try:
             await self.app(scope, receive, send)
         finally:
             self._handlers.discard(task)
+
+    async def _refuse(self, refusal: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a connection past a connection limit with the reason, then close it (a
+        WebSocket upgrade is denied with the same status and body)."""
+        transport = "websocket" if scope["type"] == "websocket" else "http"
+        self._core.metrics.error(transport, refusal.status, refusal.code)
+        response = error_response(refusal, {"connection": "close", "retry-after": "1"})
+        if scope["type"] == "websocket":
+            await WebSocket(scope, receive, send).send_denial_response(response)
+        else:
+            await response(scope, receive, send)
 
     async def handlers_done(self) -> None:
         """Wait for the handlers still running (cancelled ones run their cleanup)."""

@@ -17,10 +17,13 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
+from ...core.observability.ratelimit import CLIENT_FAULTS, RateLimitFilter
 from ...core.service import ResponsesCore
 from ...sockets import bound_socket
 from ...tracing import wrap_asgi
+from ..connections import ConnectionAccount, connection_caps
 from .app import HttpTransport
+from .listener import REFUSAL_GRACE_S, GuardedListener
 from .sse import LOG_FILTERS as SSE_LOG_FILTERS
 from .uvicorn_ws import LOG_FILTERS as WS_LOG_FILTERS
 from .uvicorn_ws import WebSocketProtocol
@@ -76,10 +79,24 @@ def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
         http="auto",
         interface="asgi3",
         ws=WebSocketProtocol.bound_to(core.request_bytes),
-        # Refused from the frame header (close 1009), before the payload is buffered.
+        # Refused from the frame header (close 1009), before the payload is buffered; for a
+        # compressed message, before it inflates past the limit.
         ws_max_size=core.config.limits.max_message_bytes,
+        # Off by default: a compressed message is small on the wire and large in memory
+        # (see WebSocketProtocol for how inflated bytes are charged when it is on).
+        ws_per_message_deflate=core.config.limits.websocket_compression,
         server_header=False,
     )
+
+
+def _asyncio_accept_kind(record: logging.LogRecord) -> str | None:
+    message = record.getMessage()
+    return "asyncio-accept" if "accept() out of system resource" in message else None
+
+
+#: Should an ``accept()`` failure still reach asyncio (a socket this module did not guard),
+#: its ERROR line with a traceback is held to the client-fault rate.
+_ASYNCIO_ACCEPT_FILTER = RateLimitFilter(CLIENT_FAULTS, _asyncio_accept_kind)
 
 
 def _quiet_uvicorn_logs() -> None:
@@ -90,6 +107,34 @@ def _quiet_uvicorn_logs() -> None:
     for log_filter in (*WS_LOG_FILTERS, *SSE_LOG_FILTERS):
         if log_filter not in uvicorn_log.filters:
             uvicorn_log.addFilter(log_filter)
+    asyncio_log = logging.getLogger("asyncio")
+    if _ASYNCIO_ACCEPT_FILTER not in asyncio_log.filters:
+        asyncio_log.addFilter(_ASYNCIO_ACCEPT_FILTER)
+
+
+def _guarded(sock: socket.socket, core: ResponsesCore) -> tuple[GuardedListener, ConnectionAccount]:
+    """``sock`` as a listener that accounts for its connections (``connections.py``)."""
+    caps = connection_caps(core.config.limits)
+    account = ConnectionAccount(caps)
+    metrics = core.metrics
+    metrics.connection_limit.labels("http", "server").set(caps.http)
+    metrics.connection_limit.labels("http", "peer").set(caps.per_peer)
+    metrics.descriptor_limit.set(caps.descriptors)
+    listener = GuardedListener.wrap(sock, account, metrics, tls=core.config.tls.enabled)
+    loop = asyncio.get_running_loop()
+
+    def silence_refused(conn: socket.socket) -> None:
+        # A refused connection that never sends its request is closed after a while; the
+        # shutdown makes its transport see the end and close it the usual way.
+        def end() -> None:
+            if conn.fileno() != -1:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+        loop.call_later(REFUSAL_GRACE_S, end)
+
+    listener.on_refused = silence_refused
+    return listener, account
 
 
 async def _started(serving: asyncio.Task[None], transport: HttpTransport) -> None:
@@ -113,10 +158,14 @@ async def start_http_server(
     ``port`` 0 picks a free port. ``stop`` lets in-flight work finish for up to ``grace``
     seconds, then cancels what is left.
     """
-    transport = HttpTransport(core)
-    config = _config(transport, core)
+    sock, account = _guarded(_listen(host, port, reuse_port=reuse_port), core)
+    transport = HttpTransport(core, account)
+    try:
+        config = _config(transport, core)
+    except BaseException:
+        sock.close()
+        raise
     _quiet_uvicorn_logs()
-    sock = _listen(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     server = _AppOwnsSignals(config)
     serving = asyncio.get_running_loop().create_task(

@@ -6,7 +6,8 @@ option covers what it does: uvicorn's ``websocket.close`` waits for the socket t
 writable, so closing a client that stopped reading (the write timeout) would hang that handler
 for as long as the client stays silent; and the bytes of a frame being read count against the
 server-wide request budget (``server/core/tenancy/request_budget.py``) from the moment they
-arrive, which only the protocol sees.
+arrive, which only the protocol sees; so do the bytes a compressed message inflates to
+(``limits.websocket_compression``), which only the protocol's extensions see.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import logging
 from typing import Any, ClassVar
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import PayloadTooBig
+from websockets.extensions.base import Extension
+from websockets.frames import Frame
+from websockets.http11 import Request
 
 from ...core.api.errors import ApiError
 from ...core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
@@ -25,6 +30,45 @@ STALLED_CLOSE_S = 10.0
 # The close that refuses a frame the server-wide budget cannot take: 1013, "try again later".
 OVER_BUDGET_CLOSE = 1013
 OVER_BUDGET_REASON = "server busy: server-wide request byte budget full; retry"
+
+
+class _ChargedInflate(Extension):
+    """permessage-deflate whose inflated bytes are charged to the server-wide budget as they
+    are produced, and which never inflates past what the budget has room for: the output of
+    each frame is bounded before zlib produces it, so a message that compresses a
+    thousandfold (63 MiB in 64 KB) costs the server what it would cost uncompressed."""
+
+    def __init__(self, inner: Extension, protocol: WebSocketProtocol) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.protocol = protocol
+
+    def decode(self, frame: Frame, *, max_size: int | None = None) -> Frame:
+        protocol = self.protocol
+        budget = protocol.budget
+        if budget is None or not budget.limit:
+            return self.inner.decode(frame, max_size=max_size)
+        room = max(budget.limit - budget.held, 0) // WEBSOCKET_COPIES
+        bound = room if max_size is None else min(max_size, room)
+        try:
+            decoded = self.inner.decode(frame, max_size=bound)
+        except PayloadTooBig:
+            if max_size is not None and bound >= max_size:
+                raise  # the message limit itself (close 1009)
+            protocol.refuse_while_inflating()
+            raise
+        extra = (len(decoded.data) - len(frame.data)) * WEBSOCKET_COPIES
+        if extra > 0:
+            try:
+                budget.take(extra)
+            except ApiError:
+                protocol.refuse_while_inflating()
+                raise PayloadTooBig(None, bound) from None
+            protocol._reading += extra
+        return decoded
+
+    def encode(self, frame: Frame) -> Frame:
+        return self.inner.encode(frame)
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
@@ -59,6 +103,18 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
                 return
             self._reading += len(data) * WEBSOCKET_COPIES
         super().data_received(data)
+
+    def handle_connect(self, event: Request) -> None:
+        """Accept the upgrade; a negotiated permessage-deflate is charged as it inflates."""
+        super().handle_connect(event)
+        if self.budget is not None and self.conn.extensions:
+            self.conn.extensions = [_ChargedInflate(ext, self) for ext in self.conn.extensions]
+
+    def refuse_while_inflating(self) -> None:
+        """A compressed message would inflate past the budget: the close (1013, saying why)
+        goes out before the parser fails the connection, which then sends no other."""
+        self._release_reading()
+        self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
 
     def send_receive_event_to_app(self) -> None:
         """A whole message goes to the application, which charges it from here on."""
