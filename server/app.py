@@ -123,7 +123,7 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     # Every connection is a descriptor: take all the process may have, then bound each
     # listener below it (transports/connections.py).
     raise_descriptor_limit()
-    CLIENT_FAULTS.per_minute = config.limits.client_fault_log_lines_per_minute
+    CLIENT_FAULTS.configure(config.limits.client_fault_log_lines_per_minute)
     core = await _open_core(config)
     await core.start()
     try:

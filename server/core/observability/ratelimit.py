@@ -34,6 +34,11 @@ class LogLimiter:
         #: Lines suppressed so far, by kind (for the metric).
         self.suppressed: dict[str, int] = {}
 
+    def configure(self, per_minute: int) -> None:
+        """Set the rate and start every kind's allowance afresh (a server starting)."""
+        self.per_minute = per_minute
+        self._windows.clear()
+
     def allow(self, kind: str) -> int | None:
         """None: leave this line out. Otherwise write it, and say that this many lines of
         the kind were left out before it."""

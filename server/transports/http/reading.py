@@ -30,12 +30,25 @@ def peer_of(connection: HTTPConnection) -> str | None:
 async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
     """The request body as JSON, refusing bodies over the configured message limit.
 
+    A body with a ``Content-Encoding`` (gzip, ...) is refused with a 415 naming it.
+
     The body counts against the server-wide budget (``core.request_bytes``) while it is read
     and parsed, as ``HTTP_COPIES`` times its bytes (the growing buffer, then its parsed
     form), charged as they arrive (a declared length reserves nothing, so a client that
     declares much and sends little holds little); a declared length the budget cannot take
     now is refused before anything is read.
     """
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        # Bodies are read as sent: the size limit and the budget count the bytes the server
+        # holds, which a compressed body would not be (nor would it parse).
+        raise ApiError(
+            f"Content-Encoding '{encoding[:40]}' is not supported: send the JSON body "
+            "uncompressed.",
+            code="unsupported_content_encoding",
+            param="content-encoding",
+            status=415,
+        )
     limit = core.config.limits.max_message_bytes
     budget = core.request_bytes
     length = request.headers.get("content-length")

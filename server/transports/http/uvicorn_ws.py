@@ -114,6 +114,8 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         """A compressed message would inflate past the budget: the close (1013, saying why)
         goes out before the parser fails the connection, which then sends no other."""
         self._release_reading()
+        if self.budget is not None:
+            self.budget.refused += 1
         self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
 
     def send_receive_event_to_app(self) -> None:
