@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from typing import Literal
 
 from ..config import Limits
 from ..core.api.errors import ApiError
@@ -108,7 +109,7 @@ class ConnectionAccount:
         self._by_peer: dict[str, int] = {}
         self._refusing: dict[tuple[str, int], ApiError] = {}
 
-    def admit(self, host: str, port: int) -> ApiError | bool | None:
+    def admit(self, host: str, port: int) -> ApiError | Literal[False] | None:
         """Account for a connection just accepted from ``host:port``: None if it may be
         served, the refusal to answer it with, or False to close it at once (too many are
         already waiting for their refusal). Every outcome but False needs a ``release``."""
