@@ -13,7 +13,8 @@ TYPED := server client bench cluster schema tests
 
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
-	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip
+	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip \
+	podman image check-manifests
 
 all: check test
 
@@ -83,20 +84,21 @@ node-deps: $(BUF) $(NODE_SDK)
 # mypy --strict over the installed package (through the editable install's link tree) and the tests.
 typecheck: $(EXTRA)test
 	$(VENV)/bin/mypy -p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench \
-		-p bidi_responses.cluster -p bidi_responses.codec -p bidi_responses.schema -p tests
+		-p bidi_responses.cluster -p bidi_responses.codec -p bidi_responses.schema -p tests \
+		deploy/requirements.py deploy/k8s/render_envoy.py
 
-lint: $(EXTRA)test lint-proto breaking-proto typecheck
-	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec schema
-	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec schema
+lint: $(EXTRA)test lint-proto breaking-proto typecheck check-manifests
+	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec schema deploy
+	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec schema deploy
 
 # Lint and types; `make test` runs the suite. CI runs both.
 check: lint
 
-test: $(EXTRA)test node-deps postgres
+test: $(EXTRA)test node-deps postgres podman
 	$(PY) -m pytest -q
 
 # Everything, including the slow tests.
-test-all: $(EXTRA)test node-deps postgres
+test-all: $(EXTRA)test node-deps postgres podman
 	$(PY) -m pytest -q -m "slow or not slow"
 
 # Timed micro-benchmarks and the post-inference benchmark (not part of `make test`).
@@ -198,6 +200,36 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y --no-install-recommends postgresql) || \
 		echo "warning: PostgreSQL could not be installed; its tests will skip"
+
+# podman (with runc) and mmdebstrap (Debian) for the container image and its test; the test
+# skips, saying why, where podman cannot be installed or cannot run containers.
+podman:
+	@(command -v podman && command -v runc && command -v mmdebstrap) >/dev/null 2>&1 || \
+		(apt-get update && apt-get install -y podman runc mmdebstrap) || \
+		echo "warning: podman could not be installed; the container image test will skip"
+
+# The server's container image (deploy/Containerfile, docs/deploy.md) built with podman.
+# BASE_IMAGE picks the base, e.g. docker.io/library/python:3.11-slim-bookworm; unset, a Debian
+# base is bootstrapped here with mmdebstrap (for hosts that reach no image registry).
+IMAGE ?= localhost/bidi-responses:latest
+image: podman
+	deploy/build-image.sh $(IMAGE)
+
+# Every kustomization under deploy/k8s rendered offline and validated against the Kubernetes
+# API's own schemas, strictly (a misspelled field fails), for the oldest and newest minor
+# versions that kubernetes-validate bundles and upstream still supports.
+KUBE_VERSIONS ?= 1.35 1.37
+KUSTOMIZATIONS := deploy/k8s/base $(wildcard deploy/k8s/overlays/*)
+check-manifests: $(EXTRA)test
+	@mkdir -p build/manifests
+	@set -e; for dir in $(KUSTOMIZATIONS); do \
+		out=build/manifests/$$(basename $$dir).yaml; \
+		kubectl kustomize $$dir > $$out; \
+		for version in $(KUBE_VERSIONS); do \
+			$(VENV)/bin/kubernetes-validate --strict --quiet --kubernetes-version $$version $$out; \
+		done; \
+		echo "$$dir: valid for Kubernetes $(KUBE_VERSIONS)"; \
+	done
 
 # N replicas on one PostgreSQL behind one Envoy, until Ctrl-C (docs/replicas.md). Envoy listens
 # on GRPC_PORT and HTTP_PORT (as `make serve` does); ADMIN_PORT is Envoy's admin listener and
