@@ -148,10 +148,10 @@ def finish(
     else:
         reason = "stop"
     usage = state.usage
-    output_tokens = state.tokens
-    if state.counts.retokenized:
-        # Ids tokenized back from text may not count what was sampled: the backend's count.
-        output_tokens = _int(usage.get("completion_tokens")) or output_tokens
+    # The backend's own count when it reports one: ids tokenized back from text may not count
+    # what was sampled, and llama.cpp reports no id for tokens it held back (the start of a
+    # character) when the budget ends the completion.
+    output_tokens = _int(usage.get("completion_tokens")) or state.tokens
     prompt_tokens = _int(usage.get("prompt_tokens")) or prompt_len
     details = usage.get("prompt_tokens_details")
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0

@@ -191,6 +191,7 @@ class TemplateCompletionParser:
         found = {tokenizer.token_id(tag) for tag in tags if tag}
         self._tag_ids = frozenset(i for i in found if i is not None)
         self.finished = False
+        self._closed = False
         self.items = 0
         self.last_kind: str | None = None
 
@@ -213,9 +214,11 @@ class TemplateCompletionParser:
 
     def close(self) -> list[EngineEvent]:
         """The stream ended without a stop token (budget spent, or the backend stopped)."""
-        if self.finished:
+        # ``finished`` stays False: the model did not end its turn (``finish`` then reports
+        # a budget cut as max_output_tokens, not as a completed answer).
+        if self.finished or self._closed:
             return []
-        self.finished = True
+        self._closed = True
         events = self._text(self._decoder.decode(b"", final=True))
         call = self._call
         if call is not None and not (self._mode == "json" and _complete(call.body)):

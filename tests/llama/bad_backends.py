@@ -1,10 +1,11 @@
 """Backends that misbehave, as real HTTP servers on loopback (aiohttp), one per URL path.
 
 ``/{mode}/v1/completions`` answers in the named way: ``slow`` sends its headers and then
-nothing; ``garbage`` streams a chunk that is not JSON; ``no_ids`` streams text without token
-ids; ``busy`` answers 503 (retried); ``html`` answers a web page. ``replay`` streams the next
-recorded completion of ``replies`` (token ids) the way vLLM does (``token_ids`` per chunk,
-then usage), and keeps each request's prompt. Requests are counted per mode.
+nothing; ``garbage`` streams a chunk that is not JSON; ``text_only`` streams the tiny model's
+answer as text without token ids (no logprobs), then its usage; ``busy`` answers 503
+(retried); ``html`` answers a web page. ``replay`` streams the next recorded completion of
+``replies`` (token ids) the way vLLM does (``token_ids`` per chunk, then usage), and keeps
+each request's prompt. Requests are counted per mode.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class BadBackends:
 
 
 BACKENDS = web.AppKey("backends", BadBackends)
+# What the ``text_only`` backend says it sampled (<|channel|> final <|message|> Hello world .
+# <|return|>).
+TEXT_ONLY_TOKENS = 7
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:
@@ -54,8 +58,15 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     if mode == "garbage":
         await response.write(b"data: <html>oops</html>\n\n")
-    elif mode == "no_ids":
-        await response.write(b'data: {"choices":[{"index":0,"text":"hi"}]}\n\n')
+    elif mode == "text_only":
+        pieces = ["<|channel|>final<|message|>", "Hello", " world.", "<|return|>"]
+        for n, text in enumerate(pieces):
+            choice = {"index": 0, "text": text, "finish_reason": "stop" if n == 3 else None}
+            await response.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": TEXT_ONLY_TOKENS}
+        await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode())
+        await response.write(b"\n\ndata: [DONE]\n\n")
+        return response
     await backends.never.wait()  # hold the stream open: the client's timeout must end it
     return response
 

@@ -8,21 +8,25 @@ tests check from the backend's side what it received, reused and aborted.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 import xllamacpp
+from aiohttp import web
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.completions import CompletionsConfig
 
 from tests.conftest import FAST_SIM
+from tests.llama.open_gguf import write_open_model
 from tests.llama.tiny_gguf import N_CTX, write_tiny_model
 
 _METRIC = re.compile(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", re.M)
@@ -109,3 +113,109 @@ def llama_config(tmp_path: Path, backend: LlamaBackend, **routes: RouteConfig) -
         **routes,
     }
     return config
+
+
+@pytest.fixture(scope="session")
+def open_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The open model's GGUF file (``open_gguf``), written once per session."""
+    return write_open_model(tmp_path_factory.mktemp("open-model") / "open.gguf")
+
+
+@pytest.fixture(scope="session")
+def open_backend(open_model: Path) -> Iterator[LlamaBackend]:
+    """llama.cpp serving the open model with its Jinja chat template, one slot."""
+    params = xllamacpp.CommonParams()
+    params.model.path = str(open_model)
+    params.n_ctx = 4096
+    params.n_parallel = 1
+    params.port = 0
+    params.use_jinja = True
+    params.endpoint_metrics = True
+    params.cpuparams.n_threads = 1
+    params.cpuparams_batch.n_threads = 1
+    server = xllamacpp.Server(params)
+    try:
+        yield LlamaBackend(str(server.listening_address).rstrip("/"))
+    finally:
+        del server
+
+
+@dataclass
+class Recorder:
+    """A loopback proxy in front of llama.cpp that keeps each request body it forwards and
+    the usage the backend reported for it; ``grammar``, when set, is added to the requests
+    it forwards (llama.cpp's per-request GBNF), which steers what the model writes."""
+
+    target: str
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    usages: list[dict[str, Any]] = field(default_factory=list)
+    grammar: str | None = None
+    url: str = ""
+
+
+@pytest.fixture
+async def recorder(open_backend: LlamaBackend) -> AsyncIterator[Recorder]:
+    recording = Recorder(open_backend.url)
+    session = aiohttp.ClientSession()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        recording.bodies.append(body)
+        sent = dict(body)
+        if recording.grammar is not None:
+            sent["grammar"] = recording.grammar
+        async with session.post(recording.target + request.path, json=sent) as upstream:
+            response = web.StreamResponse(status=upstream.status)
+            response.content_type = upstream.content_type
+            await response.prepare(request)
+            seen = bytearray()
+            async for chunk in upstream.content.iter_any():
+                seen += chunk
+                await response.write(chunk)
+            await response.write_eof()
+            recording.usages.append(_usage(bytes(seen)))
+            return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", forward)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    recording.url = f"http://127.0.0.1:{port}"
+    try:
+        yield recording
+    finally:
+        await runner.cleanup()
+        await session.close()
+
+
+def _usage(stream: bytes) -> dict[str, Any]:
+    """The usage report of a streamed completion ({} when it has none)."""
+    for line in stream.splitlines():
+        if line.startswith(b"data: {"):
+            chunk = json.loads(line[6:])
+            if isinstance(chunk.get("usage"), dict):
+                usage: dict[str, Any] = chunk["usage"]
+                return usage
+    return {}
+
+
+async def llama_tokens(
+    backend: LlamaBackend,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    generation: bool = True,
+) -> list[int]:
+    """What llama.cpp itself makes of a chat: its template's render, then its tokenizer."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        body = {"messages": messages, "tools": tools, "add_generation_prompt": generation}
+        prompt = (await client.post(backend.url + "/apply-template", json=body)).json()["prompt"]
+        tokens = await client.post(
+            backend.url + "/tokenize",
+            json={"content": prompt, "add_special": False, "parse_special": True},
+        )
+    ids: list[int] = tokens.json()["tokens"]
+    return ids

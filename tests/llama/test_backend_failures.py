@@ -7,9 +7,10 @@ import asyncio
 from pathlib import Path
 
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.engines.completions import CompletionsEngine
 
 from tests.conftest import ServerFactory, ledger_by_id
-from tests.llama.bad_backends import bad_backends, closed_port
+from tests.llama.bad_backends import TEXT_ONLY_TOKENS, bad_backends, closed_port
 from tests.llama.conftest import LlamaBackend, completions_route, llama_config
 
 # model -> (error code, requests the backend should see: retries only before any token)
@@ -18,7 +19,6 @@ CASES = {
     "busy": ("engine_unavailable", 3),
     "slow": ("engine_timeout", 1),
     "garbage": ("engine_bad_response", 1),
-    "no_ids": ("engine_bad_response", 1),
     "html": ("engine_bad_response", 1),
     # Caught before sending: the prompt cannot fit the route's context window.
     "tight": ("context_length_exceeded", 0),
@@ -33,7 +33,7 @@ async def test_bad_backends_fail_cleanly_and_the_stream_goes_on(
             mode: completions_route(
                 bad.base_url(mode), first_token_timeout_s=0.5, idle_timeout_s=0.5, max_retries=2
             )
-            for mode in CASES
+            for mode in [*CASES, "text_only"]
             if mode != "down"
         }
         routes["tight"] = completions_route(bad.base_url("tight"), context_window=4)
@@ -53,6 +53,16 @@ async def test_bad_backends_fail_cleanly_and_the_stream_goes_on(
                 if requests is not None:
                     assert bad.requests[model] == requests, model
                 ids.append(response.id)
+            # Text without ids (no logprobs) is tokenized back, counted, and charged as the
+            # backend counted it.
+            text = await stream.create(model="text_only", input="hi", store=False)
+            assert (text.status, text.output_text) == ("completed", "Hello world."), text.error
+            assert text.usage is not None
+            assert text.usage.output_tokens == TEXT_ONLY_TOKENS
+            engine = running.core.deps.router.resolve("text_only").engine
+            assert isinstance(engine, CompletionsEngine)
+            assert engine.retokenized_tokens == TEXT_ONLY_TOKENS
+            ids.append(text.id)
             # The same stream still serves the real model.
             ok = await stream.create(model="tiny", input="hi again", store=False)
             assert ok.status == "completed"
@@ -61,5 +71,5 @@ async def test_bad_backends_fail_cleanly_and_the_stream_goes_on(
         await running.stop(grace=0)
     rows = await ledger_by_id(running)
     assert set(ids) <= set(rows)
-    assert [rows[i].status for i in ids] == ["failed"] * len(CASES) + ["completed"]
+    assert [rows[i].status for i in ids] == ["failed"] * len(CASES) + ["completed"] * 2
     assert rows[ids[-1]].output_tokens > 0

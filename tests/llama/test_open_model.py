@@ -20,25 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import httpx
 import openai
-import pytest
-import xllamacpp
-from aiohttp import web
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.model_tokenizer import load_model_tokenizer
 from bidi_responses.server.engines.template_format import TemplateSettings, build_template_format
 
 from tests.conftest import ServerFactory
-from tests.llama.conftest import LlamaBackend, completions_route
-from tests.llama.open_gguf import ANSWER, CALL_ARGUMENTS, write_open_model
+from tests.llama.conftest import LlamaBackend, Recorder, completions_route, llama_tokens
+from tests.llama.open_gguf import ANSWER, CALL_ARGUMENTS
 
 WEATHER = {
     "type": "function",
@@ -62,87 +56,6 @@ CHAT_TOOLS = [
     }
 ]
 INSTRUCTIONS = "Be brief."
-
-
-@pytest.fixture(scope="session")
-def open_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The open model's GGUF file, written once per session."""
-    return write_open_model(tmp_path_factory.mktemp("open-model") / "open.gguf")
-
-
-@pytest.fixture(scope="session")
-def open_backend(open_model: Path) -> Iterator[LlamaBackend]:
-    """llama.cpp serving the open model with its Jinja chat template, one slot."""
-    params = xllamacpp.CommonParams()
-    params.model.path = str(open_model)
-    params.n_ctx = 4096
-    params.n_parallel = 1
-    params.port = 0
-    params.use_jinja = True
-    params.endpoint_metrics = True
-    params.cpuparams.n_threads = 1
-    params.cpuparams_batch.n_threads = 1
-    server = xllamacpp.Server(params)
-    try:
-        yield LlamaBackend(str(server.listening_address).rstrip("/"))
-    finally:
-        del server
-
-
-@dataclass
-class Recorder:
-    """A loopback proxy in front of llama.cpp that keeps each request body it forwards."""
-
-    target: str
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
-
-
-@pytest.fixture
-async def recorder(open_backend: LlamaBackend) -> AsyncIterator[Recorder]:
-    recording = Recorder(open_backend.url)
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        recording.bodies.append(body)
-        async with session.post(recording.target + request.path, json=body) as upstream:
-            response = web.StreamResponse(status=upstream.status)
-            response.content_type = upstream.content_type
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", forward)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    recording.url = f"http://127.0.0.1:{port}"
-    try:
-        yield recording
-    finally:
-        await runner.cleanup()
-        await session.close()
-
-
-async def llama_tokens(
-    backend: LlamaBackend, messages: list[dict[str, Any]], *, generation: bool = True
-) -> list[int]:
-    """What llama.cpp itself makes of a chat: its template's render, then its tokenizer."""
-    async with httpx.AsyncClient(timeout=10) as client:
-        body = {"messages": messages, "tools": CHAT_TOOLS, "add_generation_prompt": generation}
-        prompt = (await client.post(backend.url + "/apply-template", json=body)).json()["prompt"]
-        tokens = await client.post(
-            backend.url + "/tokenize",
-            json={"content": prompt, "add_special": False, "parse_special": True},
-        )
-    ids: list[int] = tokens.json()["tokens"]
-    return ids
 
 
 def _stats(response: openai.types.responses.Response) -> dict[str, int]:
@@ -280,7 +193,7 @@ async def _check_turn(
     previous_context: list[int],
 ) -> None:
     sent = recorder.bodies[-1]["prompt"]
-    expected = await llama_tokens(backend, messages)
+    expected = await llama_tokens(backend, messages, CHAT_TOOLS)
     assert sent == expected
     usage = response.usage
     assert usage is not None
