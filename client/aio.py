@@ -64,7 +64,7 @@ class AsyncResponsesClient:
         channel: grpc.aio.Channel | None = None,
         batch_events: bool = True,
         snapshots: str = "full",
-        json_tool_schemas: bool = False,
+        json_tool_schemas: bool = True,
         delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
     ) -> None:
         """``api_key`` is sent as ``authorization: Bearer ...``; the server accounts usage to
@@ -74,10 +74,12 @@ class AsyncResponsesClient:
         message (fewer messages, less CPU on both sides); iteration still yields one event at
         a time. ``snapshots="slim"`` asks for snapshot events without the echoed instructions
         and tools (``Response.raw`` then has ``instructions`` None and ``tools`` empty).
-        ``json_tool_schemas`` sends function schemas as JSON text and asks for them so in the
-        echoes (``FunctionTool.parameters_json``): cheaper than Structs on both sides, and
-        needed for schemas nested past protobuf's depth limit. It needs a server that knows
-        the field (older ones ignore it and see no schema). ``delta_window_ms`` is the delta
+        ``json_tool_schemas`` (on by default) sends function schemas as JSON text and asks
+        for them so in the echoes (``FunctionTool.parameters_json``): the schema's keys reach
+        the model in the caller's order (a Struct keeps none: its keys arrive sorted), it is
+        cheaper than Structs on both sides, and it carries schemas nested past protobuf's
+        depth limit. Turn it off only for a server that does not know the field (older ones
+        ignore it and see no schema). ``delta_window_ms`` is the delta
         window asked for on Connect streams: 20 ms by default (fewer, larger deltas; an item's
         first delta and its end are never delayed); 0 keeps the server's (2 ms by default).
         """

@@ -46,7 +46,7 @@ def delivery_options(
     *,
     batch_events: bool,
     snapshots: str,
-    json_tool_schemas: bool = False,
+    json_tool_schemas: bool = True,
     delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
 ) -> pb.DeliveryOptions:
     """The ``DeliveryOptions`` this client asks for (``snapshots``: "full" or "slim";

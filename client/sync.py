@@ -112,7 +112,7 @@ class ResponsesClient:
         api_key: str | None = None,
         batch_events: bool = True,
         snapshots: str = "full",
-        json_tool_schemas: bool = False,
+        json_tool_schemas: bool = True,
         delta_window_ms: int = DEFAULT_DELTA_WINDOW_MS,
     ) -> None:
         """See ``AsyncResponsesClient`` for ``batch_events``, ``snapshots``,

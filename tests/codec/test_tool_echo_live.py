@@ -35,7 +35,8 @@ async def test_one_protobuf_conversion_for_a_conversations_tools(
     running = await server_factory(tool_rounds=TURNS + 1)
     async with (
         asyncio.timeout(60),
-        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client,
+        # The Struct form (the client's default is JSON text, see the test below).
+        AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}", json_tool_schemas=False) as client,
         client.connect() as stream,
     ):
         response = await stream.create(

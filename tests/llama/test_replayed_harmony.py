@@ -10,7 +10,6 @@ from pathlib import Path
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.schema import FunctionCallOutputItem, Item
 from bidi_responses.server.config import ServerConfig
-from bidi_responses.server.core.api.jsonshape import canonical_json
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.formats import build_format
@@ -66,9 +65,8 @@ async def test_recorded_gpt_oss_tool_turn_through_the_stream(
         "content": [{"type": "input_text", "text": "List the files."}],
     }
     conversation: list[Item] = [user_item, *first.output, output]
-    # A gRPC Struct keeps no key order: the schema reaches the model with its keys sorted
-    # (JSON transports keep the client's order).
-    tool = {**SHELL_TOOL, "parameters": canonical_json(SHELL_TOOL["parameters"])}
+    # The client sends schemas as JSON text by default: the keys in the caller's order.
+    tool = SHELL_TOOL
     first_prompt = renderer.render_conversation(None, [tool], [user_item])
     second_prompt = renderer.render_conversation(None, [tool], conversation)
     assert backend.prompts == [[*first_prompt, *start], [*second_prompt, *start]]
