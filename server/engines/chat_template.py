@@ -285,6 +285,11 @@ class TemplateRenderer(Renderer):
         """Render the conversation and tokenize what changed since ``memo``'s render; returns
         the tokens, the memo of this render and how many tokens were tokenized anew."""
         text = self.render_text(instructions, tools, items)
+        bos = self.tokenizer.bos_token
+        if self.tokenizer.add_bos and bos and not text.startswith(bos):
+            # The model's tokenizer adds bos and its template did not write it: the prompt
+            # starts with it, as llama.cpp tokenizes a chat (one bos, never two).
+            text = bos + text
         if not isinstance(memo, TemplateMemo):
             memo = None
         start_char, start_token, kept_splits = 0, 0, 0

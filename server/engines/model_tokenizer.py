@@ -42,7 +42,9 @@ _GGUF_SPLITS: dict[str, str | None] = {
     "qwen2": _QWEN2_SPLIT,
     "llama-bpe": _LLAMA3_SPLIT,
     "llama3": _LLAMA3_SPLIT,
+    "llama-v3": _LLAMA3_SPLIT,
     "default": None,  # GPT-2's own byte-level split
+    "gpt-2": None,  # llama.cpp's spelling (convert_hf_to_gguf writes it)
     "gpt2": None,
 }
 # GGUF token types (gguf.TokenType): control and user-defined tokens are matched whole.
@@ -84,6 +86,11 @@ class ModelTokenizer:
     chat_template: str = ""
     bos_token: str = ""
     eos_token: str = ""
+    # The tokenizer puts the bos token before a prompt (GGUF ``tokenizer.ggml.add_bos_token``,
+    # ``add_bos_token`` in tokenizer_config.json), as llama.cpp's chat path does with it.
+    add_bos: bool = False
+    # Other tokens that end the model's turn (GGUF ``eot``/``eom`` token ids).
+    end_tokens: tuple[str, ...] = ()
     # Byte-level BPE (GPT-2 style token text) rather than SentencePiece-style (``▁``, <0xNN>).
     byte_level: bool = True
     # Added tokens (specials and user-defined ones such as ``<tool_call>``): content -> id.
@@ -220,6 +227,7 @@ def _from_tokenizer_json(path: Path) -> ModelTokenizer:
         chat_template=str(template or ""),
         bos_token=_token_text(config.get("bos_token")),
         eos_token=_token_text(config.get("eos_token")),
+        add_bos=config.get("add_bos_token") is True,
         byte_level="ByteLevel" in kinds,
     )
 
@@ -245,15 +253,16 @@ def _from_gguf(path: Path) -> ModelTokenizer:
     kind = value("tokenizer.ggml.model")
     if kind != "gpt2":
         raise TokenizerLoadError(
-            f"tokenizer: {str(path)!r} has a {kind!r} vocabulary; only byte-level BPE ('gpt2') "
-            "vocabularies are read from GGUF. Point 'tokenizer' at the model's tokenizer.json."
+            f"tokenizer: {str(path)!r}: tokenizer.ggml.model is {kind!r}; only byte-level BPE "
+            "('gpt2') vocabularies are read from GGUF. Point 'tokenizer' at the model's "
+            "tokenizer.json."
         )
     pre = str(value("tokenizer.ggml.pre") or "default")
     if pre not in _GGUF_SPLITS:
         raise TokenizerLoadError(
-            f"tokenizer: {str(path)!r} uses llama.cpp's {pre!r} pre-tokenizer, which is not "
-            f"supported here ({', '.join(_GGUF_SPLITS)}); point 'tokenizer' at the model's "
-            "tokenizer.json."
+            f"tokenizer: {str(path)!r}: tokenizer.ggml.pre is {pre!r}, a llama.cpp "
+            f"pre-tokenizer not supported here ({', '.join(_GGUF_SPLITS)}); point 'tokenizer' "
+            "at the model's tokenizer.json."
         )
     tokens = value("tokenizer.ggml.tokens")
     merges = value("tokenizer.ggml.merges") or []
@@ -293,6 +302,12 @@ def _from_gguf(path: Path) -> ModelTokenizer:
         chat_template=str(value("tokenizer.chat_template") or ""),
         bos_token=token_at("tokenizer.ggml.bos_token_id"),
         eos_token=token_at("tokenizer.ggml.eos_token_id"),
+        add_bos=value("tokenizer.ggml.add_bos_token") is True,
+        end_tokens=tuple(
+            found
+            for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+            if (found := token_at(key))
+        ),
         byte_level=True,
     )
 

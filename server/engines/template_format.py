@@ -174,7 +174,7 @@ def _call_separator(renderer: TemplateRenderer, open_tag: str) -> str:
 
 
 def _stop_ids(model: ModelTokenizer) -> tuple[int, ...]:
-    names = [model.eos_token, *_END_OF_TURN]
+    names = [model.eos_token, *model.end_tokens, *_END_OF_TURN]
     ids = {model.token_id(name) for name in names if name}
     return tuple(sorted(i for i in ids if i is not None and model.is_added(i)))
 

@@ -42,8 +42,11 @@ def open_tokenizer() -> tokenizers.Tokenizer:
     return train_tokenizer()
 
 
-def write_open_model(path: Path, *, seed: int = 0) -> Path:
-    """Write the model to ``path`` (well under 1 MB) and return it."""
+def write_open_model(
+    path: Path, *, seed: int = 0, pre: str = "qwen2", add_bos: bool = False
+) -> Path:
+    """Write the model to ``path`` (well under 1 MB) and return it; ``pre`` is the
+    pre-tokenizer name written for llama.cpp, ``add_bos`` whether its tokenizer adds BOS."""
     tokenizer = open_tokenizer()
     spec = json.loads(tokenizer.to_str())
     vocab: dict[str, int] = spec["model"]["vocab"]
@@ -87,13 +90,13 @@ def write_open_model(path: Path, *, seed: int = 0) -> Path:
     writer = llama_writer(path, "bidi-responses tiny open model", n_vocab)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(texts)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
     writer.add_bos_token_id(tid("<|endoftext|>"))
     writer.add_eos_token_id(end)
-    writer.add_add_bos_token(False)
+    writer.add_add_bos_token(add_bos)
     writer.add_chat_template(CHATML)
 
     write_tensors(writer, embed, output, rng, np.float32)
