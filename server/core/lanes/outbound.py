@@ -20,7 +20,9 @@ followed by its terminal event (or ``response.done``) as soon as post-inference 
 durable. A batching writer (``take``) then waits for that event before it takes a batch that
 starts with the lane's events, so the step leaves in one message; other lanes' events are
 never held back by it. The hold ends with the lane's next
-terminal, ``response.done`` or ``error`` event, or when its run ends; never on a timer.
+terminal, ``response.done`` or ``error`` event, or when its run ends; never on a timer. And a
+writer never waits for a held step while the queue is full: the step's own last event could
+not be put then, and the stream would wedge with every producer waiting on the writer.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class Outbox(asyncio.Queue[OutEvent | None]):
             return [None]
         batch: list[OutEvent | None] = [first]
         queue = self._queue  # type: ignore[attr-defined]
-        while first.lane in self._held and None not in queue:
+        while self._waits_for_step(first.lane):
             self._changed.clear()
             await self._changed.wait()
         held = self._held
@@ -119,6 +121,16 @@ class Outbox(asyncio.Queue[OutEvent | None]):
             if event is None:
                 break
         return batch
+
+    def _waits_for_step(self, lane: str) -> bool:
+        """Whether a writer holding ``lane``'s first event waits for the rest of its step.
+
+        Never while the queue is full: the step's last event could then not be put, and the
+        writer would wait for it forever (every producer waiting to put, nothing taken). A
+        writer waits only while there is room, so whoever holds the step can always put.
+        """
+        queue = self._queue  # type: ignore[attr-defined]
+        return lane in self._held and None not in queue and not self.full()
 
     def _put(self, item: OutEvent | None) -> None:
         queue = self._queue  # type: ignore[attr-defined]
