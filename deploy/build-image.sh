@@ -14,8 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
 base=${BASE_IMAGE:-}
 if [ -z "$base" ]; then
-    base=localhost/bidi-responses-base:bookworm
-    "$here/bootstrap-base.sh" "$base" "${CACHE_DIR:-.bidi-responses/image-base}"
+    base=$("$here/bootstrap-base.sh" "${CACHE_DIR:-.bidi-responses/image-base}")
 fi
 options=""
 pip_setting() {  # $1: PIP_* variable, $2: pip config key, $3: pip option
