@@ -77,7 +77,29 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--backend-format",
         default=None,
-        help="completions: the model's chat format, generic (default) or harmony (gpt-oss)",
+        choices=("generic", "harmony", "template"),
+        help="completions: the model's chat format: generic (default), harmony (gpt-oss) or "
+        "template (any open model: its own tokenizer and chat template, --backend-tokenizer)",
+    )
+    p.add_argument(
+        "--backend-tokenizer",
+        default=None,
+        metavar="PATH",
+        help="completions, format template: the model's tokenizer.json, its directory or its "
+        "GGUF file (the chat template is read from it too)",
+    )
+    p.add_argument(
+        "--backend-chat-template",
+        default=None,
+        metavar="PATH",
+        help="completions, format template: a .jinja file replacing the model's own template",
+    )
+    p.add_argument(
+        "--backend-tool-call-format",
+        default=None,
+        choices=("auto", "tags", "json", "none"),
+        help="completions, format template: how the model writes tool calls (default auto: "
+        "read from its template)",
     )
     p.add_argument(
         "--upstream-transport",
@@ -250,6 +272,9 @@ _BACKEND_FLAGS = {
     "backend_model": "model",
     "backend_api_key_env": "api_key_env",
     "backend_format": "format",
+    "backend_tokenizer": "tokenizer",
+    "backend_chat_template": "chat_template",
+    "backend_tool_call_format": "tool_call_format",
     "upstream_transport": "transport",
 }
 
