@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.client.stream import ConnectStream
+from bidi_responses.server.core.storage.sqlite_store import Store
 
 from tests.conftest import ServerFactory, ledger_by_id
 from tests.llama.conftest import RAMBLE_BIAS, LlamaBackend, completions_route, llama_config
@@ -29,10 +30,10 @@ async def _wait_backend_idle(backend: LlamaBackend) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _start_rambling(stream: ConnectStream) -> str:
+async def _start_rambling(stream: ConnectStream, *, store: bool = False) -> str:
     """Send a create on the ramble route; return its id once text is streaming."""
     response_id = ""
-    events = stream.create_events(model="ramble", input="Tell me everything.", store=False)
+    events = stream.create_events(model="ramble", input="Tell me everything.", store=store)
     async for event in events:
         if event["type"] == "response.created":
             response_id = event["response"]["id"]
@@ -71,7 +72,7 @@ async def test_cancel_and_client_gone_abort_the_backend_request(
 
         # 2. The client goes away mid-generation: the same, with no cancel sent.
         stream = client.open_stream()
-        gone = await _start_rambling(stream)
+        gone = await _start_rambling(stream, store=True)
         stream.abort()
         async with asyncio.timeout(10):
             await _wait_backend_idle(llama_backend)
@@ -79,3 +80,11 @@ async def test_cancel_and_client_gone_abort_the_backend_request(
     rows = await ledger_by_id(running)
     assert rows[cancelled].status == "cancelled"
     assert rows[gone].status == "cancelled"
+    # Stored with what it had, and the documented reason for a client that went away.
+    store = Store(Path(running.core.config.store_path))
+    try:
+        stored = await store.get(gone)
+    finally:
+        store.close()
+    assert stored is not None
+    assert stored.response["incomplete_details"] == {"reason": "client_gone"}

@@ -93,7 +93,7 @@ def abandon(run: ResponseRun) -> None:
         return
     account.posted = True
     record.status = "cancelled"
-    record.incomplete_reason = "stream_closed"
+    record.incomplete_reason = "client_gone"  # the documented reason (IncompleteDetails)
     record.usage = account.usage
     run.deps.counters.record(record.stats)
     run.metrics.finished("cancelled", record.stats)
