@@ -35,7 +35,7 @@ from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2
 
-from tests.mesh.conftest import health_stub
+from tests.mesh.conftest import error_info, health_stub
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/bidi-responses:test"
@@ -266,6 +266,7 @@ async def test_container_serves_drains_on_sigterm_and_keeps_acknowledged_work(
             assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
             trailers = dict(ended.value.trailing_metadata() or ())
             assert trailers.get("error-code") == "server_shutting_down", trailers
+            assert error_info(ended.value).reason == "server_shutting_down"
         exit_code = await apodman("wait", cid)
         took = time.monotonic() - signalled
         logs = await apodman("logs", cid)

@@ -87,7 +87,7 @@ def quantity_bytes(text: str) -> int:
     found = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", text)
     assert found, text
     power: int = {None: 0, "Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4}[found[2]]
-    return int(found[1]) * 1024**power
+    return int(found[1]) << (10 * power)
 
 
 def validate(path: Path) -> subprocess.CompletedProcess[str]:
