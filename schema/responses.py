@@ -209,6 +209,10 @@ class CompactionResponse(TypedDict):
     created_at: int
     output: list[Item]
     usage: UsageObject
+    # The request's, echoed (None when it sent none).
+    safety_identifier: str | None
+    # Always "default" (as a create echoes it).
+    service_tier: str
 
 
 class InputTokensCount(TypedDict):

@@ -90,6 +90,7 @@ class OneShotOps:
         self.router.resolve(model)
         instructions = opt_str(body, "instructions")
         previous = opt_str(body, "previous_response_id") or None
+        safety_identifier = opt_str(body, "safety_identifier")
         new_input, _ = parse_input(body.get("input"), self.config.limits)
         items, _ = await self._conversation(previous, new_input, caller.tenant)
 
@@ -139,6 +140,9 @@ class OneShotOps:
             "created_at": created_at,
             "output": output,
             "usage": usage.to_dict(),
+            # Echoed as a create echoes them (the SDK's CompactedResponse carries both).
+            "safety_identifier": safety_identifier,
+            "service_tier": "default",
         }
         return compacted
 

@@ -46,8 +46,12 @@ async def test_compact_and_continue(sdk: openai.AsyncOpenAI) -> None:
             previous_response_id=first.id,
             input=[{"type": "function_call_output", "call_id": call.call_id, "output": "ok"}],
         )
-        compacted = await sdk.responses.compact(model="sim-model", previous_response_id=second.id)
+        compacted = await sdk.responses.compact(
+            model="sim-model", previous_response_id=second.id, safety_identifier="user-42"
+        )
         assert compacted.object == "response.compaction"
+        # The fields of the current SDK's CompactedResponse, echoed as a create echoes them.
+        assert (compacted.safety_identifier, compacted.service_tier) == ("user-42", "default")
         assert [item.type for item in compacted.output] == ["message", "compaction"]
         compaction = compacted.output[-1]
         assert compaction.type == "compaction" and compaction.encrypted_content

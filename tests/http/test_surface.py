@@ -60,7 +60,15 @@ async def test_compact_returns_the_spec_shape(http: httpx.AsyncClient) -> None:
         assert reply.status_code == 200
         assert reply.headers["content-type"] == "application/json"
         body = reply.json()
-        assert set(body) == {"id", "object", "created_at", "output", "usage"}
+        assert set(body) == {
+            "id",
+            "object",
+            "created_at",
+            "output",
+            "usage",
+            "safety_identifier",
+            "service_tier",
+        }
         assert body["object"] == "response.compaction"
         assert body["id"].startswith("resp_") and isinstance(body["created_at"], int)
         # All user messages, then a single compaction item.
