@@ -69,7 +69,11 @@ def _podman_unusable() -> str | None:
 
 
 UNUSABLE = _podman_unusable()
-pytestmark = pytest.mark.skipif(UNUSABLE is not None, reason=str(UNUSABLE))
+pytestmark = [
+    pytest.mark.skipif(UNUSABLE is not None, reason=str(UNUSABLE)),
+    # The first test also builds the image (its fixture): ~90 s cold on a 2-core machine.
+    pytest.mark.timeout(280),
+]
 
 
 def podman(*args: str, timeout: float = 60) -> str:
@@ -210,7 +214,6 @@ async def _read(call: Any, decoder: EventDecoder) -> dict[str, Any]:
     return event
 
 
-@pytest.mark.timeout(280)
 async def test_container_serves_drains_on_sigterm_and_keeps_acknowledged_work(
     image: str, volume: str
 ) -> None:
