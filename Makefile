@@ -84,8 +84,8 @@ node-deps: $(BUF) $(NODE_SDK)
 # mypy --strict over the installed package (through the editable install's link tree) and the tests.
 typecheck: $(EXTRA)test
 	$(VENV)/bin/mypy -p bidi_responses.server -p bidi_responses.client -p bidi_responses.bench \
-		-p bidi_responses.cluster -p bidi_responses.codec -p bidi_responses.schema -p tests \
-		deploy/requirements.py deploy/k8s/render_envoy.py
+		-p bidi_responses.cluster -p bidi_responses.codec -p bidi_responses.schema -p tests
+	$(VENV)/bin/mypy deploy/requirements.py deploy/k8s/render_envoy.py
 
 lint: $(EXTRA)test lint-proto breaking-proto typecheck check-manifests
 	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec schema deploy
