@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tokenizers
-from tokenizers import Regex, decoders, models, pre_tokenizers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 
 __all__ = ["ModelTokenizer", "TokenizerLoadError", "load_model_tokenizer"]
 
@@ -48,7 +48,7 @@ _GGUF_SPLITS: dict[str, str | None] = {
     "gpt2": None,
 }
 # GGUF token types (gguf.TokenType): control and user-defined tokens are matched whole.
-_CONTROL, _USER_DEFINED = 3, 4
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED = 1, 2, 3, 4
 
 
 class TokenizerLoadError(ValueError):
@@ -251,11 +251,13 @@ def _from_gguf(path: Path) -> ModelTokenizer:
         return found.contents() if found is not None else None
 
     kind = value("tokenizer.ggml.model")
+    if kind == "llama":
+        return _sentencepiece_from_gguf(path, value)
     if kind != "gpt2":
         raise TokenizerLoadError(
             f"tokenizer: {str(path)!r}: tokenizer.ggml.model is {kind!r}; only byte-level BPE "
-            "('gpt2') vocabularies are read from GGUF. Point 'tokenizer' at the model's "
-            "tokenizer.json."
+            "('gpt2') and SentencePiece ('llama') vocabularies are read from GGUF. Point "
+            "'tokenizer' at the model's tokenizer.json."
         )
     pre = str(value("tokenizer.ggml.pre") or "default")
     if pre not in _GGUF_SPLITS:
@@ -309,6 +311,75 @@ def _from_gguf(path: Path) -> ModelTokenizer:
             if (found := token_at(key))
         ),
         byte_level=True,
+    )
+
+
+def _sentencepiece_from_gguf(path: Path, value: Callable[[str], object]) -> ModelTokenizer:
+    """A SentencePiece vocabulary (``tokenizer.ggml.model = "llama"``: Llama 2, Mistral up to
+    v0.3, Gemma) as llama.cpp tokenizes with it: text between added tokens gets "▁" for its
+    spaces and one in front (``add_space_prefix``), then pieces merge highest score first
+    (a BPE whose merges are ranked by the merged piece's score), and a character the
+    vocabulary lacks falls back to its ``<0xNN>`` byte tokens."""
+    tokens = value("tokenizer.ggml.tokens")
+    scores = value("tokenizer.ggml.scores")
+    types = value("tokenizer.ggml.token_type")
+    if not isinstance(tokens, list) or not isinstance(scores, list) or not isinstance(types, list):
+        raise TokenizerLoadError(
+            f"tokenizer: {str(path)!r}: tokenizer.ggml.tokens, .scores or .token_type is missing"
+        )
+    vocab = {str(token): index for index, token in enumerate(tokens)}
+    ranked: list[tuple[float, int, str, str]] = []
+    for index, piece in enumerate(tokens):
+        if index >= len(types) or types[index] != _NORMAL:
+            continue
+        piece = str(piece)
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                ranked.append((-float(scores[index]), index, left, right))
+    ranked.sort()
+    model = models.BPE(
+        vocab=vocab,
+        merges=[(left, right) for _, _, left, right in ranked],
+        unk_token=str(tokens[0]) if types and types[0] == _UNKNOWN else None,
+        byte_fallback=True,
+        fuse_unk=True,
+    )
+    tokenizer = tokenizers.Tokenizer(model)
+    steps: list[normalizers.Normalizer] = []
+    if value("tokenizer.ggml.add_space_prefix") is not False:  # llama.cpp's default: on
+        steps.append(normalizers.Prepend("\u2581"))
+    steps.append(normalizers.Replace(" ", "\u2581"))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    tokenizer.add_special_tokens(
+        [
+            tokenizers.AddedToken(str(tokens[i]), special=types[i] == _CONTROL, normalized=False)
+            for i in range(min(len(tokens), len(types)))
+            if types[i] in (_CONTROL, _USER_DEFINED)
+        ]
+    )
+
+    def token_at(key: str) -> str:
+        index = value(key)
+        return str(tokens[index]) if isinstance(index, int) and 0 <= index < len(tokens) else ""
+
+    add_bos = value("tokenizer.ggml.add_bos_token")
+    return ModelTokenizer(
+        tokenizer,
+        str(path),
+        chat_template=str(value("tokenizer.chat_template") or ""),
+        bos_token=token_at("tokenizer.ggml.bos_token_id"),
+        eos_token=token_at("tokenizer.ggml.eos_token_id"),
+        add_bos=add_bos is not False,  # SentencePiece models add BOS unless they say not
+        end_tokens=tuple(
+            found
+            for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+            if (found := token_at(key))
+        ),
+        byte_level=False,
     )
 
 

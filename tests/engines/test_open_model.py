@@ -493,15 +493,21 @@ def test_a_gguf_vocabulary_reads_as_its_tokenizer_json(tmp_path: Path) -> None:
     assert from_gguf.encode(text) == reference.encode(text, add_special_tokens=False).ids
     assert from_gguf.chat_template.startswith("{%- if tools %}")
     assert from_gguf.eos_token == "<|im_end|>"
-    spm = gguf.GGUFWriter(str(tmp_path / "spm.gguf"), "llama")
-    spm.add_tokenizer_model("llama")
-    spm.add_token_list(["<unk>", "<s>", "</s>"])
-    spm.write_header_to_file()
-    spm.write_kv_data_to_file()
-    spm.write_tensors_to_file()
-    spm.close()
-    with pytest.raises(TokenizerLoadError, match="only byte-level BPE"):
-        load_model_tokenizer(tmp_path / "spm.gguf")
+    # A vocabulary that cannot be read says which field of which file.
+    for kind, message in [
+        ("llama", r"tokenizer\.ggml\.tokens, \.scores or \.token_type is missing"),
+        ("bert", r"tokenizer\.ggml\.model is 'bert'; only byte-level BPE"),
+    ]:
+        odd = gguf.GGUFWriter(str(tmp_path / f"{kind}.gguf"), "llama")
+        odd.add_tokenizer_model(kind)
+        odd.add_token_list(["<unk>", "<s>", "</s>"])
+        odd.write_header_to_file()
+        odd.write_kv_data_to_file()
+        odd.write_tensors_to_file()
+        odd.close()
+        with pytest.raises(TokenizerLoadError, match=message) as failed:
+            load_model_tokenizer(tmp_path / f"{kind}.gguf")
+        assert str(tmp_path / f"{kind}.gguf") in str(failed.value)
 
 
 def test_control_tokens_are_structure_and_added_text_tokens_are_text() -> None:

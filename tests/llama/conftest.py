@@ -8,6 +8,7 @@ tests check from the backend's side what it received, reused and aborted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -155,7 +156,15 @@ class Recorder:
 
 @pytest.fixture
 async def recorder(open_backend: LlamaBackend) -> AsyncIterator[Recorder]:
-    recording = Recorder(open_backend.url)
+    """A recording proxy in front of the open model's llama.cpp."""
+    async with recording_proxy(open_backend) as recording:
+        yield recording
+
+
+@contextlib.asynccontextmanager
+async def recording_proxy(backend: LlamaBackend) -> AsyncIterator[Recorder]:
+    """A ``Recorder`` on a free loopback port in front of ``backend``."""
+    recording = Recorder(backend.url)
     session = aiohttp.ClientSession()
 
     async def forward(request: web.Request) -> web.StreamResponse:

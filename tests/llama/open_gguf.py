@@ -24,7 +24,7 @@ import gguf
 import numpy as np
 import tokenizers
 
-from tests.engines.model_files import CHATML, train_tokenizer
+from tests.engines.model_files import CHATML, CORPUS, TAGS, train_tokenizer
 from tests.llama.tiny_gguf import (
     N_EMBD,
     _byte_to_unicode,
@@ -99,5 +99,54 @@ def write_open_model(
     writer.add_add_bos_token(add_bos)
     writer.add_chat_template(CHATML)
 
+    write_tensors(writer, embed, output, rng, np.float32)
+    return path
+
+
+def write_sentencepiece_model(path: Path, *, seed: int = 0) -> Path:
+    """The same kind of model with a SentencePiece vocabulary (``tokenizer.ggml.model =
+    "llama"``, as Llama 2 and Mistral ship): pieces with ``▁`` for spaces and scores, the 256
+    byte-fallback tokens (a character the pieces lack, an emoji say, is written in bytes),
+    ``<s>``/``</s>``, BOS added by the tokenizer and the ChatML control tokens. Random
+    weights: what it writes is steered per request (a grammar)."""
+    trained = tokenizers.Tokenizer(tokenizers.models.BPE())
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, show_progress=False)
+    trained.train_from_iterator(CORPUS * 4, trainer)
+    pieces = sorted(trained.get_vocab().items(), key=lambda item: item[1])
+    texts = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256
+    scores = [0.0] * len(texts)
+    for rank, (piece, _) in enumerate(pieces):
+        texts.append(piece)
+        types.append(gguf.TokenType.NORMAL)
+        scores.append(-float(rank))  # earlier merges score higher
+    for special in ("<|im_start|>", "<|im_end|>"):
+        texts.append(special)
+        types.append(gguf.TokenType.CONTROL)
+        scores.append(0.0)
+    for tag in TAGS:
+        texts.append(tag)
+        types.append(gguf.TokenType.USER_DEFINED)
+        scores.append(0.0)
+    n_vocab = len(texts)
+    rng = np.random.default_rng(seed)
+    embed = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32)
+    embed /= np.linalg.norm(embed, axis=1, keepdims=True)
+    output = (rng.standard_normal((n_vocab, N_EMBD)) * 0.02).astype(np.float32)
+
+    writer = llama_writer(path, "bidi-responses tiny SentencePiece model", n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(texts)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(texts.index("<|im_end|>"))
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(True)
+    writer.add_chat_template(CHATML)
     write_tensors(writer, embed, output, rng, np.float32)
     return path
