@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -529,3 +530,21 @@ def test_control_tokens_are_structure_and_added_text_tokens_are_text() -> None:
     for token in model.encode("Use <tool_call> tags.<|im_end|>"):
         events += parser.feed(token)
     assert items_of(events)[0][:3] == ("message", "", "Use <tool_call> tags.")
+
+
+@pytest.mark.parametrize("family", ["chatml", "llama3"])
+def test_a_tokenizer_that_adds_bos_starts_the_prompt_with_it_once(
+    tmp_path: Path, family: str
+) -> None:
+    files = write_model_dir(tmp_path / family, family)
+    config_path = files / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.update(bos_token=config["bos_token"] or "<s>", add_bos_token=True)
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    fmt = build_template_format(TemplateSettings(str(files)), load_encoding())
+    assert isinstance(fmt.renderer, TemplateRenderer)
+    model = fmt.renderer.tokenizer
+    bos = model.token_id(config["bos_token"])
+    tokens = list(fmt.renderer.render_conversation(None, [], [user("Hi")]))
+    # ChatML does not write it: the tokenizer adds it. Llama 3's template writes it: once.
+    assert tokens[0] == bos and tokens.count(bos) == 1
