@@ -4,15 +4,17 @@ A model must receive token ids of its own vocabulary. ``load_model_tokenizer`` r
 from a path in the route's config, never from a hub:
 
 * a Hugging Face ``tokenizer.json`` (or the directory holding it, with its
-  ``tokenizer_config.json`` for the chat template and the bos/eos tokens), through the
-  ``tokenizers`` library;
-* a GGUF file: the vocabulary llama.cpp embeds (``tokenizer.ggml.*``, byte-level BPE), rebuilt
-  as a ``tokenizers`` BPE with the pre-tokenizer llama.cpp applies for that model family, and
-  the chat template from ``tokenizer.chat_template``.
+  ``tokenizer_config.json`` for the chat template, the bos/eos tokens and ``add_bos_token``),
+  through the ``tokenizers`` library;
+* a GGUF file: the vocabulary llama.cpp embeds (``tokenizer.ggml.*``), read as llama.cpp reads
+  it: byte-level BPE rebuilt as a ``tokenizers`` BPE with the pre-tokenizer llama.cpp applies
+  for that model family, or SentencePiece rebuilt from its pieces and scores; the chat
+  template from ``tokenizer.chat_template``, BOS/EOS and ``add_bos_token`` from their keys.
 
 Special tokens are handled as the model does: the rendered prompt's text is split at the
-model's added tokens (``<|im_start|>``, ``<|eot_id|>``...), which become their own ids, and
-nothing is added that the chat template did not write (the template writes the bos token).
+model's added tokens (``<|im_start|>``, ``<|eot_id|>``...), which become their own ids.
+Nothing is added that the chat template did not write, except the bos token of a tokenizer
+that adds it when the template did not write it (``chat_template``), as llama.cpp does.
 """
 
 from __future__ import annotations
