@@ -28,6 +28,7 @@ from .observability.counters import ServerStats
 from .root import CoreParts, EngineFactory, compose
 from .runs.runner import ResponseRun
 from .tenancy.caller import ANONYMOUS, Caller
+from .uncancelled import uncancelled
 
 
 class ResponsesCore:
@@ -136,15 +137,22 @@ class ResponsesCore:
 
     async def close_session(self, session: Session) -> None:
         """Release a stream: stop its in-flight work and drop its cache."""
+        # The handler calling this may be cancelled meanwhile (its client went away right
+        # after an error): the session is released whole all the same.
         if session in self._sessions:
             self._sessions.discard(session)
             self.sessions_open -= 1
             self.limiter.close_stream(session.quota_key)
             self.metrics.open_streams.labels(session.transport).dec()
-            await session.close()
-            await self._activity.end()
+            await uncancelled(self._release(session))
         else:
+            await uncancelled(session.close())
+
+    async def _release(self, session: Session) -> None:
+        try:
             await session.close()
+        finally:
+            await self._activity.end()
 
     async def wait_until_idle(self) -> None:
         """Wait until no stream is open and no response is in flight."""

@@ -228,6 +228,49 @@ async def test_the_client_going_away_closes_the_session_and_stops_its_work(
     assert wire.closes == 0 and not wire.aborted  # nobody to tell
 
 
+class SlowToStopWire(MemoryWire):
+    """A wire whose pending write takes a while to give up when cancelled (as a transport's
+    write completes its frame first): the stream's cleanup then waits on it."""
+
+    def __init__(self, limits: Limits) -> None:
+        super().__init__(limits, half_close=False)
+        self.stopping = asyncio.Event()
+        self.stopped = asyncio.Event()
+
+    async def send(self, frame: Frame) -> None:
+        try:
+            await self.reading.wait()
+        except asyncio.CancelledError:
+            self.stopping.set()
+            await self.stopped.wait()
+            raise
+        self.outbox.put_nowait(frame)
+
+
+async def test_a_cancel_during_the_streams_cleanup_still_closes_its_session(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
+) -> None:
+    """The handler is cancelled (its client cancelled the call) while it stops its writes,
+    after the client went away: the session is closed all the same, nothing counted open."""
+    engine, core = engine_and_core
+    engine.turns.append(Turn(hold=asyncio.Event()))
+    session = open_stream(core, "test", ANONYMOUS)
+    wire = SlowToStopWire(core.config.limits)
+    running = asyncio.get_running_loop().create_task(StreamDriver(core, session, wire).run())
+    wire.reading.clear()  # a write is pending
+    await wire.inbox.put(create())
+    await engine.holding.wait()
+    await wire.inbox.put(None)  # the client goes away: the cleanup stops the writer
+    await wire.stopping.wait()
+    running.cancel()  # the cancel arrives in the middle of the cleanup
+    wire.stopped.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert core.sessions_open == 0
+    assert engine.cancelled.is_set()
+    assert not core.deps.state.inflight
+
+
 async def test_a_stream_the_server_ends_is_aborted_with_its_reason(
     engine_and_core: tuple[ScriptedEngine, ScriptedCore],
 ) -> None:

@@ -12,9 +12,10 @@ cancellation is late by at most that work.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
+
+from ..uncancelled import uncancelled
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,12 +34,5 @@ async def off_loop_from(
 async def in_worker_thread(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``await asyncio.to_thread(work, ...)``, except that a cancellation takes effect only
     once the thread has returned."""
-    running = asyncio.ensure_future(asyncio.to_thread(work, *args, **kwargs))
-    try:
-        return await asyncio.shield(running)
-    except asyncio.CancelledError:
-        while not running.done():
-            # A second cancellation (a stop after a client's cancel) waits as well.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait((running,))
-        raise
+    # A second cancellation (a stop after a client's cancel) waits as well.
+    return await uncancelled(asyncio.to_thread(work, *args, **kwargs))

@@ -26,6 +26,7 @@ from ...core.api.errors import ApiError
 from ...core.lanes.session import Session
 from ...core.service import ResponsesCore
 from ...core.tenancy.caller import Caller
+from ...core.uncancelled import uncancelled
 from ..admission import shutting_down
 from .wire import Frame, Message, Refusal, Wire
 from .writes import (
@@ -98,10 +99,19 @@ class StreamDriver(Generic[Message, Frame]):
                 else:
                     await wire.close()
         finally:
-            reader.cancel()
+            # Run whole even if this handler is cancelled meanwhile (a client that cancels
+            # right after an error event): a session left open is counted against its tenant.
+            await uncancelled(self._end(reader, writes))
+
+    async def _end(self, reader: asyncio.Task[None], writes: WatchedWrites) -> None:
+        """Stop the reader and the writer, and close the session (which cancels in-flight
+        engine work)."""
+        reader.cancel()
+        try:
             await writes.stop()
             await asyncio.gather(reader, return_exceptions=True)
-            await core.close_session(session)  # cancels in-flight engine work
+        finally:
+            await self.core.close_session(self.session)
 
     async def _read(self) -> None:
         """Feed the client's messages to the session until it sends no more; then, if the
