@@ -65,7 +65,10 @@ class TiktokenVocabulary:
             return b""
 
     def split_bytes(self, data: bytes) -> list[int]:
-        return list(self._encoding._encode_bytes(data))
+        encode_bytes = getattr(self._encoding, "_encode_bytes", None)
+        if encode_bytes is not None:  # tiktoken's BPE over raw bytes (not public API)
+            return list(encode_bytes(data))
+        return [self._encoding.encode_single_token(bytes([b])) for b in data]
 
     def encode_text(self, text: str) -> list[int]:
         return list(self._encoding.encode(text, allowed_special="all"))
