@@ -24,12 +24,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import httpx
 import orjson
 import pytest
 import websockets
+import yaml
+from bidi_responses.bench.ports import free_port
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.cluster.postgres import PostgresUnavailable, TempPostgres
 from bidi_responses.codec import EventDecoder, params_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
@@ -289,3 +293,102 @@ async def test_container_serves_drains_on_sigterm_and_keeps_acknowledged_work(
             assert stored.status == "completed"
             if text:
                 assert stored.output_text == text
+
+
+@pytest.fixture
+def postgres() -> Iterator[TempPostgres]:
+    """A throwaway PostgreSQL (Debian's, ``make postgres``) on a loopback port."""
+    try:
+        server = TempPostgres()
+    except PostgresUnavailable as error:
+        pytest.skip(f"the PostgreSQL overlay's configuration not run: {error}")
+    with server:
+        yield server
+
+
+async def _require_password(server: TempPostgres, password: str) -> None:
+    """Give the user a password and make loopback connections need it (initdb trusts all),
+    so that only a password from the container's environment lets the server in."""
+    conn = await asyncpg.connect(server.url)
+    try:
+        await conn.execute(f"ALTER USER {server.user} PASSWORD '{password}'")
+        await conn.execute("CREATE DATABASE bidi")
+        (server.data / "pg_hba.conf").write_text(
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+        )
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await (await asyncpg.connect(server.url.replace("/postgres", "/bidi"))).close()
+
+
+async def test_postgres_overlay_configuration_runs_in_the_image(
+    image: str, volume: str, postgres: TempPostgres, tmp_path: Path
+) -> None:
+    """The PostgreSQL overlay's ConfigMap, Secret files and variables, as its pods get them:
+    the password from $PGPASSWORD (none in the URL), the compaction key from a read-only file,
+    the API keys from $BIDI_RESPONSES_API_KEYS. A turn is stored in PostgreSQL."""
+    password = uuid.uuid4().hex
+    await _require_password(postgres, password)
+    rendered = await asyncio.to_thread(
+        subprocess.run,
+        ["kubectl", "kustomize", str(ROOT / "deploy" / "k8s" / "overlays" / "postgres")],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (config_map,) = (
+        doc
+        for doc in yaml.safe_load_all(rendered.stdout)
+        if doc["kind"] == "ConfigMap"
+        and doc["metadata"]["name"].startswith("bidi-responses-config")
+    )
+    toml = config_map["data"]["server.toml"]
+    # The host's network (where this PostgreSQL listens), so free ports instead of the pod's.
+    grpc_port, http_port = free_port(), free_port()
+    for pod_value, here in (
+        ("@postgres:5432/", f"@postgres:{postgres.port}/"),
+        ("grpc_port = 50051", f"grpc_port = {grpc_port}"),
+        ("http_port = 8000", f"http_port = {http_port}"),
+    ):
+        assert toml.count(pod_value) == 1, pod_value
+        toml = toml.replace(pod_value, here)
+    config_dir, key_dir = tmp_path / "config", tmp_path / "keys"
+    for directory in (config_dir, key_dir):
+        directory.mkdir()
+        directory.chmod(0o755)
+    (config_dir / "server.toml").write_text(toml)
+    (config_dir / "server.toml").chmod(0o644)
+    (key_dir / "compaction.key").write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+    (key_dir / "compaction.key").chmod(0o444)
+    async with asyncio.timeout(90):
+        cid = await apodman(
+            "run", "--detach", "--network", "host", "--add-host", "postgres:127.0.0.1",
+            "--read-only", "--read-only-tmpfs=false", "--cap-drop=all",
+            "--security-opt=no-new-privileges", "--volume", f"{volume}:/data",
+            "--volume", f"{config_dir}:/etc/bidi-responses:ro",
+            "--volume", f"{key_dir}:/run/secrets/bidi-responses:ro",
+            "--env", f"PGPASSWORD={password}",
+            "--env", f"BIDI_RESPONSES_API_KEYS={KEY}=tenant-deploy",
+            image, "--config", "/etc/bidi-responses/server.toml",
+        )  # fmt: skip
+        try:
+            await _wait_serving(cid, f"127.0.0.1:{grpc_port}")
+            async with (
+                AsyncResponsesClient(f"127.0.0.1:{grpc_port}", api_key=KEY) as client,
+                client.connect() as stream,
+            ):
+                turn = await stream.create(model="sim-model", input="hello", store=True)
+            assert turn.status == "completed"
+            await apodman("kill", "--signal", "TERM", cid)
+            assert await apodman("wait", cid) == "0", await apodman("logs", cid)
+        finally:
+            await apodman("rm", "--force", "--time", "0", cid)
+        conn = await asyncpg.connect(postgres.url.replace("/postgres", "/bidi"), password=password)
+        try:
+            tenant = await conn.fetchval(
+                "SELECT tenant FROM usage_ledger WHERE response_id = $1", turn.id
+            )
+            stored = await conn.fetchval("SELECT count(*) FROM responses WHERE id = $1", turn.id)
+        finally:
+            await conn.close()
+    assert (tenant, stored) == ("tenant-deploy", 1)
