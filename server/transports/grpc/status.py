@@ -9,10 +9,14 @@ limit) and, when a field is at fault, a ``BadRequest`` naming it. The plain ``er
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, NoReturn
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+
+# What grpc.aio raises when a batch on a call that the client already closed fails.
+from grpc._cython.cygrpc import ExecuteBatchError
 from grpc_status import rpc_status
 
 from ...core.api.errors import ApiError
@@ -127,6 +131,16 @@ class _Status(grpc.Status):
 
 
 async def abort(context: Context, error: ApiError) -> NoReturn:
-    """End the call with ``error``'s status (raises, like ``context.abort``)."""
+    """End the call with ``error``'s status (raises, like ``context.abort``).
+
+    A client that cancels while the status is being sent (a drain racing the client's own
+    cancel) makes grpc.aio's send fail. The call was cancelled, so it ends as one: quietly,
+    where the failure would otherwise be logged as an ERROR and a second abort attempted.
+    """
+    if context.done():
+        raise asyncio.CancelledError  # a status was already sent, or the call is gone
     status = to_status(error)
-    await context.abort(status.code, status.details, status.trailing_metadata)
+    try:
+        await context.abort(status.code, status.details, status.trailing_metadata)
+    except ExecuteBatchError as gone:
+        raise asyncio.CancelledError from gone
