@@ -59,14 +59,15 @@ def _raise_own_limit() -> None:
 
 @contextlib.asynccontextmanager
 async def serve(
-    tmp: Path, nofile: int, limits: dict[str, int], launcher: tuple[str, ...] = ()
+    tmp: Path, nofile: int, limits: dict[str, int | bool], launcher: tuple[str, ...] = ()
 ) -> AsyncIterator[Server]:
     """``bidi-responses serve`` with RLIMIT_NOFILE (soft and hard) at ``nofile`` and these
     ``[limits]``; stopped with SIGTERM at the end (SIGKILL if it does not stop).
     ``launcher``: a script to run instead of ``-m bidi_responses.server.cli`` (a comparison
     with another build of the server)."""
     config = tmp / "server.toml"
-    config.write_text("[limits]\n" + "".join(f"{k} = {v}\n" for k, v in limits.items()))
+    toml = "".join(f"{k} = {str(v).lower()}\n" for k, v in limits.items())
+    config.write_text("[limits]\n" + toml)
     log = tmp / "server.log"
 
     def limit() -> None:
@@ -181,11 +182,12 @@ async def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = False
-    for name, limits in (
+    cases: tuple[tuple[str, dict[str, int | bool]], ...] = (
         ("defaults", {}),
         # A configured limit above what the descriptors allow: accept() runs out anyway.
         ("past-the-descriptors", {"max_connections": 100_000, "max_connections_per_peer": 0}),
-    ):
+    )
+    for name, limits in cases:
         tmp = args.out / name
         tmp.mkdir(exist_ok=True)
         async with serve(tmp, args.nofile, limits) as server:

@@ -6,7 +6,9 @@ on every compressed path (WebSocket permessage-deflate, gRPC message compression
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import websockets
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.client.types import JSONValue
 from bidi_responses.server.app import RunningServer
+from bidi_responses.server.transports.http.uvicorn_ws import WebSocketProtocol
 from bidi_responses.v1 import responses_pb2 as pb
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 
@@ -175,3 +178,38 @@ async def test_http_body_with_content_encoding_is_refused_naming_it(
         error = reply.json()["error"]
         assert error["code"] == "unsupported_content_encoding" and "gzip" in error["message"]
         assert (await http.post(url, json=SMALL)).status_code == 200
+
+
+def _frames_held(parser: object) -> list[int]:
+    """Payload sizes of the frames a suspended websockets parser (and the parsers it
+    delegates to) still refers to."""
+    sizes = []
+    while isinstance(parser, types.GeneratorType):
+        if parser.gi_frame is not None:
+            frame = parser.gi_frame.f_locals.get("frame")
+            if frame is not None:
+                sizes.append(len(frame.data))
+        parser = parser.gi_yieldfrom
+    return sizes
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "deflate"])
+async def test_a_big_message_is_not_held_by_a_connection_gone_quiet(
+    server_factory: ServerFactory, tmp_path: Path, compression: bool
+) -> None:
+    """The frame parser keeps its last frame until the next one arrives; a connection that
+    sent a 20 MB message and then idles must not keep those 20 MB (16 such connections once
+    held 1.2 GB). Looked up in the server's own protocol object, on a real connection."""
+    config = make_config(tmp_path)
+    config.limits.websocket_compression = compression
+    running: RunningServer = await server_factory(config, http=True)
+    assert running.http_port is not None
+    event = {"type": "response.create", **SMALL, "input": "q" * 20_000_000}
+    options = {"compression": "deflate" if compression else None}
+    async with asyncio.timeout(30), connector(running.http_port)(**options) as sock:
+        await sock.send(event)
+        assert (await sock.recv())["type"] == "error"  # longer than an item may be
+        assert bool(sock.ws.protocol.extensions) == compression
+        protocols = [p for p in gc.get_objects() if issubclass(type(p), WebSocketProtocol)]
+        held = [size for p in protocols for size in _frames_held(p.conn.parser)]
+        assert held and max(held) < 1_000_000, held

@@ -12,14 +12,17 @@ arrive, which only the protocol sees; so do the bytes a compressed message infla
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import PayloadTooBig
 from websockets.extensions.base import Extension
-from websockets.frames import Frame
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
+from websockets.typing import ExtensionName
 
 from ...core.api.errors import ApiError
 from ...core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
@@ -30,24 +33,39 @@ STALLED_CLOSE_S = 10.0
 # The close that refuses a frame the server-wide budget cannot take: 1013, "try again later".
 OVER_BUDGET_CLOSE = 1013
 OVER_BUDGET_REASON = "server busy: server-wide request byte budget full; retry"
+# Frames at least this large are emptied once their message is handed over (a copy of
+# about a millisecond per megabyte, against holding the message while a connection idles).
+_CLEARED_FROM = 1024 * 1024
+# The name of the pass-through stage when no extension was negotiated (never sent).
+_RELEASE_NAME = cast(ExtensionName, "x-bidi-responses-release")
 
 
 class _ChargedInflate(Extension):
-    """permessage-deflate whose inflated bytes are charged to the server-wide budget as they
-    are produced, and which never inflates past what the budget has room for: the output of
-    each frame is bounded before zlib produces it, so a message that compresses a
-    thousandfold (63 MiB in 64 KB) costs the server what it would cost uncompressed."""
+    """What the protocol puts in front of the frame parser's output.
 
-    def __init__(self, inner: Extension, protocol: WebSocketProtocol) -> None:
+    With permessage-deflate (``inner``), inflated bytes are charged to the server-wide
+    budget as they are produced, and a frame never inflates past what the budget has room
+    for: its output is bounded before zlib produces it, so a message that compresses a
+    thousandfold (63 MiB in 64 KB) costs the server what it would cost uncompressed.
+
+    With or without it, a large frame's payload is handed on as a buffer that the protocol
+    empties once its message is decoded: the parser keeps its last frame until the next one
+    arrives, so a connection gone quiet after a 63 MiB message would otherwise hold it,
+    uncharged, for as long as it stays open.
+    """
+
+    def __init__(self, inner: Extension | None, protocol: WebSocketProtocol) -> None:
         self.inner = inner
-        self.name = inner.name
+        self.name = inner.name if inner is not None else _RELEASE_NAME
         self.protocol = protocol
 
     def decode(self, frame: Frame, *, max_size: int | None = None) -> Frame:
+        if self.inner is None:
+            return self._releasable(frame)
         protocol = self.protocol
         budget = protocol.budget
         if budget is None or not budget.limit:
-            return self.inner.decode(frame, max_size=max_size)
+            return self._releasable(self.inner.decode(frame, max_size=max_size))
         room = max(budget.limit - budget.held, 0) // WEBSOCKET_COPIES
         bound = room if max_size is None else min(max_size, room)
         try:
@@ -65,10 +83,17 @@ class _ChargedInflate(Extension):
                 protocol.refuse_while_inflating()
                 raise PayloadTooBig(None, bound) from None
             protocol._reading += extra
-        return decoded
+        return self._releasable(decoded)
+
+    def _releasable(self, frame: Frame) -> Frame:
+        if len(frame.data) < _CLEARED_FROM or frame.opcode not in (Opcode.TEXT, Opcode.CONT):
+            return frame
+        buffer = bytearray(frame.data)
+        self.protocol._inflated.append(buffer)
+        return dataclasses.replace(frame, data=buffer)
 
     def encode(self, frame: Frame) -> Frame:
-        return self.inner.encode(frame)
+        return self.inner.encode(frame) if self.inner is not None else frame
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
@@ -84,6 +109,13 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
     _reading = 0
     #: A message was refused: what else arrives is dropped until the connection ends.
     _refused = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Charges of the messages queued for the application, oldest first.
+        self._queued_charges: collections.deque[int] = collections.deque()
+        #: Large frames of the message being read (see ``_ChargedInflate``).
+        self._inflated: list[bytearray] = []
 
     @classmethod
     def bound_to(cls, budget: RequestBytes) -> type[WebSocketProtocol]:
@@ -107,8 +139,10 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
     def handle_connect(self, event: Request) -> None:
         """Accept the upgrade; a negotiated permessage-deflate is charged as it inflates."""
         super().handle_connect(event)
-        if self.budget is not None and self.conn.extensions:
+        if self.conn.extensions:
             self.conn.extensions = [_ChargedInflate(ext, self) for ext in self.conn.extensions]
+        else:
+            self.conn.extensions = [_ChargedInflate(None, self)]
 
     def refuse_while_inflating(self) -> None:
         """A compressed message would inflate past the budget: the close (1013, saying why)
@@ -119,13 +153,38 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
 
     def send_receive_event_to_app(self) -> None:
-        """A whole message goes to the application, which charges it from here on."""
-        self._release_reading()
+        """A whole message is queued for the application: its charge stays until the
+        application takes it (``receive``), which then charges it itself. Released here, a
+        queued message would be held uncharged while others are read (16 compressed 63 MiB
+        messages then all inflated at once)."""
+        charge, self._reading = self._reading, 0
+        queued = self.queue.qsize()
         super().send_receive_event_to_app()
+        if self.curr_msg_data_type == "text":
+            for buffer in self._inflated:
+                buffer.clear()  # the text is decoded: the inflated bytes are not needed
+        self._inflated.clear()
+        if self.queue.qsize() > queued:
+            self._queued_charges.append(charge)
+        elif charge and self.budget is not None:
+            self.budget.release(charge)  # discarded (the connection is closing)
+
+    async def receive(self) -> Any:
+        """The next ASGI message; a data message's charge passes to the application, which
+        charges it before anything else runs."""
+        message = await super().receive()
+        if message["type"] == "websocket.receive" and self._queued_charges:
+            charge = self._queued_charges.popleft()
+            if self.budget is not None:
+                self.budget.release(charge)
+        return message
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Give back what a message cut off by the connection's end was charged."""
+        """Give back what a message cut off by the connection's end, or queued and never
+        taken, was charged."""
         self._release_reading()
+        while self._queued_charges and self.budget is not None:
+            self.budget.release(self._queued_charges.popleft())
         super().connection_lost(exc)
 
     def _release_reading(self) -> None:
