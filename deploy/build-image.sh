@@ -38,5 +38,9 @@ if [ -f "$bundle" ]; then
     set -- --volume "$bundle:$bundle:ro"
     options="$options --cert $bundle"
 fi
+# The image's version and commit labels (empty outside a git checkout).
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
+revision=$(git rev-parse HEAD 2>/dev/null || true)
 exec podman build --layers --file "$here/Containerfile" --ignorefile "$here/Containerfile.dockerignore" \
-    --build-arg "BASE_IMAGE=$base" --build-arg "PIP_OPTIONS=${options# }" --tag "$image" "$@" .
+    --build-arg "BASE_IMAGE=$base" --build-arg "PIP_OPTIONS=${options# }" \
+    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" --tag "$image" "$@" .

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import time
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -179,6 +180,8 @@ def test_image_is_small_and_holds_no_build_tools(image: str) -> None:
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"] == ["bidi-responses", "serve"]
     assert {"50051/tcp", "8000/tcp"} <= set(config["ExposedPorts"])
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert config["Labels"]["org.opencontainers.image.version"] == version
     check = (
         "import importlib.util, os, shutil; "
         "assert os.getuid() == 10001, os.getuid(); "
