@@ -14,6 +14,7 @@ back every acknowledged response.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shutil
 import subprocess
@@ -43,7 +44,8 @@ from grpc_health.v1 import health_pb2
 from tests.mesh.conftest import error_info, health_stub
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/bidi-responses:test"
+# One tag per checkout: test runs in two checkouts on one machine share podman's image store.
+IMAGE = f"localhost/bidi-responses:test-{hashlib.sha256(bytes(ROOT)).hexdigest()[:12]}"
 KEY = "deploy-test-key"
 AUTH = (("authorization", f"Bearer {KEY}"),)
 GRACE_S = 8.0
