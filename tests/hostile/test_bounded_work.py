@@ -82,7 +82,12 @@ async def test_instructions_past_the_work_bound_get_a_400_naming_them(
         assert raised.value.code == "string_above_max_length"
         assert raised.value.param == "instructions"
         assert (await stream.create(**SMALL, instructions="x" * 1000)).status == "completed"
-        tool = {"type": "function", "name": "f", "description": "d" * 1000, "parameters": {}}
+        tool = {
+            "type": "function",
+            "name": "f",
+            "description": "d" * 1000,
+            "parameters": {"type": "object"},
+        }
         with pytest.raises(ResponsesError) as raised:
             await stream.create(**SMALL, tools=[tool])
         assert raised.value.code == "input_too_large" and raised.value.param == "tools"

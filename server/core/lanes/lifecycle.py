@@ -485,7 +485,7 @@ class LaneMachine:
         message: str,
         steer_id: str | None = None,
     ) -> Emit:
-        steer: FailedSteer = {"previous_response_id": target, "input": raw_input}
+        steer: FailedSteer = {"previous_response_id": target, "input": _echoed(raw_input)}
         if steer_id is not None:
             steer["id"] = steer_id
         event: ResponseSteerFailedEvent = {
@@ -495,3 +495,40 @@ class LaneMachine:
             "sequence_number": self.next_seq(),
         }
         return Emit(lane_id, event)
+
+
+#: The most characters of a failed steer's input echoed back in ``response.steer.failed``.
+#: The echo lets a client resend the input elsewhere; a larger one costs the writer seconds of
+#: encoding on the event loop and is refused by stock gRPC clients (4 MiB per message), which
+#: would end the whole stream over one refused steer. The client has the input it sent.
+ECHO_MAX_CHARS = 1_048_576
+
+
+def _echoed(raw_input: JSONValue) -> JSONValue:
+    """``raw_input`` as echoed in ``response.steer.failed``: as sent, or, past
+    ``ECHO_MAX_CHARS``, empty of its kind (``""`` for a string, ``[]`` otherwise)."""
+    if _chars_within(raw_input, ECHO_MAX_CHARS) is not None:
+        return raw_input
+    return "" if isinstance(raw_input, str) else []
+
+
+def _chars_within(value: JSONValue, budget: int) -> int | None:
+    """What is left of ``budget`` after the characters of ``value``'s strings and keys (and
+    one for every other value); None once it is spent. Iterative, and it stops where the
+    budget runs out, so any depth or size of input costs at most ``budget`` steps."""
+    stack: list[JSONValue] = [value]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, str):
+            budget -= len(top)
+        elif isinstance(top, dict):
+            budget -= 1 + sum(len(key) for key in top)
+            stack.extend(top.values())
+        elif isinstance(top, list):
+            budget -= 1
+            stack.extend(top)
+        else:
+            budget -= 1
+        if budget < 0:
+            return None
+    return budget

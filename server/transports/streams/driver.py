@@ -24,6 +24,7 @@ from typing import Any, Generic
 
 from ...core.api.errors import ApiError
 from ...core.lanes.session import Session
+from ...core.runs.worker_thread import off_loop_from
 from ...core.service import ResponsesCore
 from ...core.tenancy.caller import Caller
 from ...core.uncancelled import uncancelled
@@ -127,6 +128,7 @@ class StreamDriver(Generic[Message, Frame]):
     async def _read_messages(self) -> None:
         session, wire = self.session, self.wire
         budget = self.core.request_bytes
+        offload_bytes = self.core.config.limits.offload_chars
         while True:
             message = await wire.receive()
             if message is None:
@@ -142,7 +144,10 @@ class StreamDriver(Generic[Message, Frame]):
                 await session.emit(refusal.lane, refusal.event())
                 continue
             try:
-                decoded = wire.decode(message)
+                # A large message is decoded and checked in a worker thread (creates, steers
+                # and injects alike), as a large create's rendering is: every other stream
+                # keeps being served meanwhile.
+                decoded = await off_loop_from(size, offload_bytes, wire.decode, message)
             except BaseException:
                 budget.release(size)
                 raise
