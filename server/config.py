@@ -90,6 +90,10 @@ class CacheConfig:
     # over it, the least recently used entry of any stream is evicted (a continuation from it
     # then falls back to the store, or gets previous_response_not_found).
     global_max_bytes: int = 1024 * 1024 * 1024
+    # Stored responses made without a stream (HTTP, gRPC CreateResponse, background) whose
+    # rendered state this process keeps, so a continuation naming one (over HTTP or a new
+    # stream) skips re-rendering its history; within the global budget. 0: none kept.
+    recent_max_responses: int = 1024
 
 
 @dataclass(slots=True)

@@ -90,10 +90,13 @@ async def test_next_turn_starts_before_the_previous_write_lands(
 
 
 async def test_a_stateless_continuation_reads_a_write_still_queued(
-    server_factory: ServerFactory,
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(30):
-        running = await server_factory(tool_rounds=10)
+        config = make_config(tmp_path, tool_rounds=10)
+        # No state kept in memory: the continuation rebuilds the chain from the store.
+        config.cache.recent_max_responses = 0
+        running = await server_factory(config)
         gate, _ = _gate_writes(running)
         async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
             first = await client.create(model="sim-model", input="go", tools=[SHELL_TOOL])

@@ -1,7 +1,8 @@
 """What a response continues from: the cached, handed-off or stored predecessor.
 
 ``resolve`` finds the base of a continuation, cheapest first: the lane's cache (the state moves
-out of it, so a failed turn leaves nothing behind), the state a draining replica handed off
+out of it, so a failed turn leaves nothing behind), the state this process kept for a stored
+response made without a stream (``recent.py``) or that a draining replica handed off
 (``handoff.py``), then the durable store's chain, whose items are checked and rendered again.
 ``sync_prefix`` renders the instructions, tools and output format in front of the kept item
 tokens when they changed; ``hand_off`` leaves a state for the next replica.
@@ -57,7 +58,7 @@ async def resolve(deps: RunDeps, lane: Lane, tenant: str | None, previous: str |
         return Base()
     # The stream's cache serves every lane: another lane's response is a fork (a copy).
     state = lane.cache.take(previous, lane.id) if lane.cache is not None else None
-    if state is None and deps.state_tier is not None:
+    if state is None and (previous in deps.recent or deps.state_tier is not None):
         state = await _restore(deps, tenant, previous)
     if state is not None:
         deps.metrics.cache_hits.inc()
@@ -76,11 +77,19 @@ async def resolve(deps: RunDeps, lane: Lane, tenant: str | None, previous: str |
 
 
 async def _restore(deps: RunDeps, tenant: str | None, previous: str) -> ConversationState | None:
-    """The state a draining replica left for ``previous`` (handoff.py), or None."""
-    assert deps.state_tier is not None
+    """The state this process kept for stored response ``previous`` (recent.py) or a
+    draining replica left for it (handoff.py), or None."""
     try:
-        # Only the owner's own conversation: another tenant's id is not found.
+        # Only the owner's own conversation, and only while it is stored: another tenant's
+        # id, or a response deleted (here or on another replica), is rebuilt from the store,
+        # which refuses it.
         if await deps.store.get(previous, tenant) is None:
+            return None
+        # Moved out, so a continuation at the same time rebuilds from the store instead.
+        state = deps.recent.take_for(tenant, previous)
+        if state is not None:
+            return state
+        if deps.state_tier is None:
             return None
         blob = await deps.state_tier.take_state(previous)
         if blob is None:

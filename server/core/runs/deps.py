@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ...config import ServerConfig
 from ...pipeline.base import Pipeline
 from ..compaction import CompactionCodec
+from ..lanes.recent import RecentStates
 from ..lanes.state import MemoryBudget
 from ..observability.counters import Counters
 from ..observability.metrics import Metrics
@@ -45,6 +46,8 @@ class ServerState:
     failover: dict[str, int] = field(default_factory=_failover)
     # Turns whose chat template no longer kept the cached prompt as a prefix.
     prompt_rerenders: int = 0
+    # The states of recent stored responses made without a stream (``RunDeps.recent``).
+    recent: RecentStates | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,17 @@ class RunDeps:
     # The byte bound all stream caches share.
     cache_budget: MemoryBudget
     state: ServerState
+
+    @property
+    def recent(self) -> RecentStates:
+        """The process's recent stored responses' states (``lanes/recent.py``), made on first
+        use, within the budget all stream caches share."""
+        recent = self.state.recent
+        if recent is None:
+            cache = self.config.cache
+            recent = RecentStates(cache.recent_max_responses, cache.max_bytes, self.cache_budget)
+            self.state.recent = recent
+        return recent
 
     def note_prompt_rerender(self, format_name: str) -> None:
         """A chat template rendered earlier turns differently: the cached prompt tokens were

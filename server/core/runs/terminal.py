@@ -78,6 +78,18 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
                 PostJob(None, account.ledger_row(record, run.caller, run.transport))
             )
         account.posted = True  # from here on, a cut-short stream must not queue a second row
+    if (
+        stored is not None
+        and state is not None
+        and lane.cache is None
+        and outcome != "failed"
+        and record.status in ("completed", "incomplete")
+    ):
+        # No stream keeps this state: the process does, for a continuation over HTTP or a new
+        # stream (recent.py), before the terminal event lets the client send one.
+        evicted = deps.recent.keep(run.tenant, run.id, state)
+        if evicted:
+            deps.metrics.cache_evictions.inc(evicted)
     deps.counters.record(record.stats)
     run.metrics.finished(record.status, record.stats)
     if run.hooks is not None:
