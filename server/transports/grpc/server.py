@@ -15,6 +15,7 @@ from ...config import ServerConfig, TlsConfig
 from ...core.service import ResponsesCore
 from ...tracing import grpc_interceptors
 from ..connections import connection_caps
+from .client_gone_log import quiet_client_gone_sends
 from .connect import StreamsPerConnection
 from .health import add_health_service, mark_draining
 from .reflection import enable_reflection
@@ -83,6 +84,7 @@ async def start_grpc_server(
     """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
     a free one)."""
     config = core.config
+    quiet_client_gone_sends()
     server = grpc.aio.server(
         options=server_options(config) + list(options or ()),
         interceptors=grpc_interceptors(config.tracing),

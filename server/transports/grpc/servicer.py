@@ -79,12 +79,16 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             after=request.after or None,
             tenant=tenant,
         )
+        items = page["data"]
+        data = _within_page_bytes([item_to_pb(i) for i in items])
+        cut = len(data) < len(items)
+        ids = [item.get("id") or "" for item in items[: len(data)]]
         return pb.ListInputItemsResponse(
             object="list",
-            data=[item_to_pb(i) for i in page["data"]],
-            first_id=page["first_id"] or "",
-            last_id=page["last_id"] or "",
-            has_more=page["has_more"],
+            data=data,
+            first_id=ids[0] if ids else "",
+            last_id=ids[-1] if ids else "",
+            has_more=page["has_more"] or cut,
         )
 
     async def CancelResponse(
@@ -156,3 +160,20 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         encoder = ProtoEncoder()
         async for data in events:
             yield pb.StreamResponseResponse(event=encoder.connect_response("", data))
+
+
+#: The most bytes of items one ``ListInputItems`` page carries: under the 4 MiB that stock
+#: gRPC clients accept per message (with room for the envelope), so that a default page of
+#: large items is never refused by the client (the page is shorter, ``has_more`` set, and the
+#: next page starts after its ``last_id``). One item larger than this still goes alone.
+PAGE_BYTES = 3 * 1024 * 1024
+
+
+def _within_page_bytes(items: list[pb.Item]) -> list[pb.Item]:
+    """The leading ``items`` that fit ``PAGE_BYTES`` (at least one)."""
+    total = 0
+    for count, item in enumerate(items):
+        total += item.ByteSize()
+        if total > PAGE_BYTES and count > 0:
+            return items[:count]
+    return items
