@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from .config import ServerConfig
 from .core.observability.gc_pauses import freeze_startup_heap
 from .core.observability.ratelimit import CLIENT_FAULTS
 from .core.service import ResponsesCore
+from .core.tenancy.auth import ApiKeys
 from .transports.connections import raise_descriptor_limit
 from .transports.grpc import GrpcServer, start_grpc_server
 
@@ -192,9 +192,15 @@ def guard_public_bind(config: ServerConfig) -> tuple[ServerConfig, str]:
 
 
 def _open_server(config: ServerConfig) -> bool:
-    """True when no API keys are configured (from any source)."""
+    """True when no API key is configured (from any source). A keys file or variable that
+    holds no key leaves the server open, so it is judged by the keys it holds, not by being
+    set; one that cannot be read is reported when the core loads it."""
     auth = config.auth
-    return not (auth.api_keys or auth.api_keys_file or os.environ.get(auth.api_keys_env))
+    try:
+        keys = ApiKeys.load(auth.api_keys, auth.api_keys_file, auth.api_keys_env)
+    except (OSError, ValueError):
+        return False
+    return not keys.enabled
 
 
 async def serve(

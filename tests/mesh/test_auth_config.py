@@ -63,6 +63,23 @@ def test_open_server_binds_loopback_unless_told_otherwise(monkeypatch: pytest.Mo
     assert config.host == "0.0.0.0" and said == ""
 
 
+def test_a_keys_source_that_holds_no_key_leaves_the_bind_on_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty keys file (a platform's secret not filled in) or an empty variable configures
+    no key: the server is open, so it binds loopback, as with no source at all."""
+    monkeypatch.delenv("BIDI_RESPONSES_API_KEYS", raising=False)
+    empty = tmp_path / "keys"
+    empty.write_text("# no keys yet\n\n")
+    from_file = ServerConfig(host="0.0.0.0")
+    from_file.auth.api_keys_file = str(empty)
+    config, said = guard_public_bind(from_file)
+    assert config.host == "127.0.0.1" and "loopback only" in said
+    monkeypatch.setenv("BIDI_RESPONSES_API_KEYS", " , ")
+    config, said = guard_public_bind(ServerConfig(host="0.0.0.0"))
+    assert config.host == "127.0.0.1" and "loopback only" in said
+
+
 async def test_keys_from_the_environment_reach_every_transport(
     server_factory: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
