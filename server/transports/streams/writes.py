@@ -20,9 +20,12 @@ from ...core.observability.counters import Counters
 
 def write_timeout_error(seconds: float) -> ApiError:
     """The status of a stream cut off because its client stopped reading."""
+    # Only the time one message waited is known: the client may have been reading, but more
+    # slowly than the stream produced (everything ahead of the message had to drain first).
     return ApiError(
-        f"The client read nothing for {seconds:g} s (write timeout); the stream was closed "
-        "and its in-flight responses cancelled.",
+        f"A message to this client waited {seconds:g} s to be sent (write timeout): the client "
+        "read more slowly than the stream produced its events, or stopped reading, so the "
+        "stream was closed and its in-flight responses cancelled.",
         code="write_timeout",
         status=429,
         type="server_error",
