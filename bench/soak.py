@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,9 @@ class TransportResult:
     rss_before: int
     rss_peak: int
     rss_after: int
+    # Streams opened while the load ran (a new connection each): from the open to the first
+    # event of their first create.
+    late_open_ms: list[float] = field(default_factory=list)
 
     def summary(self) -> JSONObject:
         """The figures the table shows."""
@@ -112,6 +115,9 @@ class TransportResult:
             ),
             "later_pre_p99_ms": _pct([t for r in self.results for t in r.pre_ms[1:]], 99),
             "later_outside_p99_ms": _pct([t for r in self.results for t in r.outside_ms[1:]], 99),
+            "late_opens": len(self.late_open_ms),
+            "late_open_p99_ms": _pct(self.late_open_ms, 99),
+            "late_open_max_ms": max(self.late_open_ms, default=0.0),
             "seconds": self.seconds,
             "rss_before_mb": self.rss_before / 2**20,
             "rss_peak_mb": self.rss_peak / 2**20,
@@ -197,6 +203,39 @@ async def _agent(conn: Conn, turns: int, index: int, timeout_s: float, store: bo
     return result
 
 
+#: When the first late stream opens, and how often the next ones do, while the load runs.
+LATE_OPEN_START_S = 0.5
+LATE_OPEN_EVERY_S = 0.25
+
+
+async def _late_opens(
+    open_conn: Callable[[], Awaitable[Conn]], stop: asyncio.Event, timeout_s: float
+) -> list[float]:
+    """Open a new stream every ``LATE_OPEN_EVERY_S`` while the load runs, each on its own
+    connection, and time it from the open to the first event of a create (ms)."""
+    times: list[float] = []
+    body: JSONObject = {"model": "sim-model", "input": "a new agent", "store": False}
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LATE_OPEN_START_S):
+            await stop.wait()  # the load's start, on a schedule (not a synchronization)
+    while not stop.is_set():
+        started = time.perf_counter()
+        conn = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                conn = await open_conn()
+                exchange = await conn.create(body)
+            if exchange.t_first_event is not None:
+                times.append((exchange.t_first_event - started) * 1000)
+        finally:
+            if conn is not None:
+                await conn.aclose()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LATE_OPEN_EVERY_S):
+                await stop.wait()
+    return times
+
+
 async def _rss_sampler(pid: int, peak: list[int], stop: asyncio.Event) -> None:
     process = psutil.Process(pid)
     while not stop.is_set():
@@ -271,9 +310,17 @@ async def soak_transport(
                 await GrpcConnectConn(clients[i // STREAMS_PER_CHANNEL], None).open()
                 for i in range(agents)
             ]
+            async def open_late() -> Conn:
+                # Its own client and channel: a new HTTP/2 connection, as a new agent's.
+                client = await stack.enter_async_context(AsyncResponsesClient(target))
+                return await GrpcConnectConn(client, None).open()
+
         else:
             kit = await stack.enter_async_context(ClientKit(mode, address, None))
             conns = [await kit.conn() for _ in range(agents)]
+            open_late = kit.conn
+        loaded = asyncio.Event()
+        prober = asyncio.ensure_future(_late_opens(open_late, loaded, timeout_s))
         try:
             results = await asyncio.gather(
                 *(
@@ -282,6 +329,8 @@ async def soak_transport(
                 )
             )
         finally:
+            loaded.set()
+            late_open_ms = await prober
             await asyncio.gather(*(c.aclose() for c in conns), return_exceptions=True)
     seconds = time.perf_counter() - started
     rss_after = await _settled_rss(server, base)
@@ -289,7 +338,16 @@ async def soak_transport(
     await sampler
     rows = len(read_ledger(server.dir / "data" / "responses.db")) - rows_before
     return TransportResult(
-        transport, agents, turns, seconds, list(results), rows, rss_before, peak[0], rss_after
+        transport,
+        agents,
+        turns,
+        seconds,
+        list(results),
+        rows,
+        rss_before,
+        peak[0],
+        rss_after,
+        late_open_ms,
     )
 
 
@@ -339,6 +397,7 @@ def format_table(summaries: Sequence[JSONObject]) -> str:
         f"{'p50 ms':>9}{'p99 ms':>9}{'1st p99':>9}{'rest p99':>9}{'secs':>7}"
         f"{'RSS MB before':>15}{'peak':>8}{'after':>8}{'after %':>9}"
         f"{'1st pre p99':>13}{'1st outside p99':>17}{'rest pre p99':>14}{'rest outside':>14}"
+        f"{'late opens':>12}{'open p99':>10}{'open max':>10}"
     )
     lines = [header]
     for s in summaries:
@@ -350,6 +409,7 @@ def format_table(summaries: Sequence[JSONObject]) -> str:
             f"{s['rss_peak_mb']:>8.1f}{s['rss_after_mb']:>8.1f}{s['rss_after_pct']:>+9.1f}"
             f"{s['first_pre_p99_ms']:>13.1f}{s['first_outside_p99_ms']:>17.1f}"
             f"{s['later_pre_p99_ms']:>14.1f}{s['later_outside_p99_ms']:>14.1f}"
+            f"{s['late_opens']:>12}{s['late_open_p99_ms']:>10.1f}{s['late_open_max_ms']:>10.1f}"
         )
     return "\n".join(lines)
 

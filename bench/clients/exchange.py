@@ -43,6 +43,7 @@ class Exchange:
 
     t_send: float
     t_end: float = 0.0
+    t_first_event: float | None = None
     t_first_delta: float | None = None
     t_last_delta: float | None = None
     events: int = 0
@@ -57,6 +58,8 @@ class Exchange:
         """Count one event; True when it ends the turn."""
         now = time.perf_counter()
         self.events += 1
+        if self.t_first_event is None:
+            self.t_first_event = now
         kind = event.get("type", "")
         if kind.endswith(".delta"):
             self.deltas += 1
