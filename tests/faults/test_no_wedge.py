@@ -34,12 +34,15 @@ async def _slow_reader_run(
     batch: bool,
     pause_s: float,
     queue_events: int,
+    answer_tokens: int = 400,
 ) -> tuple[int, int]:
     """Send ``per_lane`` creates on each of ``lanes`` lanes at once, read with a pause per
     message; the terminal events seen and the terminal events expected."""
-    config = make_config(tmp_path, tokens_per_second=4_000, answer_tokens=400, tool_rounds=0)
+    config = make_config(
+        tmp_path, tokens_per_second=4_000, answer_tokens=answer_tokens, tool_rounds=0
+    )
     config.limits.outbound_queue_events = queue_events
-    config.limits.write_timeout_s = 20.0
+    config.limits.write_timeout_s = 60.0
     running = await server_factory(config)
     expected = lanes * per_lane
     queue: asyncio.Queue[pb.ConnectRequest | None] = asyncio.Queue()
@@ -89,4 +92,30 @@ async def test_slow_reader_on_many_lanes_gets_every_answer(
             pause_s=0.002,
             queue_events=16,
         )
+    assert seen == expected
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("batch", "pause_s"), [(True, 0.010), (False, 0.002)], ids=["batched", "unbatched"]
+)
+async def test_the_reported_wedge_32_lanes_of_long_answers(
+    server_factory: ServerFactory, tmp_path: Path, batch: bool, pause_s: float
+) -> None:
+    """The case as it was found: 32 lanes x 4 answers of 2,000 tokens at 4,000 tok/s, the
+    default queue of 512 events, a client pausing per message."""
+    async with asyncio.timeout(580):
+        seen, expected = await _slow_reader_run(
+            server_factory,
+            tmp_path,
+            lanes=32,
+            per_lane=4,
+            batch=batch,
+            pause_s=pause_s,
+            queue_events=512,
+            answer_tokens=2_000,
+        )
+    print(f"\n32 lanes x 4 long answers, {'batched' if batch else 'unbatched'}: {seen}/{expected}")
     assert seen == expected
