@@ -45,6 +45,12 @@ class DrainRun:
     tracebacks: int = 0
     exit_code: int | None = None
 
+    def read_log(self, text: str) -> None:
+        """Note the server log's ERROR lines and tracebacks."""
+        lines = text.splitlines()
+        self.error_lines = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
+        self.tracebacks = sum("Traceback" in line for line in lines)
+
     def table(self) -> str:
         return (
             f"streams: {sum(self.statuses.values())}; statuses: {dict(self.statuses)}; "
@@ -103,14 +109,16 @@ async def drain_under_streams(streams: int, tmp_path: Path) -> DrainRun:
             await asyncio.gather(*tasks)
         run.exit_code = await process.wait()
         await log.close()
-    lines = str(log).splitlines()
-    run.error_lines = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
-    run.tracebacks = sum("Traceback" in line for line in lines)
+    run.read_log(str(log))
     return run
 
 
 def _check(run: DrainRun, streams: int) -> None:
     assert run.statuses == {"UNAVAILABLE": streams}, (run.table(), run.details)
+    _check_clean_exit(run)
+
+
+def _check_clean_exit(run: DrainRun) -> None:
     assert not run.error_lines and run.tracebacks == 0, (run.table(), run.error_lines[:5])
     assert run.exit_code == 0, run.table()
 
@@ -206,17 +214,14 @@ async def drain_while_clients_cancel(streams: int, tmp_path: Path) -> DrainRun:
             await asyncio.gather(*tasks)
         run.exit_code = await process.wait()
         await log.close()
-    lines = str(log).splitlines()
-    run.error_lines = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
-    run.tracebacks = sum("Traceback" in line for line in lines)
+    run.read_log(str(log))
     return run
 
 
 def _check_quiet(run: DrainRun, streams: int) -> None:
     assert sum(run.statuses.values()) == streams, run.table()
     assert set(run.statuses) <= {"UNAVAILABLE", "CANCELLED"}, run.table()
-    assert not run.error_lines and run.tracebacks == 0, (run.table(), run.error_lines[:5])
-    assert run.exit_code == 0, run.table()
+    _check_clean_exit(run)
 
 
 async def test_sigterm_while_clients_cancel_logs_no_error_smoke(tmp_path: Path) -> None:
