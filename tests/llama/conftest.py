@@ -64,16 +64,20 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(path, load_encoding())
 
 
-@pytest.fixture(scope="session")
-def llama_backend(tiny_model: Path) -> Iterator[LlamaBackend]:
-    """llama.cpp serving the tiny model on a free loopback port, for the whole session."""
+@contextlib.contextmanager
+def serving(
+    model: Path, *, n_ctx: int, jinja: bool = False, slots: bool = False, metrics: bool = False
+) -> Iterator[LlamaBackend]:
+    """llama.cpp serving ``model`` on a free loopback port, one slot and one thread (with its
+    Jinja chat template, its /slots and /metrics endpoints where asked), while the block runs."""
     params = xllamacpp.CommonParams()
-    params.model.path = str(tiny_model)
-    params.n_ctx = N_CTX
+    params.model.path = str(model)
+    params.n_ctx = n_ctx
     params.n_parallel = 1
     params.port = 0
-    params.endpoint_slots = True
-    params.endpoint_metrics = True
+    params.use_jinja = jinja
+    params.endpoint_slots = slots
+    params.endpoint_metrics = metrics
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1
     server = xllamacpp.Server(params)
@@ -81,6 +85,13 @@ def llama_backend(tiny_model: Path) -> Iterator[LlamaBackend]:
         yield LlamaBackend(str(server.listening_address).rstrip("/"))
     finally:
         del server  # the destructor stops llama.cpp's loop and HTTP threads
+
+
+@pytest.fixture(scope="session")
+def llama_backend(tiny_model: Path) -> Iterator[LlamaBackend]:
+    """llama.cpp serving the tiny model on a free loopback port, for the whole session."""
+    with serving(tiny_model, n_ctx=N_CTX, slots=True, metrics=True) as backend:
+        yield backend
 
 
 # Every special token (and the unassigned id below them): banning them keeps the model in
@@ -125,20 +136,8 @@ def open_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def open_backend(open_model: Path) -> Iterator[LlamaBackend]:
     """llama.cpp serving the open model with its Jinja chat template, one slot."""
-    params = xllamacpp.CommonParams()
-    params.model.path = str(open_model)
-    params.n_ctx = 4096
-    params.n_parallel = 1
-    params.port = 0
-    params.use_jinja = True
-    params.endpoint_metrics = True
-    params.cpuparams.n_threads = 1
-    params.cpuparams_batch.n_threads = 1
-    server = xllamacpp.Server(params)
-    try:
-        yield LlamaBackend(str(server.listening_address).rstrip("/"))
-    finally:
-        del server
+    with serving(open_model, n_ctx=4096, jinja=True, metrics=True) as backend:
+        yield backend
 
 
 @dataclass

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-import xllamacpp
 from bidi_responses.server.app import StartupError, start_server
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
@@ -23,7 +22,7 @@ from bidi_responses.server.engines.model_tokenizer import load_model_tokenizer
 from bidi_responses.server.engines.template_format import TemplateSettings, build_template_format
 
 from tests.conftest import ServerFactory
-from tests.llama.conftest import LlamaBackend, completions_route
+from tests.llama.conftest import LlamaBackend, completions_route, serving
 from tests.llama.open_gguf import write_open_model
 
 
@@ -35,19 +34,8 @@ def bos_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def bos_backend(bos_model: Path) -> Iterator[LlamaBackend]:
-    params = xllamacpp.CommonParams()
-    params.model.path = str(bos_model)
-    params.n_ctx = 2048
-    params.n_parallel = 1
-    params.port = 0
-    params.use_jinja = True
-    params.cpuparams.n_threads = 1
-    params.cpuparams_batch.n_threads = 1
-    server = xllamacpp.Server(params)
-    try:
-        yield LlamaBackend(str(server.listening_address).rstrip("/"))
-    finally:
-        del server
+    with serving(bos_model, n_ctx=2048, jinja=True) as backend:
+        yield backend
 
 
 def _user(text: str) -> dict[str, Any]:

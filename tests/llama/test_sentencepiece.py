@@ -15,12 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-import xllamacpp
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.engines.model_tokenizer import load_model_tokenizer
 
 from tests.conftest import ServerFactory
-from tests.llama.conftest import LlamaBackend, completions_route, recording_proxy
+from tests.llama.conftest import LlamaBackend, completions_route, recording_proxy, serving
 from tests.llama.open_gguf import write_sentencepiece_model
 from tests.llama.test_byte_exact import gbnf
 from tests.ws.conftest import connector
@@ -35,19 +34,8 @@ def spm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def spm_backend(spm_model: Path) -> Iterator[LlamaBackend]:
-    params = xllamacpp.CommonParams()
-    params.model.path = str(spm_model)
-    params.n_ctx = 2048
-    params.n_parallel = 1
-    params.port = 0
-    params.use_jinja = True
-    params.cpuparams.n_threads = 1
-    params.cpuparams_batch.n_threads = 1
-    server = xllamacpp.Server(params)
-    try:
-        yield LlamaBackend(str(server.listening_address).rstrip("/"))
-    finally:
-        del server
+    with serving(spm_model, n_ctx=2048, jinja=True) as backend:
+        yield backend
 
 
 async def _tokenize(backend: LlamaBackend, text: str, *, special: bool) -> list[int]:
