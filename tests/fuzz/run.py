@@ -551,6 +551,9 @@ def report(counts: dict[str, collections.Counter[str]], state: dict[str, Any]) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--inputs", type=int, default=10_000, help="inputs across transports")
+    parser.add_argument(
+        "--compressed-inputs", type=int, default=200, help="the compressed family (0: skip)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fuzz-") as workdir:
@@ -558,6 +561,10 @@ def main(argv: list[str] | None = None) -> int:
     table, clean = report(counts, state)
     print(table)
     print(f"{'clean' if clean else 'FAILED'} in {time.monotonic() - started:.0f} s")
+    if args.compressed_inputs:
+        from tests.fuzz import compressed  # the compressed paths: tests/fuzz/compressed.py
+
+        clean = compressed.main(["--inputs", str(args.compressed_inputs)]) == 0 and clean
     return 0 if clean else 1
 
 

@@ -30,6 +30,8 @@ from ...core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
 # After closing a stalled client, how long the close frame may wait for it before the socket
 # is dropped.
 STALLED_CLOSE_S = 10.0
+# After refusing a message, how long the rest of it is read and dropped before the close.
+REFUSED_LINGER_S = 1.0
 # The close that refuses a frame the server-wide budget cannot take: 1013, "try again later".
 OVER_BUDGET_CLOSE = 1013
 OVER_BUDGET_REASON = "server busy: server-wide request byte budget full; retry"
@@ -152,6 +154,37 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             self.budget.refused += 1
         self.conn.send_close(OVER_BUDGET_CLOSE, OVER_BUDGET_REASON)
 
+    def handle_parser_exception(self) -> None:
+        """A message refused for its size (1009, past the message limit; 1013, past the
+        budget while inflating) ends like a refusal while reading (``_refuse_over_budget``):
+        the close goes out and reading goes on, dropping what comes, so a client still
+        sending the rest of its message reads the close instead of a reset."""
+        close = self.conn.close_sent
+        if not isinstance(self.conn.parser_exc, PayloadTooBig) or close is None:
+            super().handle_parser_exception()
+            return
+        self._release_reading()
+        self.frames = []
+        self._inflated.clear()
+        code, reason = close.code, close.reason
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self._refused = True
+        self._linger_then_close()
+
+    def _linger_then_close(self) -> None:
+        """After a refusal, read and drop for a moment before closing: uvicorn closes the
+        socket as soon as the application returns, and a client still sending the rest of
+        its message then gets a reset that can discard the close frame it has not read yet.
+        (A pending ``close_timer`` is what keeps uvicorn from closing it.)"""
+
+        def close() -> None:
+            self.transport.close()
+            self.loop.call_later(STALLED_CLOSE_S, self.transport.abort)
+
+        self.close_timer = self.loop.call_later(REFUSED_LINGER_S, close)
+
     def send_receive_event_to_app(self) -> None:
         """A whole message is queued for the application: its charge stays until the
         application takes it (``receive``), which then charges it itself. Released here, a
@@ -206,7 +239,7 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self._refused = True
         # Reading goes on (and drops what comes) so a client still sending sees the close
         # frame; one that does not close in turn is dropped.
-        self.loop.call_later(STALLED_CLOSE_S, self.transport.abort)
+        self._linger_then_close()
 
     # ``Any``: uvicorn types the message with its private ``_types`` module.
     async def send(self, message: Any) -> None:
