@@ -52,14 +52,21 @@ class Base:
     previous_prefix: Prefix | None = None
 
 
-async def resolve(deps: RunDeps, lane: Lane, tenant: str | None, previous: str | None) -> Base:
-    """The base of a response continuing ``previous`` (a fresh one when it is None)."""
+async def resolve(
+    deps: RunDeps,
+    lane: Lane,
+    tenant: str | None,
+    previous: str | None,
+    declared: frozenset[str] = frozenset(),
+) -> Base:
+    """The base of a response continuing ``previous`` (a fresh one when it is None), for a
+    request declaring the functions ``declared``."""
     if previous is None:
         return Base()
     # The stream's cache serves every lane: another lane's response is a fork (a copy).
     state = lane.cache.take(previous, lane.id) if lane.cache is not None else None
     if state is None and (previous in deps.recent or deps.state_tier is not None):
-        state = await _restore(deps, tenant, previous)
+        state = await _restore(deps, tenant, previous, declared)
     if state is not None:
         deps.metrics.cache_hits.inc()
         return Base(state, previous_tokens=state.tokens)
@@ -76,7 +83,9 @@ async def resolve(deps: RunDeps, lane: Lane, tenant: str | None, previous: str |
     return Base(history=history, previous_prefix=prefix)
 
 
-async def _restore(deps: RunDeps, tenant: str | None, previous: str) -> ConversationState | None:
+async def _restore(
+    deps: RunDeps, tenant: str | None, previous: str, declared: frozenset[str]
+) -> ConversationState | None:
     """The state this process kept for stored response ``previous`` (recent.py) or a
     draining replica left for it (handoff.py), or None."""
     try:
@@ -85,10 +94,12 @@ async def _restore(deps: RunDeps, tenant: str | None, previous: str) -> Conversa
         # which refuses it.
         if await deps.store.get(previous, tenant) is None:
             return None
-        # Moved out, so a continuation at the same time rebuilds from the store instead.
-        state = deps.recent.take_for(tenant, previous)
-        if state is not None:
-            return state
+        held = deps.recent.held(tenant, previous)
+        if held is not None:
+            if not _history_accepted(deps, held, declared):
+                return None  # the store's rebuild gives this request its answer
+            # Moved out, so a continuation at the same time rebuilds from the store instead.
+            return deps.recent.take_for(tenant, previous)
         if deps.state_tier is None:
             return None
         blob = await deps.state_tier.take_state(previous)
@@ -100,6 +111,28 @@ async def _restore(deps: RunDeps, tenant: str | None, previous: str) -> Conversa
         return None
     deps.state.failover["states_restored"] += 1
     return state
+
+
+def _history_accepted(deps: RunDeps, state: ConversationState, declared: frozenset[str]) -> bool:
+    """Whether a rebuild from the store would take ``state``'s items as this request's
+    history: a request served from memory is then answered as one rebuilt would be, so
+    whether the process still holds the state never changes the answer.
+
+    The rebuild checks the history again as input: its size, the compaction items' seals, and
+    (the ``validation`` stage) that every function it calls is declared now; the rest of
+    each item's checks it passed when it joined the conversation.
+    """
+    limits = deps.config.limits
+    # item_bytes counts each string's object size, never below its characters.
+    if len(state.items) > limits.max_input_items or state.item_bytes > limits.max_request_chars:
+        return False
+    check_names = bool(declared) and "validation" in deps.pipeline.names
+    for item in state.items:
+        if item["type"] == "compaction":
+            return False
+        if check_names and item["type"] == "function_call" and item["name"] not in declared:
+            return False
+    return True
 
 
 async def hand_off(deps: RunDeps, lane: Lane, response_id: str, state: ConversationState) -> None:

@@ -41,6 +41,13 @@ class RecentStates(ResponseCache):
             self._owners[response_id] = tenant
         return evicted
 
+    def held(self, tenant: str | None, response_id: str) -> ConversationState | None:
+        """The state after ``response_id`` if ``tenant`` owns it, left in place (to look at
+        before taking it)."""
+        if response_id not in self._owners or self._owners[response_id] != tenant:
+            return None
+        return self.owned(response_id)
+
     def take_for(self, tenant: str | None, response_id: str) -> ConversationState | None:
         """Move out the state after ``response_id`` if ``tenant`` owns it; None otherwise
         (another tenant's entry stays where it is)."""

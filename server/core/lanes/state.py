@@ -194,6 +194,12 @@ class ResponseCache:
             self._budget.release(self, response_id)
         return entry[0]
 
+    def owned(self, response_id: str) -> ConversationState | None:
+        """The state after ``response_id``, left in the cache (not to be changed); None if
+        not cached."""
+        entry = self._entries.get(response_id)
+        return entry[0] if entry is not None else None
+
     def drop(self, response_id: str) -> None:
         """Forget an entry (evicted)."""
         self.take(response_id)

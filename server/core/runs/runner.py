@@ -309,7 +309,11 @@ class ResponseRun:
         # cached_tokens is the prefix of this prompt that the previous response's context
         # shares, however its state was found.
         base = await continuation.resolve(
-            deps, self.lane, self.tenant, request.previous_response_id
+            deps,
+            self.lane,
+            self.tenant,
+            request.previous_response_id,
+            request.toolset.function_names,
         )
         state = self.state = base.state
         history = base.history
