@@ -36,6 +36,9 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # at accept(), so a flood cannot take the descriptors the other listener and the
         # store need (connections.py).
         ("grpc.max_allowed_incoming_connections", connection_caps(config.limits).grpc),
+        # A connection that has not finished its HTTP/2 (and TLS) handshake in this time is
+        # closed: gRPC's default, 120 s, let a flood of silent connections hold the share.
+        ("grpc.server_handshake_timeout_ms", 20_000),
         # Off for one process, so a port already in use is an error at start-up; on when
         # worker processes share the port (the kernel spreads connections).
         ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
