@@ -33,9 +33,10 @@ class Limits:
     # every transport and stream at once (gRPC messages, HTTP bodies, WebSocket frames); past
     # it a message is refused with a retryable 429 / RESOURCE_EXHAUSTED (0 = no budget).
     max_inflight_request_bytes: int = 256 * 1024 * 1024
-    # Accept permessage-deflate on WebSocket mode. Off: clients that offer it (the openai SDK
-    # does) then send plain frames. On: inflated bytes count against the budget above, and a
-    # message stops inflating where the budget has no room (close 1013).
+    # Accept permessage-deflate on WebSocket mode. Off: a client that offers it (the bare
+    # websockets library does; the openai SDK does not) sends plain frames. On: inflated bytes
+    # count against the budget above, and a message stops inflating where the budget has no
+    # room (close 1013).
     websocket_compression: bool = False
     # Connections held at once (0 = derived from the descriptor limit, RLIMIT_NOFILE, whose
     # soft value start-up raises to the hard one): what is left after

@@ -34,8 +34,8 @@ SMALL: dict[str, JSONValue] = {"model": "sim-model", "input": "hi", "store": Fal
 async def test_websocket_compression_is_off_by_default_even_when_offered(
     http_server: RunningServer,
 ) -> None:
-    """The websockets library (and so the openai SDK) offers permessage-deflate; the server
-    declines it, and the client's frames then arrive as they are counted."""
+    """The websockets library offers permessage-deflate by default (the openai SDK does not);
+    the server declines it, and the client's frames then arrive as they are counted."""
     assert http_server.http_port is not None
     async with asyncio.timeout(30), connector(http_server.http_port)() as sock:
         offered = sock.ws.request
