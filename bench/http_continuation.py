@@ -12,6 +12,7 @@ first message); figures are the median and the 10th-90th percentiles over the re
 one run. Run::
 
     python -m bidi_responses.bench.http_continuation --turns 20 --repeats 15
+    python -m bidi_responses.bench.http_continuation --recent-max-responses 0   # no state kept
 
 The workload is the issue's: tool outputs of about 800 tokens (3 KB), the benchmark's 8 tools,
 about 300 tokens (1.3 KB) of instructions.
@@ -66,11 +67,16 @@ async def _loop(
     return figures
 
 
-async def run_benchmark(turns: int, repeats: int, data_dir: Path) -> JSONObject:
-    """Run the loops against an in-process server; per-turn figures over the repeats."""
+async def run_benchmark(
+    turns: int, repeats: int, data_dir: Path, recent: int | None = None
+) -> JSONObject:
+    """Run the loops against an in-process server; per-turn figures over the repeats.
+    ``recent`` sets ``cache.recent_max_responses`` (0: every turn rebuilt from the store)."""
     from bidi_responses.server.app import start_server
 
     config = sim_server_config(data_dir, fast_sim(tool_rounds=turns - 1, answer_tokens=50))
+    if recent is not None:
+        config.cache.recent_max_responses = recent
     spec = WorkloadSpec(
         tool_turns=turns, tool_output_tokens=800, user_tokens=300, instructions_tokens=300
     )
@@ -124,10 +130,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--recent-max-responses",
+        type=int,
+        help="the server's cache.recent_max_responses (0: every turn rebuilt from the store)",
+    )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as data_dir:
-        result = asyncio.run(run_benchmark(args.turns, args.repeats, Path(data_dir)))
+        result = asyncio.run(
+            run_benchmark(args.turns, args.repeats, Path(data_dir), args.recent_max_responses)
+        )
     print(format_table(result))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2))
