@@ -30,7 +30,7 @@ import orjson
 import websockets
 from bidi_responses.bench.fairness import unlimited_channel
 from bidi_responses.bench.servers import serve_command
-from bidi_responses.codec import EventDecoder, params_to_pb
+from bidi_responses.codec import EventDecoder, params_to_pb, steer_to_pb
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -53,7 +53,9 @@ from tests.fuzz.run import (
 BIG_DEADLINE_S = 120.0
 SMALL_DEADLINE_S = 10.0
 TRANSPORTS = ("http", "websocket", "grpc Connect", "grpc CreateResponse")
-PLACES = ("instructions", "message", "tool_output", "tool_description")
+PLACES = ("instructions", "message", "tool_output", "tool_description", "steer")
+# A steer exists only on a stream: drawn for another transport, the text goes in a message.
+STEERABLE = ("websocket", "grpc Connect")
 ITEM_LIMIT = 10_485_760  # the default limits.max_item_chars
 SHELL = {
     "type": "function",
@@ -141,7 +143,10 @@ def big_inputs(draw: st.DrawFn, chars: int) -> BigInput:
         st.sampled_from([chars, chars - 1, ITEM_LIMIT + 1]) if chars > 1e6 else st.just(chars)
     )
     text = (seed * (size // len(seed) + 1))[:size]
-    return BigInput(draw(st.sampled_from(TRANSPORTS)), draw(st.sampled_from(PLACES)), text)
+    transport, place = draw(st.sampled_from(TRANSPORTS)), draw(st.sampled_from(PLACES))
+    if place == "steer" and transport not in STEERABLE:
+        place = "message"
+    return BigInput(transport, place, text)
 
 
 # -- senders -----------------------------------------------------------------------------------
@@ -152,6 +157,8 @@ async def send_big(server: FuzzServer, big: BigInput) -> str:
     body = big.body()
     try:
         async with asyncio.timeout(BIG_DEADLINE_S):
+            if big.place == "steer":
+                return await _send_big_steer(server, big)
             if big.transport == "http":
                 async with httpx.AsyncClient(timeout=BIG_DEADLINE_S) as http:
                     reply = await http.post(
@@ -209,6 +216,53 @@ async def send_big(server: FuzzServer, big: BigInput) -> str:
         return _status_outcome(error)
     except (httpx.TransportError, websockets.ConnectionClosed):
         return "dropped"
+
+
+_STEER_ENDS = frozenset({"response.steer.failed", "response.steer.accepted", "error"})
+
+
+async def _send_big_steer(server: FuzzServer, big: BigInput) -> str:
+    """A huge ``response.steer`` (for a response the stream does not have), then a small turn
+    on the same stream: refused with ``response.steer.failed`` ("4xx") and the stream still
+    serves, or what went wrong."""
+    steer = {"type": "response.steer", "previous_response_id": "resp_none", "input": big.text}
+    if big.transport == "websocket":
+        url = f"ws://127.0.0.1:{server.http_port}/v1/responses"
+        async with websockets.connect(url, max_size=None) as ws:
+            await ws.send(orjson.dumps(steer).decode())
+            answer = orjson.loads(await ws.recv())
+            await ws.send(orjson.dumps({"type": "response.create", **VALID}).decode())
+            while (event := orjson.loads(await ws.recv()))["type"] not in TURN_ENDS:
+                pass
+    else:
+        decoder = EventDecoder()
+        async with unlimited_channel(server.grpc_port) as channel:
+            connect: grpc.aio.StreamStreamMultiCallable[bytes, pb.ConnectResponse]
+            connect = channel.stream_stream(
+                f"{SERVICE}/Connect",
+                request_serializer=None,
+                response_deserializer=pb.ConnectResponse.FromString,
+            )
+            call = connect()
+            request = pb.ConnectRequest(response_steer=steer_to_pb("resp_none", big.text))
+            await call.write(request.SerializeToString())
+            message = await call.read()
+            if not isinstance(message, pb.ConnectResponse):
+                return "dropped"
+            answer = decoder.event(message)
+            create = pb.ConnectRequest(response_create=params_to_pb(VALID))
+            await call.write(create.SerializeToString())
+            while True:
+                message = await call.read()
+                if not isinstance(message, pb.ConnectResponse):
+                    return "dropped"
+                event = decoder.event(message)
+                if event.get("type") in TURN_ENDS:
+                    break
+            await call.done_writing()
+    if answer.get("type") not in _STEER_ENDS or _event_outcome(event) != "ok":
+        return "5xx"  # no answer of a steer's kind, or the stream no longer serves
+    return "ok" if answer["type"] == "response.steer.accepted" else "4xx"
 
 
 async def small_agent(
