@@ -96,6 +96,32 @@ async def test_compact_errors_map_to_status_codes(server: RunningServer) -> None
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_compact_takes_and_echoes_the_safety_identifier(server: RunningServer) -> None:
+    """As ``POST /v1/responses/compact`` does in the current SDK: the request's
+    ``safety_identifier`` comes back, with the ``service_tier`` that served it."""
+    message = pb.Item(
+        message=pb.MessageItem(
+            role="user", content=[pb.ContentPart(input_text=pb.InputText(text="hi"))]
+        )
+    )
+    async with (
+        asyncio.timeout(20),
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+    ):
+        stub = pb_grpc.ResponsesServiceStub(channel)
+        marked = await stub.CompactResponse(
+            pb.CompactResponseRequest(
+                model="sim-model", input=[message], safety_identifier="user-7"
+            )
+        )
+        plain = await stub.CompactResponse(
+            pb.CompactResponseRequest(model="sim-model", input=[message])
+        )
+    assert marked.safety_identifier == "user-7" and marked.service_tier == "default"
+    assert not plain.HasField("safety_identifier") and plain.service_tier == "default"
+    assert marked.object == "response.compaction" and marked.output
+
+
 async def test_count_input_tokens_and_models(client: AsyncResponsesClient) -> None:
     async with asyncio.timeout(20):
         body: dict[str, Any] = {"model": "sim-model", "input": "hello", "tools": TOOLS}

@@ -112,17 +112,21 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             "model": request.model,
             "input": [item_to_dict(i) for i in request.input],
         }
-        for name in ("instructions", "previous_response_id"):
+        for name in ("instructions", "previous_response_id", "safety_identifier"):
             if request.HasField(name):
                 body[name] = getattr(request, name)
         result = await self.core.one_shot.compact(body, "grpc-unary", self._caller(context))
-        return pb.CompactResponseResponse(
+        compacted = pb.CompactResponseResponse(
             id=result["id"],
             object=result["object"],
             created_at=result["created_at"],
             output=[item_to_pb(i) for i in result["output"]],
             usage=usage_to_pb(result["usage"]),
+            service_tier=result["service_tier"],
         )
+        if result["safety_identifier"] is not None:
+            compacted.safety_identifier = result["safety_identifier"]
+        return compacted
 
     async def CountInputTokens(
         self, request: pb.CountInputTokensRequest, context: Context
