@@ -6,7 +6,10 @@ delta merging, the history-length sweep, the tokens/s sweep, the concurrency swe
 steering sweep (steer sent -> acknowledgement and -> the successor's first token, on the two
 streams), sized to finish in under ten minutes on two cores. Every server runs with the default
 delta merging window (``streaming.delta_window_ms``, 2 ms) except where a table says otherwise.
-``--smoke`` is a tiny version for the test suite.
+The simulated engine runs in its own process (``bench.sim_backend``) behind the server's
+production ``completions`` route, its CPU reported apart from the server's; ``--engine inproc``
+runs it inside the server, as earlier reports did. ``--smoke`` is a tiny version for the test
+suite.
 """
 
 from __future__ import annotations
@@ -202,6 +205,15 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "llama.cpp) at this base URL, e.g. http://gpu-host:8000/v1, instead of the sim engine; "
         "only the headline sweep applies",
     )
+    p.add_argument(
+        "--engine",
+        default="process",
+        choices=("process", "inproc"),
+        help="where the simulated engine runs: process (default: its own process, "
+        "bench.sim_backend, served through the server's completions route, its CPU reported "
+        "apart) or inproc (inside the server, whose CPU then includes the engine's pacing; "
+        "the configuration of reports before the engine had its own process)",
+    )
     p.add_argument("--backend-model", default="", help="the backend's model name")
     p.add_argument(
         "--backend-format",
@@ -266,6 +278,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         backend_model=args.backend_model,
         backend_api_key_env=args.backend_api_key_env,
         backend_format=args.backend_format,
+        engine=args.engine,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -373,6 +386,11 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine,
         # The machine may be shared: its load around the run says how quiet it was.
         "load_average": {"start": load_start, "end": _load()},
+        # Where the simulated engine ran: "process" (its own, through the completions route)
+        # or "inproc" (inside the server, whose CPU then includes it).
+        "engine": (
+            "script" if config.trace else "backend" if config.backend_url else config.engine
+        ),
         "allocator": (
             f"glibc malloc, GLIBC_TUNABLES={MALLOC_TUNED}"
             if config.malloc_tuned

@@ -177,6 +177,7 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
         f"{k} {v}" for k, v in (machine.get("versions") or {}).items() if v
     )
     out["run.allocator"] = str(meta.get("allocator", NA))
+    out.update(_engine_texts(str(meta.get("engine", "inproc"))))
     out["modes.table"] = "\n".join(
         ["| # | mode | transport | history |", "|---|---|---|---|"]
         + [f"| {m.number} | {m.label} | {m.transport} | {m.history} |" for m in MODES.values()]
@@ -358,3 +359,46 @@ def write_document(report: Report, out_dir: Path, doc: Path | None = None) -> di
         for png in sorted(out_dir.glob("*.png")):
             shutil.copyfile(png, plots / png.name)
     return paths
+
+
+def _engine_texts(engine: str) -> dict[str, str]:
+    """Where the engine ran, in the words of the Setup, Figures and Caveats sections."""
+    if engine == "process":
+        return {
+            "run.engine": (
+                "The simulated engine runs in its own process (`bench/sim_backend.py`), "
+                "behind the token-level completions API as vLLM and llama.cpp serve it; the "
+                "server under test reaches it through its production `completions` route "
+                "(rendering to token ids, one streamed request per response, the sampled ids "
+                "parsed back into items), over loopback HTTP."
+            ),
+            "run.engine_cpu": (
+                "the engine's pacing and prefix hashing are in the engine's own process and "
+                "not in this figure (*engine CPU ms/turn* is that process's CPU per turn); the "
+                "server's cost of the completions route (the prompt's ids sent each turn, the "
+                "sampled ids parsed) is in it, the same in every mode"
+            ),
+            "run.engine_caveat": (
+                "The engine is simulated, in its own process on the same two cores; its CPU is "
+                "reported apart from the server's. `--engine inproc` runs it inside the server "
+                "instead, as reports before this one did."
+            ),
+        }
+    if engine == "inproc":
+        return {
+            "run.engine": "The simulated engine runs inside the server process (`--engine "
+            "inproc`).",
+            "run.engine_cpu": (
+                "it includes the simulated engine's pacing and prefix hashing, the same in "
+                "every mode"
+            ),
+            "run.engine_caveat": (
+                "The engine is simulated inside the server process; its pacing and prefix "
+                "hashing use the same event loop and CPU as the API, identically in every mode."
+            ),
+        }
+    return {
+        "run.engine": f"The engine is `{engine}` (see the command).",
+        "run.engine_cpu": "the engine's own cost is wherever that engine runs",
+        "run.engine_caveat": f"The engine is `{engine}` (see the command).",
+    }

@@ -40,6 +40,12 @@ def _turn_figures(turns: list[JSONObject], runs: list[JSONObject]) -> JSONObject
         server_cpu = [r["server_cpu_s"] * 1000 / r["responses"] for r in runs if r["responses"]]
         client_cpu = [r["client_cpu_s"] * 1000 / r["responses"] for r in runs if r["responses"]]
     ttft = [t["ttft_ms"] for t in measured if t.get("ttft_ms") is not None]
+    # The engine's own process (absent in results of the in-process sim: then None).
+    engine_cpu = [
+        r["engine_cpu_s"] * 1000 / r["responses"]
+        for r in runs
+        if r.get("engine_cpu_s") and r["responses"]
+    ]
     return {
         "turns": len(measured),
         "overhead_p50_ms": median(overhead),
@@ -59,6 +65,7 @@ def _turn_figures(turns: list[JSONObject], runs: list[JSONObject]) -> JSONObject
         "server_cpu_ms_per_turn": median(server_cpu),
         "server_cpu_ms_per_turn_range": [min(server_cpu), max(server_cpu)] if server_cpu else None,
         "client_cpu_ms_per_turn": median(client_cpu),
+        "engine_cpu_ms_per_turn": median(engine_cpu) if engine_cpu else None,
         "bytes_up_per_turn": mean(sent) if sent else None,
         "bytes_down_per_turn": mean(received) if received else None,
         "events_per_turn": mean(t["events"] for t in measured),

@@ -128,6 +128,7 @@ def _rollout_table(s: JSONObject) -> Table:
         "API %",
         "TTFT p50 ms",
         "srv CPU ms/turn [repeats]",
+        "engine CPU ms/turn",
         "cli CPU ms/turn",
         "KB up/turn",
         "KB down/turn",
@@ -148,6 +149,9 @@ def _rollout_table(s: JSONObject) -> Table:
                 _fmt(r["api_share"] * 100, 1),
                 _fmt(r["ttft_p50_ms"], 1),
                 _spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
+                _fmt(r.get("engine_cpu_ms_per_turn"), 1)
+                if r.get("engine_cpu_ms_per_turn") is not None
+                else "-",
                 _fmt(r["client_cpu_ms_per_turn"], 1),
                 _kb(r["bytes_up_per_turn"]),
                 _kb(r["bytes_down_per_turn"]),

@@ -260,13 +260,14 @@ class Runner(Measurer):
                         self.pool.run([(self.worker(mode), keep)])  # warm-up
                         keep["responses"] = cfg.keepup_responses
                         cpu0 = server.cpu_seconds()
+                        engine0 = self.backend_cpu()
                         (result,) = self.pool.run([(self.worker(mode), keep)], bar.update)
                         cpu1 = server.cpu_seconds()
-                        cell.runs.append(
-                            keepup_run(
-                                mode.key, policy, window, cfg.keepup_tps, result, cpu1 - cpu0
-                            )
+                        row = keepup_run(
+                            mode.key, policy, window, cfg.keepup_tps, result, cpu1 - cpu0
                         )
+                        row["engine_cpu_s"] = self.backend_cpu() - engine0
+                        cell.runs.append(row)
         return cell
 
     def steer_cell(self, modes: Sequence[ModeInfo]) -> CellResult:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..clients import MODES, AgentsCommand, ModeInfo, ServerAddress
 from ..jsontypes import JSONObject
 from ..workload import Workload, WorkloadSpec, build_workload, count_tokens
+from .backend import SimBackendProcess
 from .rows import measured_run
 from .server import ServerProcess
 from .settings import (
@@ -79,10 +80,23 @@ class Measurer:
         self.workdir = Path(tempfile.mkdtemp(prefix="bidi-compare-"))
         self.counter = count_tokens()
         self._workloads: dict[WorkloadSpec, Workload] = {}
+        # The simulated engine's own process, shared by every cell's server (None: the sim
+        # runs inside the server, or the engine is a trace or a real backend).
+        self.backend: SimBackendProcess | None = None
+        if config.engine == "process" and not config.trace and not config.backend_url:
+            self.backend = SimBackendProcess(self.workdir, self.env)
+            try:
+                self.backend.start()
+            except BaseException:
+                self.backend.stop()
+                self.pool.close()
+                raise
 
     def close(self) -> None:
         """Stop workers and remove scratch files (server logs are copied out first)."""
         self.pool.close()
+        if self.backend is not None:
+            self.backend.stop()
         logs = self.config.out_dir / "logs"
         for path in self.workdir.glob("*/server.log"):
             logs.mkdir(parents=True, exist_ok=True)
@@ -105,7 +119,12 @@ class Measurer:
             seed=self.config.seed,
             ttft_ms=self.config.ttft_ms,
             http=needs_http(modes),
+            sim_backend_url=self.backend.base_url if self.backend is not None else None,
         )
+
+    def backend_cpu(self) -> float:
+        """The engine process's CPU time so far (0 when the engine runs in the server)."""
+        return self.backend.cpu_seconds() if self.backend is not None else 0.0
 
     def server(self, name: str, settings: ServerSettings) -> ServerProcess:
         """A server for one cell."""
@@ -169,6 +188,7 @@ class Measurer:
     ) -> JSONObject:
         """Run jobs in parallel, with the server's CPU time read around them."""
         cpu0 = server.cpu_seconds()
+        engine0 = self.backend_cpu()
         try:
             results = self.pool.run(jobs, progress)
         except WorkerError as error:
@@ -176,7 +196,7 @@ class Measurer:
                 f"{error}\n-- server log ({server.name}):\n{server.log_tail()}"
             ) from None
         cpu1 = server.cpu_seconds()
-        run, turns = measured_run(tags, results, cpu1 - cpu0)
+        run, turns = measured_run(tags, results, cpu1 - cpu0, self.backend_cpu() - engine0)
         cell.runs.append(run)
         cell.turns.extend(turns)
         return run

@@ -9,9 +9,14 @@ __all__ = ["keepup_run", "measured_run", "steer_run"]
 
 
 def measured_run(
-    tags: JSONObject, results: list[AgentsResult], server_cpu_s: float
+    tags: JSONObject,
+    results: list[AgentsResult],
+    server_cpu_s: float,
+    engine_cpu_s: float = 0.0,
 ) -> tuple[JSONObject, list[JSONObject]]:
-    """One run's row and its turns (each tagged), from the results of its parallel jobs."""
+    """One run's row and its turns (each tagged), from the results of its parallel jobs;
+    ``engine_cpu_s`` is the engine process's CPU over the run (0: the engine ran in the
+    server, whose CPU then includes it)."""
     turns = [dict(t, **tags) for r in results for t in r["turns"]]
     measured = [t for t in turns if not t["setup"]]
     rollouts = [ro for r in results for ro in r["rollouts"]]
@@ -20,6 +25,7 @@ def measured_run(
     run = {
         **tags,
         "server_cpu_s": server_cpu_s,
+        "engine_cpu_s": engine_cpu_s,
         "client_cpu_s": sum(r["client_cpu_s"] for r in results),
         "wall_s": t_end - t_start,
         "responses": len(turns),

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.engines.sim import SimConfig
 
 from ..clients import ModeInfo
 from ..jsontypes import JSONObject
+from ..sim_backend import sim_body
 from ..workload import WorkloadSpec
 
 __all__ = [
@@ -54,6 +56,21 @@ class ServerSettings:
     backend_model: str = ""
     backend_api_key_env: str = ""
     backend_format: str = "generic"
+    # The simulated engine in its own process (``bench.sim_backend``) at this base URL: the
+    # server serves it through its ``completions`` route, the sim's settings in each request.
+    sim_backend_url: str | None = None
+
+    def sim_config(self) -> SimConfig:
+        """The simulated engine these settings describe."""
+        return SimConfig(
+            tokens_per_second=self.tokens_per_second,
+            ttft_ms=self.ttft_ms,
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
+            tool_rounds=self.tool_rounds,
+            function_call_tokens=self.function_call_tokens,
+            answer_tokens=self.answer_tokens,
+            seed=self.seed,
+        )
 
     def toml(self) -> str:
         """The server's config file."""
@@ -79,6 +96,22 @@ class ServerSettings:
                 f"api_key_env = {_toml_str(self.backend_api_key_env)}",
                 f"format = {_toml_str(self.backend_format)}",
             ]
+        elif self.sim_backend_url and self.engine == "sim":
+            lines[lines.index('engine = "sim"')] = 'engine = "completions"'
+            lines += [
+                "",
+                '[models."sim-model".completions]',
+                f"base_url = {_toml_str(self.sim_backend_url)}",
+                'format = "generic"',
+                # The history sweep's longest prompt, and the keep-up test's answers, fit.
+                "context_window = 4194304",
+                "max_output_tokens = 65536",
+                "",
+                '[models."sim-model".completions.extra_body.sim]',
+            ]
+            sim = sim_body(self.sim_config())["sim"]
+            assert isinstance(sim, dict)
+            lines += [f"{key} = {value!r}" for key, value in sim.items()]
         lines += [
             "",
             '[models."sim-model".sim]',
@@ -120,6 +153,10 @@ class CompareConfig:
     backend_model: str = ""
     backend_api_key_env: str = ""
     backend_format: str = "generic"
+    # Where the simulated engine runs: "process" (its own process, served through the
+    # server's completions route, as in a deployment) or "inproc" (inside the server, as
+    # reports before the engine had its own process measured).
+    engine: str = "process"
     # tokens/s sweep (a shorter rollout).
     tps_values: list[float] = field(default_factory=lambda: [65.0, 1000.0, 4000.0])
     tps_turns: int = 10
