@@ -59,6 +59,8 @@ class ConversationState:
     # True while every response in the chain was written to the durable store, so a stored
     # continuation can point at its predecessor instead of carrying the whole history.
     stored_chain: bool = True
+    # Unused (None): nothing reads the last response's snapshot, which held ~2 KB per idle
+    # stream; the field stays so that handed-off states of every version decode alike.
     last_response: ResponseObject | None = None
     stage_state: dict[str, CarriedState] = field(default_factory=dict)
     # Bytes the items hold as Python objects (dicts, lists, strings), added as items join.

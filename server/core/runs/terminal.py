@@ -39,7 +39,6 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
         and lane.cache is not None
         and record.status in ("completed", "incomplete")
     ):
-        state.last_response = snapshot
         if not record.request.store:
             state.stored_chain = False
         evicted = lane.cache.put(run.id, state, lane.id)
