@@ -135,10 +135,11 @@ def _history_accepted(deps: RunDeps, state: ConversationState, declared: frozens
     return True
 
 
-async def hand_off(deps: RunDeps, lane: Lane, response_id: str, state: ConversationState) -> None:
+async def hand_off(deps: RunDeps, response_id: str, state: ConversationState) -> None:
     """The server is draining: leave this conversation's state for the replica that gets
-    its next turn, before the terminal event lets the client move (handoff.py)."""
-    if lane.stateful and state.stored_chain:
+    its next turn, before the terminal event lets the client move (handoff.py). A response
+    made without a stream leaves it too: its client's next turn (HTTP) goes elsewhere."""
+    if state.stored_chain:
         await save_states(deps, [(response_id, state)])
 
 

@@ -50,7 +50,7 @@ async def finish(run: ResponseRun, outcome: Outcome, reason: str | None = None) 
         lane.inflight = None
     deps.limiter.charge_tokens(run.quota_key, account.total_tokens)
     if stored is not None and state is not None and deps.state.draining:
-        await continuation.hand_off(deps, lane, run.id, state)
+        await continuation.hand_off(deps, run.id, state)
     job = PostJob(stored, ledger)
     if deps.ack_after_write or (stored is not None and deps.config.workers > 1):
         # A shared store (or worker processes sharing the SQLite file, which read stored
