@@ -554,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compressed-inputs", type=int, default=200, help="the compressed family (0: skip)"
     )
+    parser.add_argument(
+        "--connection-inputs", type=int, default=60, help="the connections family (0: skip)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fuzz-") as workdir:
@@ -565,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.fuzz import compressed  # the compressed paths: tests/fuzz/compressed.py
 
         clean = compressed.main(["--inputs", str(args.compressed_inputs)]) == 0 and clean
+    if args.connection_inputs:
+        from tests.fuzz import connections  # how clients hold connections: connections.py
+
+        clean = connections.main(["--inputs", str(args.connection_inputs)]) == 0 and clean
     return 0 if clean else 1
 
 

@@ -11,6 +11,7 @@ import pytest
 from bidi_responses.server.app import RunningServer
 from bidi_responses.server.core.observability.ratelimit import CLIENT_FAULTS, LogLimiter
 
+from tests.conftest import until
 from tests.hostile.test_grpc_decode import _raw_connect
 
 
@@ -56,3 +57,42 @@ def test_the_log_line_carries_the_count(caplog: pytest.LogCaptureFixture) -> Non
         "refused x",
         "refused y (3 more like this left out)",
     ]
+
+
+async def test_garbage_and_abandoned_bodies_log_no_error_and_a_bounded_number_of_lines(
+    http_server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """60 connections that send garbage, and 20 that announce a body and close after one
+    byte of it: no ERROR (a client leaving is not a server fault), at most the allowance of
+    "Invalid HTTP request" lines, and the server still answers."""
+    caplog.set_level(logging.INFO)
+    port = http_server.http_port
+    assert port is not None
+
+    async def garbage() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x16\x03\x01 not http at all\r\n\r\n")
+        await reader.read()  # the server answers 400 and closes
+        writer.close()
+
+    async def abandoned() -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+        await writer.drain()
+        writer.close()
+
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(garbage() for _ in range(60)))
+        await asyncio.gather(*(abandoned() for _ in range(20)))
+        async with httpx.AsyncClient(timeout=10) as http:
+            reply = await http.post(
+                f"http://127.0.0.1:{port}/v1/responses",
+                json={"model": "sim-model", "input": "hi", "store": False},
+            )
+            assert reply.status_code == 200
+        # Every abandoned request has been read to its end by the server.
+        await until(lambda: http_server.core.request_bytes.held == 0)
+    invalid = [r for r in caplog.records if "Invalid HTTP request" in r.getMessage()]
+    assert 1 <= len(invalid) <= CLIENT_FAULTS.per_minute, len(invalid)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from bidi_responses.schema import JSONValue
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
@@ -108,4 +108,17 @@ def exception_handlers(metrics: Metrics) -> dict[Any, ExceptionHandler]:
     async def unexpected(request: Request, exc: Exception) -> Response:
         return error_response(server_error())
 
-    return {ApiError: api_error, HTTPException: http_error, Exception: unexpected}
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # The client closed its connection before its body arrived: nobody reads this answer
+        # (uvicorn drops it), and it is no server fault to log with a traceback.
+        error = ApiError(
+            "The connection closed before the request body arrived.", code="client_disconnected"
+        )
+        return error_response(error)
+
+    return {
+        ApiError: api_error,
+        HTTPException: http_error,
+        ClientDisconnect: client_gone,
+        Exception: unexpected,
+    }

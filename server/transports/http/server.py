@@ -99,12 +99,26 @@ def _asyncio_accept_kind(record: logging.LogRecord) -> str | None:
 _ASYNCIO_ACCEPT_FILTER = RateLimitFilter(CLIENT_FAULTS, _asyncio_accept_kind)
 
 
+def _uvicorn_client_fault_kind(record: logging.LogRecord) -> str | None:
+    message = record.getMessage()
+    if "Invalid HTTP request received" in message:
+        return "http-invalid-request"
+    if "invalid UTF-8" in message:
+        return "websocket-invalid-utf8"
+    return None
+
+
+#: uvicorn logs one line per connection that sends garbage (or invalid UTF-8): a client
+#: decides how many, so they are held to the client-fault rate too.
+_UVICORN_CLIENT_FAULT_FILTER = RateLimitFilter(CLIENT_FAULTS, _uvicorn_client_fault_kind)
+
+
 def _quiet_uvicorn_logs() -> None:
     """Install the transports' filters on uvicorn's error log, once each: they turn the false
     alarms it logs for outcomes the app handled (a denial before the WebSocket upgrade, a
     client's invalid UTF-8, an SSE stream cut off by the write timeout) into what they are."""
     uvicorn_log = logging.getLogger("uvicorn.error")
-    for log_filter in (*WS_LOG_FILTERS, *SSE_LOG_FILTERS):
+    for log_filter in (*WS_LOG_FILTERS, *SSE_LOG_FILTERS, _UVICORN_CLIENT_FAULT_FILTER):
         if log_filter not in uvicorn_log.filters:
             uvicorn_log.addFilter(log_filter)
     asyncio_log = logging.getLogger("asyncio")
