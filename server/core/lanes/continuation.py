@@ -118,21 +118,21 @@ def _history_accepted(deps: RunDeps, state: ConversationState, declared: frozens
     history: a request served from memory is then answered as one rebuilt would be, so
     whether the process still holds the state never changes the answer.
 
-    The rebuild checks the history again as input: its size, the compaction items' seals, and
-    (the ``validation`` stage) that every function it calls is declared now; the rest of
-    each item's checks it passed when it joined the conversation.
+    The rebuild checks the history again as input: its size, and (the ``validation`` stage)
+    that every function it calls is declared now. Each item passed the rest of its checks
+    when it joined the conversation, in this process (a compaction item's seal, with this
+    process's key, among them).
     """
     limits = deps.config.limits
     # item_bytes counts each string's object size, never below its characters.
     if len(state.items) > limits.max_input_items or state.item_bytes > limits.max_request_chars:
         return False
-    check_names = bool(declared) and "validation" in deps.pipeline.names
-    for item in state.items:
-        if item["type"] == "compaction":
-            return False
-        if check_names and item["type"] == "function_call" and item["name"] not in declared:
-            return False
-    return True
+    if not declared or "validation" not in deps.pipeline.names:
+        return True
+    if declared.issuperset(state.call_names.values()):
+        return True  # the usual case, without walking the history
+    # Custom tool calls are named in the map too, and are not checked by name.
+    return all(item["name"] in declared for item in state.items if item["type"] == "function_call")
 
 
 async def hand_off(deps: RunDeps, response_id: str, state: ConversationState) -> None:
