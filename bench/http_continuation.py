@@ -13,6 +13,7 @@ one run. Run::
 
     python -m bidi_responses.bench.http_continuation --turns 20 --repeats 15
     python -m bidi_responses.bench.http_continuation --recent-max-responses 0   # no state kept
+    python -m bidi_responses.bench.http_continuation --transport websocket      # the same loop
 
 The workload is the issue's: tool outputs of about 800 tokens (3 KB), the benchmark's 8 tools,
 about 300 tokens (1.3 KB) of instructions.
@@ -25,21 +26,48 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from websockets.asyncio.client import ClientConnection, connect
 
 from .jsontypes import JSONObject
 from .servers import fast_sim, sim_server_config
 from .stats import median, percentile
-from .workload import WorkloadSpec, build_workload
+from .workload import Workload, WorkloadSpec, build_workload
+
+Send = Callable[[JSONObject], Awaitable[JSONObject]]
+
+
+def _http(http: httpx.AsyncClient) -> Send:
+    async def send(body: JSONObject) -> JSONObject:
+        reply = await http.post("/v1/responses", json=body)
+        reply.raise_for_status()
+        response: JSONObject = reply.json()
+        return response
+
+    return send
+
+
+def _websocket(ws: ClientConnection) -> Send:
+    async def send(body: JSONObject) -> JSONObject:
+        await ws.send(json.dumps({"type": "response.create", **body}))
+        while True:
+            event = json.loads(await ws.recv())
+            if event["type"] == "error":
+                raise RuntimeError(f"error event: {event}")
+            if event["type"] == "response.completed":
+                response: JSONObject = event["response"]
+                return response
+
+    return send
 
 
 async def _loop(
-    http: httpx.AsyncClient, turns: int, nonce: str, workload_spec: WorkloadSpec
+    send: Send, turns: int, nonce: str, workload: Workload
 ) -> list[tuple[float, float]]:
     """One agent loop; per turn (server ms, client wall ms)."""
-    workload = build_workload(workload_spec)
     common: JSONObject = {
         "model": "sim-model",
         "instructions": workload.instructions,
@@ -50,13 +78,14 @@ async def _loop(
     body: JSONObject = {**common, "input": [workload.user_message(nonce)]}
     for turn in range(turns):
         started = time.perf_counter()
-        reply = await http.post("/v1/responses", json=body)
+        response = await send(body)
         wall_ms = (time.perf_counter() - started) * 1000
-        reply.raise_for_status()
-        response = reply.json()
         stats = response["stats"]
+        assert isinstance(stats, dict)
         figures.append((stats["api_pre_ms"] + stats["api_post_ms"], wall_ms))
-        calls = [item for item in response["output"] if item["type"] == "function_call"]
+        output = response["output"]
+        assert isinstance(output, list)
+        calls = [i for i in output if isinstance(i, dict) and i["type"] == "function_call"]
         if turn + 1 < turns and not calls:
             raise RuntimeError(f"turn {turn + 1} called no tool; the engine must call {turns}")
         outputs: list[JSONObject] = [
@@ -68,10 +97,15 @@ async def _loop(
 
 
 async def run_benchmark(
-    turns: int, repeats: int, data_dir: Path, recent: int | None = None
+    turns: int,
+    repeats: int,
+    data_dir: Path,
+    recent: int | None = None,
+    transport: str = "http",
 ) -> JSONObject:
     """Run the loops against an in-process server; per-turn figures over the repeats.
-    ``recent`` sets ``cache.recent_max_responses`` (0: every turn rebuilt from the store)."""
+    ``recent`` sets ``cache.recent_max_responses`` (0: every turn rebuilt from the store);
+    ``transport`` "websocket" runs each loop on one WebSocket-mode connection instead."""
     from bidi_responses.server.app import start_server
 
     config = sim_server_config(data_dir, fast_sim(tool_rounds=turns - 1, answer_tokens=50))
@@ -80,12 +114,20 @@ async def run_benchmark(
     spec = WorkloadSpec(
         tool_turns=turns, tool_output_tokens=800, user_tokens=300, instructions_tokens=300
     )
+    workload = build_workload(spec)
     running = await start_server(config, http=True)
+    loops: list[list[tuple[float, float]]] = []
     try:
-        base = f"http://127.0.0.1:{running.http_port}"
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-            await _loop(http, 2, "warm-up", spec)  # imports, tokenizer and route warmed
-            loops = [await _loop(http, turns, f"run {r}", spec) for r in range(repeats)]
+        base = f"127.0.0.1:{running.http_port}"
+        async with httpx.AsyncClient(base_url=f"http://{base}", timeout=60) as http:
+            for r in range(repeats + 1):  # the first warms imports, tokenizer and route
+                if transport == "websocket":
+                    async with connect(f"ws://{base}/v1/responses", max_size=None) as ws:
+                        figures = await _loop(_websocket(ws), turns, f"run {r}", workload)
+                else:
+                    figures = await _loop(_http(http), turns, f"run {r}", workload)
+                if r:
+                    loops.append(figures)
     finally:
         await running.stop(grace=0)
     per_turn: list[JSONObject] = []
@@ -107,7 +149,7 @@ async def run_benchmark(
                 },
             }
         )
-    return {"turns": turns, "repeats": repeats, "per_turn": per_turn}
+    return {"transport": transport, "turns": turns, "repeats": repeats, "per_turn": per_turn}
 
 
 def format_table(result: JSONObject) -> str:
@@ -135,11 +177,14 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         help="the server's cache.recent_max_responses (0: every turn rebuilt from the store)",
     )
+    parser.add_argument("--transport", choices=("http", "websocket"), default="http")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as data_dir:
         result = asyncio.run(
-            run_benchmark(args.turns, args.repeats, Path(data_dir), args.recent_max_responses)
+            run_benchmark(
+                args.turns, args.repeats, Path(data_dir), args.recent_max_responses, args.transport
+            )
         )
     print(format_table(result))
     if args.out is not None:
