@@ -14,7 +14,7 @@ TYPED := server client bench cluster schema tests
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
 	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip \
-	podman image check-manifests
+	podman image check-manifests compare-network
 
 all: check test
 
@@ -134,6 +134,14 @@ serve: $(INSTALLED)
 # (docs/results/). The document picks up bench-out/aiperf.json when `make aiperf` ran first.
 compare: $(EXTRA)bench
 	$(VENV)/bin/bidi-responses compare --out bench-out --doc docs/results.md
+
+# The network sweep: the headline rollout through an emulated link (RTT 0/2/20/80 ms x
+# unlimited/100/10 Mbit/s each way, TLS with certificates made at run time) for HTTP new
+# connection and keep-alive, WebSocket mode and Connect; bench-out/network/, ~30 minutes.
+# Its smoke version is tests/bench/test_network_smoke.py. NETWORK_ARGS adds compare flags.
+NETWORK_ARGS ?=
+compare-network: $(EXTRA)bench $(EXTRA)test
+	$(VENV)/bin/bidi-responses compare --sweeps network --out bench-out/network $(NETWORK_ARGS)
 
 # docs/results.md again from the last run's bench-out/results.json, measuring nothing.
 report: $(EXTRA)bench

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["add_compare", "config_from_args", "run"]
 
 _SWEEPS = ("headline", "keepup", "history", "tps", "concurrency", "steer")
+# Sweeps run only when asked for (``make compare-network``).
+_EXTRA_SWEEPS = ("network",)
 
 
 def _floats(text: str) -> list[float]:
@@ -131,6 +133,33 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default=None,
         help="repeats in the history sweep (default --repeats)",
     )
+    p.add_argument(
+        "--network-rtts",
+        default="0,2,20,80",
+        help="network sweep: round-trip times in ms between clients and server (0,2,20,80)",
+    )
+    p.add_argument(
+        "--network-mbits",
+        default="0,100,10",
+        help="network sweep: link rates in Mbit/s each way, 0 unlimited (default 0,100,10)",
+    )
+    p.add_argument("--network-turns", type=int, default=25, help="network sweep: tool turns (25)")
+    p.add_argument(
+        "--network-output-tokens",
+        type=int,
+        default=4000,
+        help="network sweep: tool-output size in tokens (4000)",
+    )
+    p.add_argument(
+        "--network-repeats", type=int, default=3, help="network sweep: repeats per cell (3)"
+    )
+    p.add_argument(
+        "--network-modes",
+        default="1,2,4,7",
+        help="network sweep: modes (default 1,2,4,7: HTTP new connection and keep-alive, "
+        "WebSocket mode, Connect)",
+    )
+    p.add_argument("--network-no-tls", action="store_true", help="network sweep: plain TCP, no TLS")
     p.add_argument("--agents", default="1,4,16,64", help="concurrency sweep points")
     p.add_argument(
         "--concurrency-modes",
@@ -256,9 +285,10 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     from .run import CompareConfig
 
     sweeps = [s.strip() for s in args.sweeps.split(",") if s.strip()]
-    unknown = [s for s in sweeps if s not in _SWEEPS]
+    unknown = [s for s in sweeps if s not in _SWEEPS + _EXTRA_SWEEPS]
     if unknown:
-        raise ValueError(f"unknown sweep(s) {unknown}; known: {', '.join(_SWEEPS)}")
+        known = ", ".join(_SWEEPS + _EXTRA_SWEEPS)
+        raise ValueError(f"unknown sweep(s) {unknown}; known: {known}")
     if args.backend_url:
         if args.sweeps != ",".join(_SWEEPS) and sweeps != ["headline"]:
             raise ValueError("--backend-url runs the headline sweep only (--sweeps headline)")
@@ -279,6 +309,13 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         backend_api_key_env=args.backend_api_key_env,
         backend_format=args.backend_format,
         engine=args.engine,
+        network_rtts=_floats(args.network_rtts),
+        network_mbits=[m or None for m in _floats(args.network_mbits)],
+        network_turns=args.network_turns,
+        network_output_tokens=args.network_output_tokens,
+        network_repeats=args.network_repeats,
+        network_modes=_modes(args.network_modes),
+        network_tls=not args.network_no_tls,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -342,6 +379,11 @@ def _smoke(config: CompareConfig) -> None:
     config.keepup_windows = [0.0]
     config.keepup_modes = resolve_modes("7")
     config.steer_rounds = 3
+    config.network_rtts = [20.0]
+    config.network_mbits = [None]
+    config.network_turns = 2
+    config.network_output_tokens = 300
+    config.network_repeats = 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,8 @@ class ServerAddress:
     http_port: int | None
     #: The server's process id, for reading its CPU time per turn (same machine).
     pid: int | None = None
+    #: The CA (PEM file) of the server's certificate: clients then connect over TLS.
+    tls_ca: str | None = None
 
     @property
     def ports(self) -> list[int]:

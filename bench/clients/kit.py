@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..wire import WireCounter
@@ -31,7 +33,13 @@ class ClientKit:
         self.mode = mode
         self.server = server
         self.wire = wire
-        self.base = f"http://{server.host}:{server.http_port}"
+        scheme = "https" if server.tls_ca else "http"
+        self.base = f"{scheme}://{server.host}:{server.http_port}"
+        # TLS as a client deploys it: the server's certificate checked against its CA.
+        self.ssl: ssl.SSLContext | None = (
+            ssl.create_default_context(cafile=server.tls_ca) if server.tls_ca else None
+        )
+        self._ca_pem = Path(server.tls_ca).read_bytes() if server.tls_ca else b""
         self._session: aiohttp.ClientSession | None = None
         self._grpc: AsyncResponsesClient | None = None
 
@@ -40,7 +48,11 @@ class ClientKit:
             import aiohttp
 
             # Mode 1 closes the connection after each response: a new TCP connection per turn.
-            connector = aiohttp.TCPConnector(force_close=self.mode.key == "http_new", limit=0)
+            connector = aiohttp.TCPConnector(
+                force_close=self.mode.key == "http_new",
+                limit=0,
+                ssl=self.ssl if self.ssl is not None else True,
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=None)
             )
@@ -49,11 +61,20 @@ class ClientKit:
             from bidi_responses.client.channel import DEFAULT_DELTA_WINDOW_MS
 
             window = self.mode.delta_window_ms
+            target = f"{self.server.host}:{self.server.grpc_port}"
+            channel = None
+            if self.server.tls_ca:
+                import grpc
+                from bidi_responses.client.channel import CHANNEL_OPTIONS
+
+                credentials = grpc.ssl_channel_credentials(self._ca_pem)
+                channel = grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
             self._grpc = AsyncResponsesClient(
-                f"{self.server.host}:{self.server.grpc_port}",
+                target,
                 batch_events=self.mode.batch,
                 snapshots="slim" if self.mode.slim else "full",
                 delta_window_ms=DEFAULT_DELTA_WINDOW_MS if window is None else window,
+                channel=channel,
             )
         return self
 
@@ -67,7 +88,7 @@ class ClientKit:
         """A connection for one agent."""
         mode = self.mode
         if mode.transport == "ws":
-            return await WsConn.open(self.base, self.wire, batch=mode.batch)
+            return await WsConn.open(self.base, self.wire, batch=mode.batch, ssl=self.ssl)
         if mode.transport == "http":
             if self._session is None:
                 raise RuntimeError("ClientKit.conn() outside its async with block")

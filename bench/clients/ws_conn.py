@@ -14,6 +14,8 @@ from .exchange import Exchange, wire_snapshot
 from .steering import steer_round_ws
 
 if TYPE_CHECKING:
+    from ssl import SSLContext
+
     from websockets.asyncio.client import ClientConnection
 
 __all__ = ["WsConn"]
@@ -27,15 +29,22 @@ class WsConn:
         self._wire = wire
 
     @classmethod
-    async def open(cls, base: str, wire: WireCounter | None, batch: bool = False) -> WsConn:
+    async def open(
+        cls,
+        base: str,
+        wire: WireCounter | None,
+        batch: bool = False,
+        ssl: SSLContext | None = None,
+    ) -> WsConn:
         """Connect (no compression, no frame size limit, as the OpenAI SDK connects);
-        ``batch`` asks for the non-standard batched frames."""
+        ``batch`` asks for the non-standard batched frames; ``ssl``: over TLS (wss)."""
         from websockets.asyncio.client import connect
 
-        url = base.replace("http://", "ws://", 1) + "/v1/responses"
+        url = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+        url += "/v1/responses"
         if batch:
             url += "?batch_frames=1"
-        ws = await connect(url, max_size=None, compression=None, open_timeout=30)
+        ws = await connect(url, max_size=None, compression=None, open_timeout=30, ssl=ssl)
         return cls(ws, wire)
 
     async def _exchange(self, message: JSONObject) -> Exchange:

@@ -220,6 +220,75 @@ def _steer_summary(cell: CellResult) -> JSONObject:
     return {"name": cell.name, "kind": cell.kind, "params": cell.params, "rows": rows}
 
 
+def _network_summary(cell: CellResult) -> JSONObject:
+    """Per link condition and mode: the rollout's figures; per rate, the round-trip time from
+    which each stateful mode is 1.40x faster end to end than HTTP with a new connection."""
+    rows = []
+    for rtt in cell.params["rtts_ms"]:
+        for mbit in cell.params["mbits"]:
+            at = [r for r in cell.runs if r["rtt_ms"] == rtt and r["mbit"] == mbit]
+            here: list[JSONObject] = []
+            for key in cell.params["modes"]:
+                runs = [r for r in at if r["mode"] == key]
+                if not runs:
+                    continue
+                turns = [
+                    t
+                    for t in cell.turns
+                    if t["mode"] == key and t["rtt_ms"] == rtt and t["mbit"] == mbit
+                ]
+                e2e = [v for r in runs for v in r["e2e_s"]]
+                here.append(
+                    {
+                        "mode": key,
+                        "number": MODES[key].number,
+                        "label": MODES[key].label,
+                        "rtt_ms": rtt,
+                        "mbit": mbit,
+                        "e2e_median_s": median(e2e),
+                        "e2e_min_s": min(e2e),
+                        "e2e_max_s": max(e2e),
+                        "e2e_s": e2e,
+                        **_turn_figures(turns, runs),
+                    }
+                )
+            base = next((r for r in here if r["mode"] == "http_new"), None)
+            for row in here:
+                if base is not None and row["e2e_median_s"] > 0:
+                    row["speedup_vs_http_new"] = base["e2e_median_s"] / row["e2e_median_s"]
+            rows += here
+    crossover: JSONObject = {}
+    for mbit in cell.params["mbits"]:
+        for key in ("grpc_connect", "ws_cache"):
+            series = sorted(
+                (r["rtt_ms"], r["speedup_vs_http_new"])
+                for r in rows
+                if r["mode"] == key and r["mbit"] == mbit and "speedup_vs_http_new" in r
+            )
+            crossover[f"{key}@{mbit:g}"] = _first_reaching(series, 1.40)
+    return {
+        "name": cell.name,
+        "kind": cell.kind,
+        "params": cell.params,
+        "rows": rows,
+        "crossover_1_40": crossover,
+    }
+
+
+def _first_reaching(series: Sequence[tuple[float, float]], target: float) -> JSONValue:
+    """The smallest x at which a measured (x, y) series reaches ``target``, interpolated
+    linearly between the two points around it; None if no point reaches it."""
+    previous: tuple[float, float] | None = None
+    for x, y in series:
+        if y >= target:
+            if previous is None or previous[1] >= target:
+                return x
+            x0, y0 = previous
+            return x0 + (target - y0) * (x - x0) / (y - y0)
+        previous = (x, y)
+    return None
+
+
 def summarize(cells: Sequence[CellResult]) -> list[JSONObject]:
     """One summary per cell."""
     out = []
@@ -234,4 +303,6 @@ def summarize(cells: Sequence[CellResult]) -> list[JSONObject]:
             out.append(_keepup_summary(cell))
         elif cell.kind == "steer":
             out.append(_steer_summary(cell))
+        elif cell.kind == "network":
+            out.append(_network_summary(cell))
     return out

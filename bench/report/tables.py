@@ -40,6 +40,8 @@ def summary_tables(summaries: Sequence[JSONObject]) -> list[Table]:
             out.append(_concurrency_table(s))
         elif s["kind"] == "keepup":
             out.append(_keepup_table(s))
+        elif s["kind"] == "network":
+            out.append(_link_table(s))
     # Steering sits beside the network projection (after it when the headline ran).
     steering = [_steer_table(s) for s in summaries if s["kind"] == "steer"]
     at = next((i + 1 for i, t in enumerate(out) if "network projection" in t.title), len(out))
@@ -397,3 +399,47 @@ def aligned(header: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     return "\n".join(lines)
+
+
+def _link_table(s: JSONObject) -> Table:
+    """The network sweep: each mode's rollout through each emulated link."""
+    p = s["params"]
+    title = (
+        f"network: the rollout ({p['workload'].get('tool_turns', '?')} tool turns) through an "
+        f"emulated link, {'TLS' if p.get('tls') else 'plain TCP'}, "
+        f"{p['tokens_per_second']:g} tok/s, {p['repeats']} repeats; "
+        "e2e s median (min-max), speedup vs HTTP new connection at the same link"
+    )
+    header = [
+        "RTT ms",
+        "Mbit/s",
+        "#",
+        "mode",
+        "e2e s",
+        "speedup",
+        "overhead p50 ms",
+        "srv CPU ms/turn",
+        "engine CPU ms/turn",
+        "KB up/turn",
+        "KB down/turn",
+    ]
+    rows = []
+    for r in s["rows"]:
+        rows.append(
+            [
+                f"{r['rtt_ms']:g}",
+                f"{r['mbit']:g}" if r["mbit"] else "unlimited",
+                str(r["number"]),
+                r["label"],
+                f"{r['e2e_median_s']:.2f} ({r['e2e_min_s']:.2f}-{r['e2e_max_s']:.2f})",
+                f"{r['speedup_vs_http_new']:.2f}x" if "speedup_vs_http_new" in r else "-",
+                _fmt(r["overhead_p50_ms"], 1),
+                _fmt(r["server_cpu_ms_per_turn"], 1),
+                _fmt(r.get("engine_cpu_ms_per_turn"), 1)
+                if r.get("engine_cpu_ms_per_turn") is not None
+                else "-",
+                _kb(r["bytes_up_per_turn"]),
+                _kb(r["bytes_down_per_turn"]),
+            ]
+        )
+    return Table(title, header, rows)

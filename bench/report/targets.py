@@ -135,7 +135,100 @@ def evaluate_targets(summaries: Sequence[JSONObject]) -> list[Target]:
     targets += _issue11_targets(by_name, rows)
     targets += _steering_targets(by_name)
     targets += _per_turn_cost_targets(by_name, rows)
+    targets += _deployed_targets(by_name, rows)
     return targets
+
+
+def _out_of_process(summary: JSONObject) -> bool:
+    """Whether the cell's engine ran in its own process (its CPU not in the server's)."""
+    server = summary["params"].get("server") or {}
+    return bool(server.get("sim_backend_url"))
+
+
+def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject]) -> list[Target]:
+    """The comparison under deployed conditions: a network with TLS, the engine apart."""
+    out: list[Target] = []
+    net = by_name.get("network")
+    if net:
+        tls = "TLS" if net["params"].get("tls") else "plain TCP"
+        at = {r["mode"]: r for r in net["rows"] if r["rtt_ms"] == 20 and not r["mbit"]}
+        if "grpc_connect" in at and "http_new" in at:
+            g, h = at["grpc_connect"], at["http_new"]
+            speedup = h["e2e_median_s"] / g["e2e_median_s"]
+            out.append(
+                _target(
+                    "N1",
+                    f"at 20 ms RTT ({tls}, unlimited rate) Connect >= 1.40x faster end to end "
+                    "than HTTP full history with a new connection per turn",
+                    speedup,
+                    speedup >= 1.40,
+                    f"{g['e2e_median_s']:.2f} s vs {h['e2e_median_s']:.2f} s: {speedup:.2f}x",
+                )
+            )
+        worst: tuple[float, str] | None = None
+        slower: list[str] = []
+        for rtt in net["params"]["rtts_ms"]:
+            for mbit in net["params"]["mbits"]:
+                here = {
+                    r["mode"]: r for r in net["rows"] if r["rtt_ms"] == rtt and r["mbit"] == mbit
+                }
+                if "grpc_connect" not in here or "ws_cache" not in here:
+                    continue
+                g, w = here["grpc_connect"], here["ws_cache"]
+                ratio = g["e2e_median_s"] / w["e2e_median_s"]
+                label = f"{rtt:g} ms/{f'{mbit:g} Mbit/s' if mbit else 'unlimited'}"
+                if worst is None or ratio > worst[0]:
+                    worst = (ratio, label)
+                # Within the spread: Connect's median no slower than WebSocket's slowest repeat.
+                if g["e2e_median_s"] > w["e2e_max_s"]:
+                    slower.append(f"{label} ({ratio:.3f}x)")
+        if worst is not None:
+            out.append(
+                _target(
+                    "N2",
+                    f"Connect no slower end to end than WebSocket mode at any link ({tls}; "
+                    "Connect's median within WebSocket's slowest repeat)",
+                    worst[0],
+                    not slower,
+                    f"worst Connect/WebSocket ratio {worst[0]:.3f}x at {worst[1]}"
+                    + (f"; slower beyond the spread at {', '.join(slower)}" if slower else ""),
+                )
+            )
+    headline = by_name.get("headline")
+    if headline and _out_of_process(headline):
+        connect, ws = head.get("grpc_connect"), head.get("ws_cache")
+        if connect and ws and ws["server_cpu_ms_per_turn"]:
+            ratio = connect["server_cpu_ms_per_turn"] / ws["server_cpu_ms_per_turn"]
+            out.append(
+                _target(
+                    "N3",
+                    "engine in its own process: the API server's CPU per headline turn, "
+                    "Connect <= 1.10x WebSocket mode's",
+                    ratio,
+                    ratio <= 1.10,
+                    f"{connect['server_cpu_ms_per_turn']:.2f} vs "
+                    f"{ws['server_cpu_ms_per_turn']:.2f} ms: {ratio:.2f}x",
+                )
+            )
+    conc = by_name.get("concurrency")
+    if conc and _out_of_process(conc):
+        most = conc["params"]["agents"][-1]
+        top = {r["mode"]: r for r in conc["rows"] if r["agents"] == most}
+        c, w = top.get("grpc_connect"), top.get("ws_cache")
+        if c and w and w["server_cpu_ms_per_turn"]:
+            ratio = c["server_cpu_ms_per_turn"] / w["server_cpu_ms_per_turn"]
+            out.append(
+                _target(
+                    "N4",
+                    f"engine in its own process: the API server's CPU per turn at {most} "
+                    "agents, Connect <= 1.10x WebSocket mode's",
+                    ratio,
+                    ratio <= 1.10,
+                    f"{c['server_cpu_ms_per_turn']:.2f} vs {w['server_cpu_ms_per_turn']:.2f} "
+                    f"ms: {ratio:.2f}x",
+                )
+            )
+    return out
 
 
 def _per_turn_cost_targets(

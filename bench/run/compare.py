@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ..clients import ModeInfo
 from ..workload import load_trace_turns
 from .cells import Runner
+from .network import network_cell
 from .settings import DEFAULT_DELTA_WINDOW_MS, CellResult, CompareConfig
 
 __all__ = ["run_compare"]
@@ -79,6 +80,14 @@ def run_compare(config: CompareConfig) -> list[CellResult]:
                 cells.append(
                     runner.concurrency_cell(extra, name=f"concurrency-w{window:g}", window=window)
                 )
+        if "network" in config.sweeps:
+            chosen = _subset(
+                config.network_modes,
+                modes,
+                ("http_new", "http_keepalive", "ws_cache", "grpc_connect"),
+            )
+            if chosen:
+                cells.append(network_cell(runner, chosen))
         if "steer" in config.sweeps:
             chosen = _subset(config.steer_modes, modes, ("ws_cache", "grpc_connect"))
             # Steering exists on the streams only (WebSocket mode and Connect).

@@ -59,6 +59,9 @@ class ServerSettings:
     # The simulated engine in its own process (``bench.sim_backend``) at this base URL: the
     # server serves it through its ``completions`` route, the sim's settings in each request.
     sim_backend_url: str | None = None
+    # TLS on every listener (PEM files): the network sweep's servers.
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def sim_config(self) -> SimConfig:
         """The simulated engine these settings describe."""
@@ -123,6 +126,13 @@ class ServerSettings:
             f"answer_tokens = {int(self.answer_tokens)}",
             f"seed = {int(self.seed)}",
         ]
+        if self.tls_cert and self.tls_key:
+            lines += [
+                "",
+                "[tls]",
+                f"cert_file = {_toml_str(self.tls_cert)}",
+                f"key_file = {_toml_str(self.tls_key)}",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -200,6 +210,15 @@ class CompareConfig:
     steer_ttft_ms: float = 20.0
     steer_tps: float = 2000.0
     steer_answer_tokens: int = 40
+    # Network sweep (its own target): the rollout through an emulated link per RTT and rate
+    # (0 or None: unlimited), over TLS unless network_tls is off.
+    network_rtts: list[float] = field(default_factory=lambda: [0.0, 2.0, 20.0, 80.0])
+    network_mbits: list[float | None] = field(default_factory=lambda: [None, 100.0, 10.0])
+    network_turns: int = 25
+    network_output_tokens: int = 4000
+    network_repeats: int = 3
+    network_modes: list[ModeInfo] | None = None
+    network_tls: bool = True
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

@@ -1,0 +1,158 @@
+"""The network sweep: the headline rollout through an emulated link, over TLS.
+
+For each round-trip time and bandwidth the clients reach the server through a relay process
+(``bench.netem``) that delays each direction by RTT/2 and paces bytes to the rate; the link
+from the server to the engine stays direct (loopback). One server (TLS on every listener when
+asked) serves every condition; a relay process per condition sits in front of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..clients import AgentsCommand, ModeInfo, ServerAddress
+from ..lifecycle import ManagedService
+from .measure import rotated
+from .settings import CellResult
+
+if TYPE_CHECKING:
+    from .cells import Runner
+
+__all__ = ["RelayProcess", "link_label", "network_cell"]
+
+
+def link_label(rtt_ms: float, mbit: float | None) -> str:
+    """How a link condition is named in tables and cell names."""
+    return f"{rtt_ms:g} ms, " + (f"{mbit:g} Mbit/s" if mbit else "unlimited")
+
+
+class RelayProcess(ManagedService):
+    """``python -m bidi_responses.bench.netem`` in front of some loopback ports."""
+
+    def __init__(
+        self, targets: list[int], rtt_ms: float, mbit: float | None, workdir: Path, name: str
+    ) -> None:
+        self.targets = targets
+        self.rtt_ms = rtt_ms
+        self.mbit = mbit
+        self.log_path = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        # Target port -> the relay's port in front of it.
+        self.ports: dict[int, int] = {}
+
+    def start(self, timeout: float = 30.0) -> dict[int, int]:
+        command = [sys.executable, "-m", "bidi_responses.bench.netem"]
+        command += ["--rtt-ms", f"{self.rtt_ms:g}", "--mbit", f"{self.mbit or 0:g}"]
+        for port in self.targets:
+            command += ["--to", f"127.0.0.1:{port}"]
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes it until stop()
+        self.proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while len(self.ports) < len(self.targets):
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            for line in text.splitlines():
+                # "relay 127.0.0.1:PORT -> 127.0.0.1:TARGET"
+                if line.startswith("relay "):
+                    left, _, right = line.removeprefix("relay ").partition(" -> ")
+                    self.ports[int(right.rpartition(":")[2])] = int(left.rpartition(":")[2])
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the relay exited with {self.proc.returncode}:\n{text}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the relay did not listen within {timeout:g} s:\n{text}")
+            if len(self.ports) < len(self.targets):
+                time.sleep(0.05)  # polling the log for the readiness lines, under a deadline
+        return self.ports
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
+    """Single-agent rollouts through each link condition, ``network_repeats`` times each."""
+    cfg = runner.config
+    spec = cfg.workload_spec(cfg.network_turns, cfg.network_output_tokens)
+    workload = runner.workload(spec)
+    settings = runner.settings(modes, tokens_per_second=cfg.tps, tool_rounds=spec.tool_turns)
+    ca: str | None = None
+    if cfg.network_tls:
+        from ..certs import make_server_pki
+
+        pki = make_server_pki(runner.workdir / "pki")
+        settings.tls_cert, settings.tls_key = str(pki.cert), str(pki.key)
+        ca = str(pki.ca)
+    conditions = [(rtt, mbit) for rtt in cfg.network_rtts for mbit in cfg.network_mbits]
+    cell = CellResult(
+        "network",
+        "network",
+        {
+            "tokens_per_second": cfg.tps,
+            "workload": workload.to_json(),
+            "server": asdict(settings),
+            "repeats": cfg.network_repeats,
+            "modes": [m.key for m in modes],
+            "rtts_ms": list(cfg.network_rtts),
+            "mbits": [m or 0 for m in cfg.network_mbits],
+            "tls": cfg.network_tls,
+        },
+    )
+    total = (spec.tool_turns + 1) * len(modes) * cfg.network_repeats * len(conditions)
+    with runner.timed(cell, total, "network") as bar, runner.server("network", settings) as server:
+        assert server.address is not None
+        direct = dataclasses.replace(server.address, tls_ca=ca)
+        base = runner.rollout_cmd(workload, direct)
+        runner.warm_up(modes, base)
+        for rtt, mbit in conditions:
+            label = link_label(rtt, mbit)
+            name = f"relay-{rtt:g}ms-{mbit or 0:g}mbit"
+            with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
+                address = _through(direct, relay.ports)
+                for repeat in range(cfg.network_repeats):
+                    for mode in rotated(modes, repeat):
+                        bar.describe(f"{label} {mode.key} r{repeat + 1}")
+                        cmd: AgentsCommand = {
+                            **base,
+                            "server": address,
+                            "mode": mode.key,
+                            "repeat": repeat,
+                            "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
+                        }
+                        runner.run_measured(
+                            cell,
+                            server,
+                            [(runner.worker(mode), cmd)],
+                            bar.update,
+                            {
+                                "mode": mode.key,
+                                "repeat": repeat,
+                                "rtt_ms": rtt,
+                                "mbit": mbit or 0,
+                                "tls": cfg.network_tls,
+                            },
+                        )
+    return cell
+
+
+def _through(address: ServerAddress, relays: dict[int, int]) -> ServerAddress:
+    """The server's address as the clients see it: the relay's ports in front of its own."""
+    return dataclasses.replace(
+        address,
+        grpc_port=relays[address.grpc_port],
+        http_port=relays[address.http_port] if address.http_port else None,
+    )
