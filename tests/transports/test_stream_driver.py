@@ -5,6 +5,7 @@ engine. The wire is the one thing faked: it is what each transport's adapter pro
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,35 @@ async def test_the_client_going_away_closes_the_session_and_stops_its_work(
     assert core.sessions_open == 0
     assert not core.deps.state.inflight
     assert wire.closes == 0 and not wire.aborted  # nobody to tell
+
+
+def _live_terminal_events() -> list[OutEvent]:
+    gc.collect()
+    return [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, OutEvent) and obj.data["type"] == "response.completed"
+    ]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one_by_one"])
+async def test_an_idle_stream_keeps_no_event_it_sent(
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore], batched: bool
+) -> None:
+    """While it waits for more, the writer holds nothing of what it sent: an idle stream
+    would otherwise keep its last terminal event, which carries the whole response."""
+    engine, core = engine_and_core
+    engine.turns.append(Turn())
+    session = open_stream(core, "test", ANONYMOUS)
+    wire = MemoryWire(core.config.limits, half_close=True)
+    wire.batched = batched
+    running = asyncio.get_running_loop().create_task(StreamDriver(core, session, wire).run())
+    await wire.inbox.put(create())
+    await wire.until("response.completed")
+    assert session.quiet  # idle: the writer waits for the next event
+    assert _live_terminal_events() == []
+    await wire.inbox.put(None)
+    await running
 
 
 class SlowToStopWire(MemoryWire):

@@ -243,6 +243,9 @@ class Session:
             if event is None:
                 return
             yield event
+            # Not kept while waiting for the next: an idle stream would hold its last event
+            # (a terminal event carries the whole response).
+            del event
 
     async def event_batches(self, max_events: int) -> AsyncIterator[list[OutEvent]]:
         """Server events in order, as lists of what is ready when the transport asks.
@@ -255,8 +258,11 @@ class Session:
             batch = await self._out.take(max_events)
             ended = batch[-1] is None
             ready = [out for out in batch if out is not None]
+            del batch
             if ready:
                 yield ready
+            # Not kept while waiting for the next batch (as in ``events``).
+            del ready
             if ended:
                 return
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic
 
 from ...core.api.errors import ApiError
@@ -179,15 +179,26 @@ class StreamDriver(Generic[Message, Frame]):
         wire, session = self.wire, self.session
         frames, send = wire.frames, wire.send
         begin, end = watch.begin, watch.end
+        # The loops drop what they sent before waiting for more: an idle stream must not hold
+        # its last events (a terminal event carries the whole response) or their frames.
         if not wire.batched:
             async for out in session.events():
-                for frame in frames([out]):
-                    begin()
-                    await send(frame)
-                    end()
+                await _send_all(frames([out]), send, begin, end)
+                del out
             return
         async for ready in session.event_batches(self.core.config.streaming.max_batch_events):
-            for frame in frames(ready):
-                begin()
-                await send(frame)
-                end()
+            await _send_all(frames(ready), send, begin, end)
+            del ready
+
+
+async def _send_all(
+    frames: Sequence[Frame],
+    send: Callable[[Frame], Awaitable[None]],
+    begin: Callable[[], None],
+    end: Callable[[], None],
+) -> None:
+    """Send ``frames`` in order, each watched by the write timeout."""
+    for frame in frames:
+        begin()
+        await send(frame)
+        end()
