@@ -40,6 +40,16 @@ def _ints(text: str) -> list[int]:
     return [int(float(x)) for x in text.split(",") if x.strip()]
 
 
+def _links(text: str) -> list[tuple[float, float | None]]:
+    """RTT_MS:MBIT pairs (MBIT 0: unlimited)."""
+    out: list[tuple[float, float | None]] = []
+    for part in text.split(","):
+        rtt, _, mbit = part.strip().partition(":")
+        if rtt:
+            out.append((float(rtt), float(mbit or 0) or None))
+    return out
+
+
 def _windows(text: str) -> list[float | None]:
     out: list[float | None] = []
     for part in text.split(","):
@@ -160,6 +170,12 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "WebSocket mode, Connect)",
     )
     p.add_argument("--network-no-tls", action="store_true", help="network sweep: plain TCP, no TLS")
+    p.add_argument(
+        "--network-mesh",
+        default="20:0,80:10",
+        help="network sweep: links RTT_MS:MBIT measured again with Envoy between the link and "
+        "the server, for modes 1, 4 and 7 (default 20:0,80:10; empty: none)",
+    )
     p.add_argument("--agents", default="1,4,16,64", help="concurrency sweep points")
     p.add_argument(
         "--concurrency-modes",
@@ -316,6 +332,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         network_repeats=args.network_repeats,
         network_modes=_modes(args.network_modes),
         network_tls=not args.network_no_tls,
+        network_mesh=_links(args.network_mesh),
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -384,6 +401,7 @@ def _smoke(config: CompareConfig) -> None:
     config.network_turns = 2
     config.network_output_tokens = 300
     config.network_repeats = 1
+    config.network_mesh = [(20.0, None)]
 
 
 def run(args: argparse.Namespace) -> int:

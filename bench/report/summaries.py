@@ -224,46 +224,64 @@ def _network_summary(cell: CellResult) -> JSONObject:
     """Per link condition and mode: the rollout's figures; per rate, the round-trip time from
     which each stateful mode is 1.40x faster end to end than HTTP with a new connection."""
     rows = []
-    for rtt in cell.params["rtts_ms"]:
-        for mbit in cell.params["mbits"]:
-            at = [r for r in cell.runs if r["rtt_ms"] == rtt and r["mbit"] == mbit]
-            here: list[JSONObject] = []
-            for key in cell.params["modes"]:
-                runs = [r for r in at if r["mode"] == key]
-                if not runs:
-                    continue
-                turns = [
-                    t
-                    for t in cell.turns
-                    if t["mode"] == key and t["rtt_ms"] == rtt and t["mbit"] == mbit
-                ]
-                e2e = [v for r in runs for v in r["e2e_s"]]
-                here.append(
-                    {
-                        "mode": key,
-                        "number": MODES[key].number,
-                        "label": MODES[key].label,
-                        "rtt_ms": rtt,
-                        "mbit": mbit,
-                        "e2e_median_s": median(e2e),
-                        "e2e_min_s": min(e2e),
-                        "e2e_max_s": max(e2e),
-                        "e2e_s": e2e,
-                        **_turn_figures(turns, runs),
-                    }
-                )
-            base = next((r for r in here if r["mode"] == "http_new"), None)
-            for row in here:
-                if base is not None and row["e2e_median_s"] > 0:
-                    row["speedup_vs_http_new"] = base["e2e_median_s"] / row["e2e_median_s"]
-            rows += here
+    conditions = [
+        ("direct", rtt, mbit) for rtt in cell.params["rtts_ms"] for mbit in cell.params["mbits"]
+    ]
+    conditions += [("envoy", rtt, mbit) for rtt, mbit in cell.params.get("mesh") or []]
+    for path, rtt, mbit in conditions:
+        at = [
+            r
+            for r in cell.runs
+            if r.get("path", "direct") == path and r["rtt_ms"] == rtt and r["mbit"] == mbit
+        ]
+        ats = [
+            t
+            for t in cell.turns
+            if t.get("path", "direct") == path and t["rtt_ms"] == rtt and t["mbit"] == mbit
+        ]
+        here: list[JSONObject] = []
+        for key in cell.params["modes"]:
+            runs = [r for r in at if r["mode"] == key]
+            if not runs:
+                continue
+            turns = [t for t in ats if t["mode"] == key]
+            e2e = [v for r in runs for v in r["e2e_s"]]
+            proxy = [
+                r["proxy_cpu_s"] * 1000 / r["responses"]
+                for r in runs
+                if r.get("proxy_cpu_s") is not None and r["responses"]
+            ]
+            here.append(
+                {
+                    "mode": key,
+                    "number": MODES[key].number,
+                    "label": MODES[key].label,
+                    "path": path,
+                    "rtt_ms": rtt,
+                    "mbit": mbit,
+                    "e2e_median_s": median(e2e),
+                    "e2e_min_s": min(e2e),
+                    "e2e_max_s": max(e2e),
+                    "e2e_s": e2e,
+                    "proxy_cpu_ms_per_turn": median(proxy) if proxy else None,
+                    **_turn_figures(turns, runs),
+                }
+            )
+        base = next((r for r in here if r["mode"] == "http_new"), None)
+        for row in here:
+            if base is not None and row["e2e_median_s"] > 0:
+                row["speedup_vs_http_new"] = base["e2e_median_s"] / row["e2e_median_s"]
+        rows += here
     crossover: JSONObject = {}
     for mbit in cell.params["mbits"]:
         for key in ("grpc_connect", "ws_cache"):
             series = sorted(
                 (r["rtt_ms"], r["speedup_vs_http_new"])
                 for r in rows
-                if r["mode"] == key and r["mbit"] == mbit and "speedup_vs_http_new" in r
+                if r["path"] == "direct"
+                and r["mode"] == key
+                and r["mbit"] == mbit
+                and "speedup_vs_http_new" in r
             )
             crossover[f"{key}@{mbit:g}"] = _first_reaching(series, 1.40)
     return {

@@ -411,6 +411,7 @@ def _link_table(s: JSONObject) -> Table:
         "e2e s median (min-max), speedup vs HTTP new connection at the same link"
     )
     header = [
+        "path",
         "RTT ms",
         "Mbit/s",
         "#",
@@ -420,6 +421,7 @@ def _link_table(s: JSONObject) -> Table:
         "overhead p50 ms",
         "srv CPU ms/turn",
         "engine CPU ms/turn",
+        "Envoy CPU ms/turn",
         "KB up/turn",
         "KB down/turn",
     ]
@@ -427,6 +429,7 @@ def _link_table(s: JSONObject) -> Table:
     for r in s["rows"]:
         rows.append(
             [
+                "Envoy" if r.get("path") == "envoy" else "direct",
                 f"{r['rtt_ms']:g}",
                 f"{r['mbit']:g}" if r["mbit"] else "unlimited",
                 str(r["number"]),
@@ -437,6 +440,9 @@ def _link_table(s: JSONObject) -> Table:
                 _fmt(r["server_cpu_ms_per_turn"], 1),
                 _fmt(r.get("engine_cpu_ms_per_turn"), 1)
                 if r.get("engine_cpu_ms_per_turn") is not None
+                else "-",
+                _fmt(r.get("proxy_cpu_ms_per_turn"), 1)
+                if r.get("proxy_cpu_ms_per_turn") is not None
                 else "-",
                 _kb(r["bytes_up_per_turn"]),
                 _kb(r["bytes_down_per_turn"]),

@@ -151,7 +151,8 @@ def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject
     net = by_name.get("network")
     if net:
         tls = "TLS" if net["params"].get("tls") else "plain TCP"
-        at = {r["mode"]: r for r in net["rows"] if r["rtt_ms"] == 20 and not r["mbit"]}
+        direct = [r for r in net["rows"] if r.get("path", "direct") == "direct"]
+        at = {r["mode"]: r for r in direct if r["rtt_ms"] == 20 and not r["mbit"]}
         if "grpc_connect" in at and "http_new" in at:
             g, h = at["grpc_connect"], at["http_new"]
             speedup = h["e2e_median_s"] / g["e2e_median_s"]
@@ -169,9 +170,7 @@ def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject
         slower: list[str] = []
         for rtt in net["params"]["rtts_ms"]:
             for mbit in net["params"]["mbits"]:
-                here = {
-                    r["mode"]: r for r in net["rows"] if r["rtt_ms"] == rtt and r["mbit"] == mbit
-                }
+                here = {r["mode"]: r for r in direct if r["rtt_ms"] == rtt and r["mbit"] == mbit}
                 if "grpc_connect" not in here or "ws_cache" not in here:
                     continue
                 g, w = here["grpc_connect"], here["ws_cache"]

@@ -3,7 +3,9 @@
 For each round-trip time and bandwidth the clients reach the server through a relay process
 (``bench.netem``) that delays each direction by RTT/2 and paces bytes to the rate; the link
 from the server to the engine stays direct (loopback). One server (TLS on every listener when
-asked) serves every condition; a relay process per condition sits in front of it.
+asked) serves every condition; a relay process per condition sits in front of it. The mesh
+conditions put the project's Envoy (``cluster.envoy``) between the relay and a second server:
+the link reaches Envoy, which terminates TLS and proxies to the server on loopback.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..clients import AgentsCommand, ModeInfo, ServerAddress
+from ..jsontypes import JSONObject
 from ..lifecycle import ManagedService
-from .measure import rotated
-from .settings import CellResult
+from .measure import Progress, rotated
+from .settings import CellResult, ServerSettings
 
 if TYPE_CHECKING:
     from .cells import Runner
@@ -110,9 +113,12 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             "rtts_ms": list(cfg.network_rtts),
             "mbits": [m or 0 for m in cfg.network_mbits],
             "tls": cfg.network_tls,
+            "mesh": [[rtt, mbit or 0] for rtt, mbit in cfg.network_mesh],
         },
     )
-    total = (spec.tool_turns + 1) * len(modes) * cfg.network_repeats * len(conditions)
+    mesh_modes = [m for m in modes if m.transport in ("grpc", "ws") or m.key == "http_new"]
+    total = (spec.tool_turns + 1) * cfg.network_repeats
+    total *= len(modes) * len(conditions) + len(mesh_modes) * len(cfg.network_mesh)
     with runner.timed(cell, total, "network") as bar, runner.server("network", settings) as server:
         assert server.address is not None
         direct = dataclasses.replace(server.address, tls_ca=ca)
@@ -144,9 +150,119 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
                                 "rtt_ms": rtt,
                                 "mbit": mbit or 0,
                                 "tls": cfg.network_tls,
+                                "path": "direct",
                             },
                         )
+        if cfg.network_mesh and mesh_modes:
+            _mesh_conditions(runner, cell, mesh_modes, base, ca, pki_paths(settings), bar)
     return cell
+
+
+def pki_paths(settings: ServerSettings) -> tuple[str, str] | None:
+    """The certificate and key the server under test was given (None: no TLS)."""
+    if settings.tls_cert and settings.tls_key:
+        return settings.tls_cert, settings.tls_key
+    return None
+
+
+def _mesh_conditions(
+    runner: Runner,
+    cell: CellResult,
+    modes: list[ModeInfo],
+    base: AgentsCommand,
+    ca: str | None,
+    pki: tuple[str, str] | None,
+    bar: Progress,
+) -> None:
+    """The same rollouts with the project's Envoy between the link and the server.
+
+    Envoy terminates the clients' TLS, as a mesh's ingress or sidecar does, and speaks
+    plaintext to a server of its own (HTTP/2 for gRPC, HTTP/1.1 with upgrades for WebSocket
+    mode and HTTP); its CPU is read per run, apart from the server's.
+    """
+    from bidi_responses.cluster.envoy import EnvoyProcess, render_config
+
+    from ..cpu import process_cpu_clock
+    from ..ports import free_port
+
+    cfg = runner.config
+    settings = runner.settings(modes, tokens_per_second=cfg.tps, tool_rounds=cfg.network_turns)
+    with runner.server("network-mesh", settings) as server:
+        assert server.address is not None and server.address.http_port is not None
+        grpc_port, http_port, admin_port = free_port(), free_port(), free_port()
+        config = render_config(
+            grpc_replicas=[("127.0.0.1", server.address.grpc_port)],
+            http_replicas=[("127.0.0.1", server.address.http_port)],
+            grpc_port=grpc_port,
+            http_port=http_port,
+            admin_port=admin_port,
+        )
+        if pki is not None:
+            _terminate_tls(config, *pki)
+        workdir = runner.workdir / "envoy"
+        workdir.mkdir(parents=True, exist_ok=True)
+        envoy = EnvoyProcess(config, workdir, admin_port)
+        try:
+            envoy.start()
+            envoy.wait_healthy(1)
+            assert envoy.pid is not None
+            proxy_cpu = process_cpu_clock(envoy.pid)
+            front = ServerAddress("127.0.0.1", grpc_port, http_port, server.address.pid, tls_ca=ca)
+            runner.warm_up(modes, {**base, "server": front})
+            for rtt, mbit in cfg.network_mesh:
+                label = link_label(rtt, mbit)
+                name = f"relay-envoy-{rtt:g}ms-{mbit or 0:g}mbit"
+                with RelayProcess(front.ports, rtt, mbit, runner.workdir, name) as relay:
+                    address = _through(front, relay.ports)
+                    for repeat in range(cfg.network_repeats):
+                        for mode in rotated(modes, repeat):
+                            bar.describe(f"Envoy {label} {mode.key} r{repeat + 1}")
+                            cmd: AgentsCommand = {
+                                **base,
+                                "server": address,
+                                "mode": mode.key,
+                                "repeat": repeat,
+                                "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
+                            }
+                            before = proxy_cpu()
+                            run = runner.run_measured(
+                                cell,
+                                server,
+                                [(runner.worker(mode), cmd)],
+                                bar.update,
+                                {
+                                    "mode": mode.key,
+                                    "repeat": repeat,
+                                    "rtt_ms": rtt,
+                                    "mbit": mbit or 0,
+                                    "tls": cfg.network_tls,
+                                    "path": "envoy",
+                                },
+                            )
+                            run["proxy_cpu_s"] = proxy_cpu() - before
+        finally:
+            envoy.stop()
+
+
+def _terminate_tls(config: JSONObject, cert: str, key: str) -> None:
+    """Envoy's listeners take TLS from the clients (h2 for gRPC, HTTP/1.1 for the rest)."""
+    for listener in config["static_resources"]["listeners"]:
+        alpn = ["h2"] if listener["name"] == "grpc" else ["http/1.1"]
+        context = {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+            "DownstreamTlsContext",
+            "common_tls_context": {
+                "tls_certificates": [
+                    {"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}
+                ],
+                "alpn_protocols": alpn,
+            },
+        }
+        for chain in listener["filter_chains"]:
+            chain["transport_socket"] = {
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": context,
+            }
 
 
 def _through(address: ServerAddress, relays: dict[int, int]) -> ServerAddress:

@@ -219,6 +219,11 @@ class CompareConfig:
     network_repeats: int = 3
     network_modes: list[ModeInfo] | None = None
     network_tls: bool = True
+    # The links (RTT ms, Mbit/s or None) measured with Envoy between the link and the server,
+    # for WebSocket mode, Connect and (the baseline) HTTP with a new connection per turn.
+    network_mesh: list[tuple[float, float | None]] = field(
+        default_factory=lambda: [(20.0, None), (80.0, 10.0)]
+    )
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

@@ -1,4 +1,5 @@
-"""The network sweep's relay (``bench.netem``) and a tiny rollout through it, over TLS.
+"""The network sweep's relay (``bench.netem``) and a tiny rollout through it, over TLS,
+straight to the server and through the project's Envoy.
 
 The relay is real: a process (or, for the pacing check, an in-process asyncio relay) on
 loopback between real clients and a real server. The delay and the pacing are the relay's
@@ -98,10 +99,15 @@ def test_every_transport_completes_its_turns_through_the_relay(
     turns, results = network
     cell = next(c for c in results["cells"] if c["name"] == "network")
     assert cell["params"]["tls"] is True
-    for mode in MODES:
-        runs = [r for r in cell["runs"] if r["mode"] == mode]
-        assert runs and all(r["statuses"] == ["completed"] for r in runs), mode
-        assert len([t for t in turns if t["mode"] == mode]) == 3, mode  # two tool turns + answer
+    # Direct to the server, and (gRPC, WebSocket mode and the baseline) through Envoy.
+    paths = [("direct", mode) for mode in MODES]
+    paths += [("envoy", mode) for mode in ("http_new", "ws_cache", "grpc_connect")]
+    for path, mode in paths:
+        runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == path]
+        assert runs and all(r["statuses"] == ["completed"] for r in runs), (path, mode)
+        mine = [t for t in turns if t["mode"] == mode and t["path"] == path]
+        assert len(mine) == 3, (path, mode)  # two tool turns and the answer
+    assert all(r["proxy_cpu_s"] > 0 for r in cell["runs"] if r["path"] == "envoy")
 
 
 def test_the_relay_adds_its_round_trips(network: tuple[list[dict[str, str]], Any]) -> None:
