@@ -14,6 +14,7 @@ TYPED := server client bench cluster schema tests
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
 	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip \
+	http-continuation stream-memory \
 	podman image check-manifests compare-network
 
 all: check test
@@ -169,6 +170,15 @@ saturation: $(EXTRA)bench
 # One event's round trip on Connect and on WebSocket mode: the latency of a transport hop.
 roundtrip: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.roundtrip
+
+# HTTP previous_response_id turns, 20 per loop: server and wall time by turn (recent states on).
+http-continuation: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.http_continuation --turns 20 --repeats 15
+
+# What an idle open stream holds on the server (tracemalloc), by file, WebSocket mode and Connect.
+stream-memory: $(EXTRA)bench
+	$(PY) -m bidi_responses.bench.stream_memory --transport websocket --streams 200
+	$(PY) -m bidi_responses.bench.stream_memory --transport connect --streams 90
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
