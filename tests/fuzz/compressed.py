@@ -70,13 +70,11 @@ class Input:
 
 
 @st.composite
-def compressed_inputs(draw: st.DrawFn, grpc_past_limit: bool = True) -> Input:
-    transport = draw(st.sampled_from(TRANSPORTS))
-    top = LIMIT - 1024 if transport.startswith("grpc") and not grpc_past_limit else 3 * LIMIT
-    sizes = [size for size in (1_000, LIMIT - 1024, LIMIT + 1, 3 * LIMIT) if size <= top]
+def compressed_inputs(draw: st.DrawFn) -> Input:
+    sizes = (1_000, LIMIT - 1024, LIMIT + 1, 3 * LIMIT)
     return Input(
-        transport=transport,
-        size=draw(st.sampled_from(sizes) | st.integers(1, top)),
+        transport=draw(st.sampled_from(TRANSPORTS)),
+        size=draw(st.sampled_from(sizes) | st.integers(1, 3 * LIMIT)),
         content=draw(st.sampled_from(["one character", "digits", "random"])),
         shape=draw(st.sampled_from(["create", "create", "not json", "binary"])),
         copies=draw(st.integers(1, 6)),
@@ -220,14 +218,9 @@ def _peak_rss(pid: int) -> int:
 
 
 def run_compressed_fuzz(
-    inputs: int, workdir: Path, *, grpc_past_limit: bool = True
+    inputs: int, workdir: Path
 ) -> tuple[dict[str, collections.Counter[str]], dict[str, Any]]:
-    """Fuzz a fresh server with ``inputs`` drawn inputs; returns counts and its state.
-
-    ``grpc_past_limit`` False keeps gRPC messages under the message limit: one that inflates
-    past it is refused by grpc core (RESOURCE_EXHAUSTED to the client), and the server then
-    logs grpc.aio's ExecuteBatchError for the status it can no longer send, an open finding.
-    """
+    """Fuzz a fresh server with ``inputs`` drawn inputs; returns counts and its state."""
     loop = Loop()
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     state: dict[str, Any] = {}
@@ -246,7 +239,7 @@ def run_compressed_fuzz(
             for outcome in loop.run(_one(server, item)):
                 counts[item.transport][outcome] += 1
 
-        _fuzz(inputs, compressed_inputs(grpc_past_limit), act)
+        _fuzz(inputs, compressed_inputs(), act)
         state["alive"] = server.process.returncode is None
         served = loop.run(other_client(server)) if state["alive"] else None
         state["serves"] = (

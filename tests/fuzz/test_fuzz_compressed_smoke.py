@@ -9,10 +9,9 @@ from tests.fuzz.run import BAD, report
 
 
 def test_fuzz_compressed_smoke(tmp_path: Path) -> None:
-    # gRPC messages past the limit are left to `make fuzz` (see run_compressed_fuzz).
-    counts, state = run_compressed_fuzz(16, tmp_path, grpc_past_limit=False)
+    counts, state = run_compressed_fuzz(16, tmp_path)
     table, clean = report(counts, state)
-    assert clean, (table, state['first_error'])
+    assert clean, (table, state["first_error"])
     assert clean_memory(state), state
     assert sum(sum(c.values()) for c in counts.values()) >= 16
     assert all(counts[t].get(b, 0) == 0 for t in counts for b in BAD)
