@@ -178,7 +178,7 @@ http-continuation: $(EXTRA)bench
 # What an idle open stream holds on the server (tracemalloc), by file, WebSocket mode and Connect.
 stream-memory: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.stream_memory --transport websocket --streams 200
-	$(PY) -m bidi_responses.bench.stream_memory --transport connect --streams 90
+	$(PY) -m bidi_responses.bench.stream_memory --transport connect --streams 200
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000

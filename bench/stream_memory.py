@@ -46,11 +46,19 @@ async def websocket(port: int, n: int) -> None:
 
 async def connect(port: int, n: int) -> None:
     from contextlib import AsyncExitStack
+    import grpc
     from bidi_responses.client import AsyncResponsesClient
     async with AsyncExitStack() as stack:
         for i in range(n):
             if i % 50 == 0:  # the server takes 100 streams per connection
-                client = await stack.enter_async_context(AsyncResponsesClient(f"127.0.0.1:{port}"))
+                # A subchannel pool of its own: channels to one target share a connection.
+                target = f"127.0.0.1:{port}"
+                channel = grpc.aio.insecure_channel(
+                    target, options=[("grpc.use_local_subchannel_pool", 1)]
+                )
+                client = await stack.enter_async_context(
+                    AsyncResponsesClient(target, channel=channel)
+                )
             stream = await stack.enter_async_context(client.connect())
             await stream.create(model="sim-model", input="hi", store=False)
         print("ready", flush=True)
