@@ -138,11 +138,13 @@ compare: $(EXTRA)bench
 
 # The network sweep: the headline rollout through an emulated link (RTT 0/2/20/80 ms x
 # unlimited/100/10 Mbit/s each way, TLS with certificates made at run time) for HTTP new
-# connection and keep-alive, WebSocket mode and Connect; bench-out/network/, ~30 minutes.
-# Its smoke version is tests/bench/test_network_smoke.py. NETWORK_ARGS adds compare flags.
+# connection and keep-alive, WebSocket mode and Connect, and with the mesh's Envoy in the path;
+# writes bench-out/network/ and docs/results-network.md, ~20-30 minutes. Its smoke version is
+# tests/bench/test_network_smoke.py. NETWORK_ARGS adds compare flags.
 NETWORK_ARGS ?=
 compare-network: $(EXTRA)bench $(EXTRA)test
-	$(VENV)/bin/bidi-responses compare --sweeps network --out bench-out/network $(NETWORK_ARGS)
+	$(VENV)/bin/bidi-responses compare --sweeps network --out bench-out/network \
+		--doc docs/results-network.md $(NETWORK_ARGS)
 
 # docs/results.md again from the last run's bench-out/results.json, measuring nothing.
 report: $(EXTRA)bench

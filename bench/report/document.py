@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..clients import MODES
 from .assembly import Report
+from .network_doc import TEMPLATE as NETWORK_TEMPLATE
+from .network_doc import network_figures, network_only
 from .records import JSONObject, JSONValue
 from .tables import Table, summary_tables
 
@@ -178,6 +180,7 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
     )
     out["run.allocator"] = str(meta.get("allocator", NA))
     out.update(_engine_texts(str(meta.get("engine", "inproc"))))
+    out.update(network_figures(report))
     out["modes.table"] = "\n".join(
         ["| # | mode | transport | history |", "|---|---|---|---|"]
         + [f"| {m.number} | {m.label} | {m.transport} | {m.history} |" for m in MODES.values()]
@@ -346,10 +349,13 @@ def write_document(report: Report, out_dir: Path, doc: Path | None = None) -> di
     """
     aiperf_path = out_dir / "aiperf.json"
     aiperf = json.loads(aiperf_path.read_text(encoding="utf-8")) if aiperf_path.is_file() else None
-    text = render_document(report, aiperf)
+    # A run of the network sweep alone (make compare-network) is its own document.
+    template = NETWORK_TEMPLATE if network_only(report) else None
+    text = render_document(report, aiperf, template)
     paths = {"document": out_dir / "results.md"}
     # In the output folder the plots sit beside the document, not in results/.
-    paths["document"].write_text(text.replace("](results/", "]("), encoding="utf-8")
+    local = text.replace("](results/", "](").replace("](results-network/", "](")
+    paths["document"].write_text(local, encoding="utf-8")
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(text, encoding="utf-8")

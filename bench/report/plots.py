@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -290,4 +291,119 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
             "first token)"
         )
         paths["plot_steer"] = save(fig, "steering.png")
+
+    net = by_name.get("network")
+    if net and net["rows"]:
+        paths.update(_network_plots(net, save, style))
+    return paths
+
+
+def _network_plots(
+    net: JSONObject, save: Callable[[Figure, str], Path], style: Callable[[str], _LineStyle]
+) -> dict[str, Path]:
+    """The network sweep: end to end and speedup against RTT per rate; Envoy against direct."""
+    import matplotlib.pyplot as plt
+
+    paths: dict[str, Path] = {}
+    direct = [r for r in net["rows"] if r.get("path", "direct") == "direct"]
+    mbits = list(net["params"]["mbits"])
+    modes = list(net["params"]["modes"])
+
+    def rate(mbit: float) -> str:
+        return f"{mbit:g} Mbit/s" if mbit else "unlimited rate"
+
+    fig, axes = plt.subplots(1, len(mbits), figsize=(5 * len(mbits), 4.5), squeeze=False)
+    for ax, mbit in zip(axes[0], mbits, strict=True):
+        for key in modes:
+            rows = sorted(
+                (r for r in direct if r["mode"] == key and r["mbit"] == mbit),
+                key=lambda r: r["rtt_ms"],
+            )
+            if rows:
+                ax.errorbar(
+                    [r["rtt_ms"] for r in rows],
+                    [r["e2e_median_s"] for r in rows],
+                    yerr=[
+                        [r["e2e_median_s"] - r["e2e_min_s"] for r in rows],
+                        [r["e2e_max_s"] - r["e2e_median_s"] for r in rows],
+                    ],
+                    capsize=3,
+                    **style(key),
+                )
+        _line_chart(
+            ax, x="round-trip time (ms)", y="rollout end to end, median (s)", title=rate(mbit)
+        )
+    fig.suptitle("The rollout through an emulated link (TLS): median, bars min-max")
+    paths["plot_network_e2e"] = save(fig, "network_e2e.png")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for mbit, line in zip(mbits, ("-", "--", ":", "-."), strict=False):
+        for key in ("grpc_connect", "ws_cache", "http_keepalive"):
+            rows = sorted(
+                (
+                    r
+                    for r in direct
+                    if r["mode"] == key and r["mbit"] == mbit and "speedup_vs_http_new" in r
+                ),
+                key=lambda r: r["rtt_ms"],
+            )
+            if rows:
+                kwargs = style(key)
+                kwargs["linestyle"] = line
+                kwargs["label"] = f"{kwargs['label']}, {rate(mbit)}"
+                ax.plot(
+                    [r["rtt_ms"] for r in rows],
+                    [r["speedup_vs_http_new"] for r in rows],
+                    **kwargs,
+                )
+    ax.axhline(1.40, color="grey", linewidth=1)
+    _line_chart(
+        ax,
+        x="round-trip time (ms)",
+        y="speedup vs HTTP full history, new connection per turn",
+        title="End-to-end speedup against round-trip time (grey: 1.40x)",
+    )
+    paths["plot_network_speedup"] = save(fig, "network_speedup.png")
+
+    mesh = [tuple(m) for m in net["params"].get("mesh") or []]
+    envoy = [r for r in net["rows"] if r.get("path") == "envoy"]
+    if mesh and envoy:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        keys = [k for k in modes if any(r["mode"] == k for r in envoy)]
+        labels: list[str] = []
+        width = 0.8 / (2 * len(keys))
+        for i, (rtt, mbit) in enumerate(mesh):
+            labels.append(f"{rtt:g} ms, {rate(mbit)}")
+            for j, key in enumerate(keys):
+                for k, (path, rows) in enumerate((("direct", direct), ("Envoy", envoy))):
+                    row = next(
+                        (
+                            r
+                            for r in rows
+                            if r["mode"] == key and (r["rtt_ms"], r["mbit"]) == (rtt, mbit)
+                        ),
+                        None,
+                    )
+                    if row is None:
+                        continue
+                    x = i + (2 * j + k - len(keys) + 0.5) * width
+                    color = style(key)["color"]
+                    ax.bar(
+                        x,
+                        row["e2e_median_s"],
+                        width,
+                        yerr=[
+                            [row["e2e_median_s"] - row["e2e_min_s"]],
+                            [row["e2e_max_s"] - row["e2e_median_s"]],
+                        ],
+                        color=color,
+                        alpha=1.0 if path == "direct" else 0.45,
+                        label=f"{MODES[key].number} {MODES[key].label}, {path}" if i == 0 else None,
+                    )
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_ylabel("rollout end to end, median (s)")
+        ax.set_title("Direct to the server and through Envoy (pale), TLS")
+        ax.legend(fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+        paths["plot_network_envoy"] = save(fig, "network_envoy.png")
     return paths

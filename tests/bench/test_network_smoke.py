@@ -86,11 +86,22 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, st
         "--no-plots",
         "--out",
         str(out),
+        "--doc",
+        str(out / "doc" / "results-network.md"),
     )
     with open(out / "turns.csv", encoding="utf-8") as handle:
         turns = list(csv.DictReader(handle))
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    results["document"] = (out / "doc" / "results-network.md").read_text(encoding="utf-8")
     return turns, results
+
+
+def test_the_run_writes_its_own_document(network: tuple[list[dict[str, str]], Any]) -> None:
+    document = network[1]["document"]
+    assert "{{" not in document and "n/a" not in document.split("## Targets")[0]
+    for section in ("## End to end through the link", "## Through the mesh's proxy"):
+        assert section in document
+    assert "| N1 |" in document  # the 20 ms target, judged
 
 
 def test_every_transport_completes_its_turns_through_the_relay(

@@ -1,0 +1,196 @@
+"""docs/results-network.md: the network sweep's own document (``make compare-network``).
+
+The prose is ``TEMPLATE`` below, its ``{{name}}`` placeholders filled from one run, as
+``results_template.md`` is for ``make compare``; a figure the run lacks reads "n/a".
+"""
+
+from __future__ import annotations
+
+from .assembly import Report
+from .records import JSONObject
+from .tables import summary_tables
+
+__all__ = ["TEMPLATE", "network_figures", "network_only"]
+
+TEMPLATE = """\
+# Results under deployed conditions: a network, TLS and the mesh's proxy
+
+<!-- Written by `make compare-network` (bench/report/network_doc.py filled in with one run's
+figures). Edit the template, not this file. -->
+
+Everything here comes from one run of `make compare-network`; ratios are between modes at
+the same link in the same run. **median [min-max over repeats]** unless a table says
+otherwise. The loopback comparison (engine, rollout, modes, figures) is
+[results.md](results.md); this document measures the same rollout where users deploy it.
+
+## Setup
+
+| | |
+|---|---|
+| command | `{{run.command}}` |
+| run | {{run.started}}, {{run.duration_s}} s wall; commit `{{run.commit}}` |
+| machine | {{machine.nproc}} vCPU (`{{machine.cpu}}`), Linux {{machine.kernel}}; {{net.shared}} |
+| software | Python {{machine.python}}, {{machine.versions}} |
+| engine | {{run.engine}} |
+| link | {{net.link}} |
+| TLS | {{net.tls}} |
+| mesh | {{net.mesh}} |
+| rollout | {{net.rollout}} |
+
+**What the emulation does not model.** TCP's own congestion control: the relay's sockets are
+loopback TCP, whose window is open from the first byte, so slow start on a new connection
+(which would cost a new-connection-per-turn client several more round trips for a 400 KB
+upload) and window growth after idle are absent, and HTTP/2's and TCP's flow-control windows
+meet a bounded relay buffer instead of a real path's bandwidth-delay product. Loss,
+retransmission, reordering and jitter: none. The relay releases bytes at most ~1 ms late
+(asyncio timers). So the figures are a lower bound for what a lossy or congested path costs,
+and they flatter the modes that open connections (mode 1) the most.
+
+## End to end through the link
+
+{{table.link}}
+
+![end to end against RTT](results-network/network_e2e.png)
+
+![speedup against RTT](results-network/network_speedup.png)
+
+**From what distance the stateful designs pay off.** The round-trip time from which each is
+1.40x faster end to end than HTTP with full history and a new connection per turn
+(interpolated between the measured RTTs; "not reached" when no measured RTT gets there):
+
+{{net.crossover}}
+
+## Through the mesh's proxy
+
+{{net.envoy}}
+
+![direct and through Envoy](results-network/network_envoy.png)
+
+## Targets
+
+{{table.targets}}
+
+## What this run does not measure
+
+- Many agents multiplexed on one connection across the link (gRPC's HTTP/2 streams against one
+  WebSocket each): every rollout here is one agent with its own connection. The loopback
+  concurrency sweep in [results.md](results.md) multiplexes agents, without a link.
+- A lossy or congested path (see above), and TLS session resumption (every new connection
+  here makes a full TLS 1.3 handshake, as a client without a session cache does).
+"""
+
+
+def network_only(report: Report) -> bool:
+    """Whether the run measured the network sweep and nothing else."""
+    kinds = {s["kind"] for s in report.summaries}
+    return kinds == {"network"}
+
+
+def _rate(mbit: float) -> str:
+    return f"{mbit:g} Mbit/s" if mbit else "unlimited"
+
+
+def network_figures(report: Report) -> dict[str, str]:
+    """The network document's placeholders (beside the run's own, from ``figures``)."""
+    net: JSONObject | None = next((s for s in report.summaries if s["kind"] == "network"), None)
+    out: dict[str, str] = {}
+    tables = [t for t in summary_tables(report.summaries) if t.title.startswith("network:")]
+    out["table.link"] = (
+        "\n\n".join(_markdown_table(t.title, t.header, t.rows) for t in tables)
+        or "*(not run in this run)*"
+    )
+    if net is None:
+        for key in (
+            "net.tls",
+            "net.rollout",
+            "net.crossover",
+            "net.envoy",
+            "net.shared",
+            "net.link",
+            "net.mesh",
+        ):
+            out[key] = "n/a"
+        return out
+    params = net["params"]
+    load = report.meta.get("load_average") or {}
+    out["net.shared"] = (
+        f"**shared** with other work (load average {load.get('start', 'n/a')} at the start, "
+        f"{load.get('end', 'n/a')} at the end)"
+    )
+    out["net.link"] = (
+        "a relay process (`bench/netem.py`) between the clients and the server: each "
+        "direction delayed by RTT/2 and paced to the rate (each direction its own link, "
+        "shared by the connections through it), a new connection's first bytes held one extra "
+        "round trip (its TCP handshake); the server-to-engine link stays loopback"
+    )
+    out["net.mesh"] = (
+        "the project's Envoy (`cluster/envoy.py`, one worker thread) between the relay and a "
+        "second server: TLS ends at Envoy, which proxies over loopback (HTTP/2 for gRPC, "
+        "HTTP/1.1 with upgrades for WebSocket mode and HTTP)"
+    )
+    out["net.tls"] = (
+        "every transport over TLS 1.3, certificates (ECDSA P-256, a CA and a loopback server "
+        "certificate) made at run time; clients check the server's against the CA"
+        if params.get("tls")
+        else "off (plain TCP)"
+    )
+    workload = params.get("workload") or {}
+    out["net.rollout"] = (
+        f"the headline rollout: {workload.get('tool_turns', '?')} tool turns of "
+        f"~{workload.get('tool_output_tokens', '?')}-token outputs at "
+        f"{params['tokens_per_second']:g} tok/s, {params['repeats']} repeats per mode and "
+        f"link, modes {', '.join(params['modes'])}; RTTs "
+        f"{', '.join(f'{r:g}' for r in params['rtts_ms'])} ms x rates "
+        f"{', '.join(_rate(m) for m in params['mbits'])}"
+    )
+    lines = ["| rate | Connect | WebSocket mode |", "|---|---|---|"]
+    crossover = net.get("crossover_1_40") or {}
+    for mbit in params["mbits"]:
+        cells = []
+        for key in ("grpc_connect", "ws_cache"):
+            value = crossover.get(f"{key}@{mbit:g}")
+            cells.append(f"{value:.1f} ms" if isinstance(value, int | float) else "not reached")
+        lines.append(f"| {_rate(mbit)} | {cells[0]} | {cells[1]} |")
+    out["net.crossover"] = "\n".join(lines)
+    envoy = [r for r in net["rows"] if r.get("path") == "envoy"]
+    if envoy:
+        direct = {
+            (r["mode"], r["rtt_ms"], r["mbit"]): r
+            for r in net["rows"]
+            if r.get("path", "direct") == "direct"
+        }
+        rows = [
+            "| link | mode | direct e2e s | through Envoy e2e s | Envoy/direct | Envoy CPU "
+            "ms/turn | server CPU ms/turn (direct / Envoy) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in envoy:
+            d = direct.get((r["mode"], r["rtt_ms"], r["mbit"]))
+            ratio = f"{r['e2e_median_s'] / d['e2e_median_s']:.3f}x" if d else "n/a"
+            proxy = r.get("proxy_cpu_ms_per_turn")
+            cells = [
+                f"{r['rtt_ms']:g} ms, {_rate(r['mbit'])}",
+                f"{r['number']} {r['label']}",
+                _e2e(d) if d else "n/a",
+                _e2e(r),
+                ratio,
+                f"{proxy:.2f}" if proxy is not None else "n/a",
+                (f"{d['server_cpu_ms_per_turn']:.1f}" if d else "n/a")
+                + f" / {r['server_cpu_ms_per_turn']:.1f}",
+            ]
+            rows.append("| " + " | ".join(cells) + " |")
+        out["net.envoy"] = "\n".join(rows)
+    else:
+        out["net.envoy"] = "*(no mesh link in this run)*"
+    return out
+
+
+def _e2e(row: JSONObject) -> str:
+    return f"{row['e2e_median_s']:.2f} ({row['e2e_min_s']:.2f}-{row['e2e_max_s']:.2f})"
+
+
+def _markdown_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"*{title}*", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    return "\n".join(lines)
