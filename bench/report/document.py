@@ -384,6 +384,7 @@ def _engine_texts(engine: str) -> dict[str, str]:
                 "server's cost of the completions route (the prompt's ids sent each turn, the "
                 "sampled ids parsed) is in it, the same in every mode"
             ),
+            "run.keepup_rest": "reading the engine's stream (its pacing is in its own process)",
             "run.engine_caveat": (
                 "The engine is simulated, in its own process on the same two cores; its CPU is "
                 "reported apart from the server's. `--engine inproc` runs it inside the server "
@@ -398,6 +399,7 @@ def _engine_texts(engine: str) -> dict[str, str]:
                 "it includes the simulated engine's pacing and prefix hashing, the same in "
                 "every mode"
             ),
+            "run.keepup_rest": "the engine's pacing (it runs inside the server)",
             "run.engine_caveat": (
                 "The engine is simulated inside the server process; its pacing and prefix "
                 "hashing use the same event loop and CPU as the API, identically in every mode."
@@ -406,5 +408,6 @@ def _engine_texts(engine: str) -> dict[str, str]:
     return {
         "run.engine": f"The engine is `{engine}` (see the command).",
         "run.engine_cpu": "the engine's own cost is wherever that engine runs",
+        "run.keepup_rest": "the engine's work where it runs",
         "run.engine_caveat": f"The engine is `{engine}` (see the command).",
     }

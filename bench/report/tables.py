@@ -258,6 +258,7 @@ def _concurrency_table(s: JSONObject) -> Table:
         "mode",
         *[f"{n} agents" for n in agents],
         "srv CPU ms/turn @max",
+        "engine CPU ms/turn @max",
         "cli CPU ms/turn @max",
     ]
     rows = []
@@ -278,6 +279,9 @@ def _concurrency_table(s: JSONObject) -> Table:
                 _spread(
                     top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
                 ),
+                _fmt(top.get("engine_cpu_ms_per_turn"), 1)
+                if top.get("engine_cpu_ms_per_turn") is not None
+                else "-",
                 _fmt(top.get("client_cpu_ms_per_turn"), 1),
             ]
         )
