@@ -171,6 +171,15 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--network-no-tls", action="store_true", help="network sweep: plain TCP, no TLS")
     p.add_argument(
+        "--network-multiplex",
+        default="20:0,80:10",
+        help="network sweep: links RTT_MS:MBIT measured with --network-agents agents in one "
+        "client process, modes 4 and 7 (default 20:0,80:10; empty: none)",
+    )
+    p.add_argument(
+        "--network-agents", type=int, default=16, help="network sweep: agents sharing a link (16)"
+    )
+    p.add_argument(
         "--network-mesh",
         default="20:0,80:10",
         help="network sweep: links RTT_MS:MBIT measured again with Envoy between the link and "
@@ -333,6 +342,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         network_modes=_modes(args.network_modes),
         network_tls=not args.network_no_tls,
         network_mesh=_links(args.network_mesh),
+        network_multiplex=_links(args.network_multiplex),
+        network_agents=args.network_agents,
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -402,6 +413,8 @@ def _smoke(config: CompareConfig) -> None:
     config.network_output_tokens = 300
     config.network_repeats = 1
     config.network_mesh = [(20.0, None)]
+    config.network_multiplex = [(20.0, None)]
+    config.network_agents = 3
 
 
 def run(args: argparse.Namespace) -> int:

@@ -60,6 +60,10 @@ and they flatter the modes that open connections (mode 1) the most.
 
 {{net.crossover}}
 
+## Many agents on one link
+
+{{net.multiplex}}
+
 ## Through the mesh's proxy
 
 {{net.envoy}}
@@ -72,9 +76,8 @@ and they flatter the modes that open connections (mode 1) the most.
 
 ## What this run does not measure
 
-- Many agents multiplexed on one connection across the link (gRPC's HTTP/2 streams against one
-  WebSocket each): every rollout here is one agent with its own connection. The loopback
-  concurrency sweep in [results.md](results.md) multiplexes agents, without a link.
+- Lanes: several conversations on one Connect stream or one WebSocket connection; the agents
+  above each have their own stream.
 - A lossy or congested path (see above), and TLS session resumption (every new connection
   here makes a full TLS 1.3 handshake, as a client without a session cache does).
 """
@@ -108,6 +111,7 @@ def network_figures(report: Report) -> dict[str, str]:
             "net.shared",
             "net.link",
             "net.mesh",
+            "net.multiplex",
         ):
             out[key] = "n/a"
         return out
@@ -152,6 +156,7 @@ def network_figures(report: Report) -> dict[str, str]:
             cells.append(f"{value:.1f} ms" if isinstance(value, int | float) else "not reached")
         lines.append(f"| {_rate(mbit)} | {cells[0]} | {cells[1]} |")
     out["net.crossover"] = "\n".join(lines)
+    out["net.multiplex"] = _multiplex(net)
     envoy = [r for r in net["rows"] if r.get("path") == "envoy"]
     if envoy:
         direct = {
@@ -183,6 +188,40 @@ def network_figures(report: Report) -> dict[str, str]:
     else:
         out["net.envoy"] = "*(no mesh link in this run)*"
     return out
+
+
+def _multiplex(net: JSONObject) -> str:
+    """Connect's agents on one channel against WebSocket mode's connection each, per link."""
+    params = net["params"]
+    rows = [r for r in net["rows"] if r.get("path") == "multiplex"]
+    if not rows:
+        return "*(no multiplexed link in this run)*"
+    workload = params.get("multiplex_workload") or {}
+    agents = params.get("multiplex_agents", "?")
+    lines = [
+        f"{agents} agents at once in one client process, each running "
+        f"{workload.get('tool_turns', '?')} tool turns of "
+        f"~{workload.get('tool_output_tokens', '?')}-token outputs: Connect's agents share one "
+        "gRPC channel (one HTTP/2 connection: its flow-control windows and one TCP stream), "
+        "WebSocket mode's have a connection each; both share the link's rate. A rollout's "
+        "end to end is per agent (median over agents and repeats).",
+        "",
+        "| link | Connect e2e s | WebSocket e2e s | Connect/WebSocket | overhead p50 ms "
+        "(Connect / WebSocket) | server CPU ms/turn (Connect / WebSocket) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rtt, mbit in params.get("multiplex") or []:
+        here = {r["mode"]: r for r in rows if r["rtt_ms"] == rtt and r["mbit"] == mbit}
+        g, w = here.get("grpc_connect"), here.get("ws_cache")
+        if not g or not w:
+            continue
+        lines.append(
+            f"| {rtt:g} ms, {_rate(mbit)} | {_e2e(g)} | {_e2e(w)} | "
+            f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
+            f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
+            f"{g['server_cpu_ms_per_turn']:.2f} / {w['server_cpu_ms_per_turn']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def _e2e(row: JSONObject) -> str:

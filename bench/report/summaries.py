@@ -228,6 +228,7 @@ def _network_summary(cell: CellResult) -> JSONObject:
         ("direct", rtt, mbit) for rtt in cell.params["rtts_ms"] for mbit in cell.params["mbits"]
     ]
     conditions += [("envoy", rtt, mbit) for rtt, mbit in cell.params.get("mesh") or []]
+    conditions += [("multiplex", rtt, mbit) for rtt, mbit in cell.params.get("multiplex") or []]
     for path, rtt, mbit in conditions:
         at = [
             r

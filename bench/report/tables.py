@@ -405,6 +405,10 @@ def aligned(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+#: The network table's path column: straight to the server, through Envoy, many agents.
+_PATHS = {"direct": "direct", "envoy": "Envoy", "multiplex": "{agents} agents"}
+
+
 def _link_table(s: JSONObject) -> Table:
     """The network sweep: each mode's rollout through each emulated link."""
     p = s["params"]
@@ -433,7 +437,9 @@ def _link_table(s: JSONObject) -> Table:
     for r in s["rows"]:
         rows.append(
             [
-                "Envoy" if r.get("path") == "envoy" else "direct",
+                _PATHS.get(r.get("path", "direct"), "direct").format(
+                    agents=p.get("multiplex_agents", "?")
+                ),
                 f"{r['rtt_ms']:g}",
                 f"{r['mbit']:g}" if r["mbit"] else "unlimited",
                 str(r["number"]),

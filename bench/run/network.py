@@ -23,6 +23,7 @@ from ..clients import AgentsCommand, ModeInfo, ServerAddress
 from ..jsontypes import JSONObject
 from ..lifecycle import ManagedService
 from .measure import Progress, rotated
+from .server import ServerProcess
 from .settings import CellResult, ServerSettings
 
 if TYPE_CHECKING:
@@ -114,11 +115,19 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             "mbits": [m or 0 for m in cfg.network_mbits],
             "tls": cfg.network_tls,
             "mesh": [[rtt, mbit or 0] for rtt, mbit in cfg.network_mesh],
+            "multiplex": [[rtt, mbit or 0] for rtt, mbit in cfg.network_multiplex],
+            "multiplex_agents": cfg.network_agents,
+            "multiplex_workload": runner.workload(
+                cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
+            ).to_json(),
         },
     )
     mesh_modes = [m for m in modes if m.transport in ("grpc", "ws") or m.key == "http_new"]
     total = (spec.tool_turns + 1) * cfg.network_repeats
     total *= len(modes) * len(conditions) + len(mesh_modes) * len(cfg.network_mesh)
+    total += (2 * cfg.network_agents * (cfg.concurrency_turns + 1) * cfg.network_repeats) * len(
+        cfg.network_multiplex
+    )
     with runner.timed(cell, total, "network") as bar, runner.server("network", settings) as server:
         assert server.address is not None
         direct = dataclasses.replace(server.address, tls_ca=ca)
@@ -153,9 +162,61 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
                                 "path": "direct",
                             },
                         )
+        many = [m for m in modes if m.key in ("ws_cache", "grpc_connect")]
+        if cfg.network_multiplex and many:
+            _multiplex_conditions(runner, cell, many, server, direct, bar)
         if cfg.network_mesh and mesh_modes:
             _mesh_conditions(runner, cell, mesh_modes, base, ca, pki_paths(settings), bar)
     return cell
+
+
+def _multiplex_conditions(
+    runner: Runner,
+    cell: CellResult,
+    modes: list[ModeInfo],
+    server: ServerProcess,
+    direct: ServerAddress,
+    bar: Progress,
+) -> None:
+    """Many agents in one client process across one link: Connect's agents share one
+    channel (one HTTP/2 connection, its flow control and its TCP stream), WebSocket mode's
+    agents each have their own connection; the link's rate is shared either way."""
+    cfg = runner.config
+    spec = cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
+    base: AgentsCommand = {
+        **runner.rollout_cmd(runner.workload(spec), direct),
+        "agents": cfg.network_agents,
+        "bytes": False,  # the agents' sockets are not told apart per turn
+    }
+    for rtt, mbit in cfg.network_multiplex:
+        label = link_label(rtt, mbit)
+        name = f"relay-many-{rtt:g}ms-{mbit or 0:g}mbit"
+        with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
+            address = _through(direct, relay.ports)
+            for repeat in range(cfg.network_repeats):
+                for mode in rotated(modes, repeat):
+                    bar.describe(f"{cfg.network_agents} agents {label} {mode.key} r{repeat + 1}")
+                    cmd: AgentsCommand = {
+                        **base,
+                        "server": address,
+                        "mode": mode.key,
+                        "repeat": repeat,
+                        "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
+                    }
+                    runner.run_measured(
+                        cell,
+                        server,
+                        [(runner.worker(mode), cmd)],
+                        bar.update,
+                        {
+                            "mode": mode.key,
+                            "repeat": repeat,
+                            "rtt_ms": rtt,
+                            "mbit": mbit or 0,
+                            "tls": cfg.network_tls,
+                            "path": "multiplex",
+                        },
+                    )
 
 
 def pki_paths(settings: ServerSettings) -> tuple[str, str] | None:

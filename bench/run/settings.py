@@ -224,6 +224,12 @@ class CompareConfig:
     network_mesh: list[tuple[float, float | None]] = field(
         default_factory=lambda: [(20.0, None), (80.0, 10.0)]
     )
+    # The links measured with ``network_agents`` agents in one client process (Connect's on
+    # one channel, WebSocket mode's on a connection each), the concurrency sweep's rollout.
+    network_multiplex: list[tuple[float, float | None]] = field(
+        default_factory=lambda: [(20.0, None), (80.0, 10.0)]
+    )
+    network_agents: int = 16
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

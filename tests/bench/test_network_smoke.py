@@ -1,5 +1,5 @@
 """The network sweep's relay (``bench.netem``) and a tiny rollout through it, over TLS,
-straight to the server and through the project's Envoy.
+straight to the server, through the project's Envoy, and with several agents sharing the link.
 
 The relay is real: a process (or, for the pacing check, an in-process asyncio relay) on
 loopback between real clients and a real server. The delay and the pacing are the relay's
@@ -119,6 +119,12 @@ def test_every_transport_completes_its_turns_through_the_relay(
         mine = [t for t in turns if t["mode"] == mode and t["path"] == path]
         assert len(mine) == 3, (path, mode)  # two tool turns and the answer
     assert all(r["proxy_cpu_s"] > 0 for r in cell["runs"] if r["path"] == "envoy")
+    # Several agents at once across one link: Connect's on one channel, WebSocket's apart.
+    agents = cell["params"]["multiplex_agents"]
+    for mode in ("ws_cache", "grpc_connect"):
+        runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "multiplex"]
+        assert runs and all(r["statuses"] == ["completed"] for r in runs), mode
+        assert sum(len(r["e2e_s"]) for r in runs) == agents, mode
 
 
 def test_the_relay_adds_its_round_trips(network: tuple[list[dict[str, str]], Any]) -> None:
