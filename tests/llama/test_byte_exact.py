@@ -31,6 +31,7 @@ import pytest
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.engines.completions import CompletionsEngine
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerFactory
 from tests.llama.conftest import LlamaBackend, Recorder, completions_route, llama_tokens
@@ -272,6 +273,14 @@ async def test_the_model_s_bytes_reach_the_client_and_the_next_prompt_whole(
     assert isinstance(engine, CompletionsEngine)
     assert engine.recovered_ids > 0
     assert engine.retokenized_tokens == 0
+    # And on /metrics, as many as the engine counted, under the model's alias.
+    repairs = {
+        sample.labels["kind"]: sample.value
+        for family in text_string_to_metric_families(running.core.metrics.scrape().decode())
+        for sample in family.samples
+        if sample.name == "bidi_backend_token_repairs_total" and sample.labels["model"] == "open"
+    }
+    assert repairs == {"recovered_ids": engine.recovered_ids}
 
 
 async def test_a_call_cut_by_the_output_budget_ends_incomplete(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from bidi_responses.codec.aio_wakeups import completion_reader
@@ -132,6 +132,14 @@ class Metrics:
         self.post_queue_depth = Gauge(
             "bidi_post_queue_depth", "Post-inference jobs (ledger, store) waiting.", registry=r
         )
+        self.token_repairs = Counter(
+            "bidi_backend_token_repairs",
+            "Sampled token ids a backend's report did not carry, by how the completions route "
+            "got them back: recovered_ids (from the bytes of the next entry, a character split "
+            "across tokens) or retokenized (text with no ids, tokenized again).",
+            ["model", "kind"],
+            registry=r,
+        )
         self.limited = Counter(
             "bidi_limit_rejections",
             "Requests refused by a per-tenant or per-connection limit, by limit.",
@@ -194,6 +202,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+# An engine segment's report key of each token repair, and its label.
+_TOKEN_REPAIRS = (("recovered_ids", "recovered_ids"), ("retokenized_tokens", "retokenized"))
+
+
 class _GrpcWakeups(Collector):
     """grpc.aio's completion wake-up bytes read at once on this process's event loop
     (``codec.aio_wakeups``): each would have cost a turn of the loop, and a rising count says
@@ -239,6 +251,17 @@ class ResponseMetrics:
             self._metrics.ttft.labels(self._transport, self.model_label).observe(
                 time.perf_counter() - self._received
             )
+
+    def engine_segment(self, extra: Mapping[str, object]) -> None:
+        """What an engine segment reported beyond its figures (the completions route's token
+        repairs)."""
+        for key, kind in (
+            ("recovered_ids", "recovered_ids"),
+            ("retokenized_tokens", "retokenized"),
+        ):
+            count = extra.get(key)
+            if isinstance(count, int) and count > 0:
+                self._metrics.token_repairs.labels(self.model_label, kind).inc(count)
 
     def finished(self, status: str, stats: ResponseStats) -> None:
         """Metrics of a response that reached a terminal state."""

@@ -519,6 +519,7 @@ class ResponseRun:
             self.account.usage.output_tokens += streamer.tokens
             raise
         self.account.segment_ends(stats, segment)
+        self.metrics.engine_segment(segment.extra)
         items = streamer.items
         limits = self.deps.config.limits
         stats.tokens_rendered += await offload(item_chars(items), limits, self._append_items, items)
