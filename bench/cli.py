@@ -177,6 +177,12 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "client process, modes 4 and 7 (default 20:0,80:10; empty: none)",
     )
     p.add_argument(
+        "--network-large",
+        default="80:100",
+        help="network sweep: links RTT_MS:MBIT measured with 5 tool turns of 50k-token "
+        "outputs, modes 4 and 7 (default 80:100; empty: none)",
+    )
+    p.add_argument(
         "--network-agents", type=int, default=16, help="network sweep: agents sharing a link (16)"
     )
     p.add_argument(
@@ -344,6 +350,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         network_mesh=_links(args.network_mesh),
         network_multiplex=_links(args.network_multiplex),
         network_agents=args.network_agents,
+        network_large=_links(args.network_large),
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -415,6 +422,9 @@ def _smoke(config: CompareConfig) -> None:
     config.network_mesh = [(20.0, None)]
     config.network_multiplex = [(20.0, None)]
     config.network_agents = 3
+    config.network_large = [(20.0, None)]
+    config.network_large_turns = 1
+    config.network_large_tokens = 20_000
 
 
 def run(args: argparse.Namespace) -> int:

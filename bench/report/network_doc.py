@@ -64,6 +64,10 @@ and they flatter the modes that open connections (mode 1) the most.
 
 {{net.multiplex}}
 
+## Large tool outputs across a long link
+
+{{net.large}}
+
 ## Through the mesh's proxy
 
 {{net.envoy}}
@@ -112,6 +116,7 @@ def network_figures(report: Report) -> dict[str, str]:
             "net.link",
             "net.mesh",
             "net.multiplex",
+            "net.large",
         ):
             out[key] = "n/a"
         return out
@@ -157,6 +162,7 @@ def network_figures(report: Report) -> dict[str, str]:
         lines.append(f"| {_rate(mbit)} | {cells[0]} | {cells[1]} |")
     out["net.crossover"] = "\n".join(lines)
     out["net.multiplex"] = _multiplex(net)
+    out["net.large"] = _large(net)
     envoy = [r for r in net["rows"] if r.get("path") == "envoy"]
     if envoy:
         direct = {
@@ -220,6 +226,39 @@ def _multiplex(net: JSONObject) -> str:
             f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
             f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
             f"{g['server_cpu_ms_per_turn']:.2f} / {w['server_cpu_ms_per_turn']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _large(net: JSONObject) -> str:
+    """Connect against WebSocket mode when each turn uploads a large tool output."""
+    params = net["params"]
+    rows = [r for r in net["rows"] if r.get("path") == "large"]
+    if not rows:
+        return "*(no large-output link in this run)*"
+    workload = params.get("large_workload") or {}
+    lines = [
+        f"{workload.get('tool_turns', '?')} tool turns of "
+        f"~{workload.get('tool_output_tokens', '?')}-token outputs (each turn's upload is "
+        "several times HTTP/2's initial 64 KiB flow-control window; gRPC grows the window by "
+        "probing the bandwidth-delay product, a WebSocket frame is held back only by TCP, whose "
+        "own window growth the emulation leaves out, so this favours WebSocket mode).",
+        "",
+        "| link | Connect e2e s | WebSocket e2e s | Connect/WebSocket | overhead p50 ms "
+        "(Connect / WebSocket) | KB up/turn (Connect / WebSocket) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rtt, mbit in params.get("large") or []:
+        here = {r["mode"]: r for r in rows if r["rtt_ms"] == rtt and r["mbit"] == mbit}
+        g, w = here.get("grpc_connect"), here.get("ws_cache")
+        if not g or not w:
+            continue
+        up = (g.get("bytes_up_per_turn") or 0) / 1024, (w.get("bytes_up_per_turn") or 0) / 1024
+        lines.append(
+            f"| {rtt:g} ms, {_rate(mbit)} | {_e2e(g)} | {_e2e(w)} | "
+            f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
+            f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
+            f"{up[0]:.0f} / {up[1]:.0f} |"
         )
     return "\n".join(lines)
 

@@ -406,7 +406,12 @@ def aligned(header: list[str], rows: list[list[str]]) -> str:
 
 
 #: The network table's path column: straight to the server, through Envoy, many agents.
-_PATHS = {"direct": "direct", "envoy": "Envoy", "multiplex": "{agents} agents"}
+_PATHS = {
+    "direct": "direct",
+    "envoy": "Envoy",
+    "multiplex": "{agents} agents",
+    "large": "large outputs",
+}
 
 
 def _link_table(s: JSONObject) -> Table:

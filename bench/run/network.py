@@ -117,6 +117,10 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             "mesh": [[rtt, mbit or 0] for rtt, mbit in cfg.network_mesh],
             "multiplex": [[rtt, mbit or 0] for rtt, mbit in cfg.network_multiplex],
             "multiplex_agents": cfg.network_agents,
+            "large": [[rtt, mbit or 0] for rtt, mbit in cfg.network_large],
+            "large_workload": runner.workload(
+                cfg.workload_spec(cfg.network_large_turns, cfg.network_large_tokens)
+            ).to_json(),
             "multiplex_workload": runner.workload(
                 cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
             ).to_json(),
@@ -125,9 +129,9 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
     mesh_modes = [m for m in modes if m.transport in ("grpc", "ws") or m.key == "http_new"]
     total = (spec.tool_turns + 1) * cfg.network_repeats
     total *= len(modes) * len(conditions) + len(mesh_modes) * len(cfg.network_mesh)
-    total += (2 * cfg.network_agents * (cfg.concurrency_turns + 1) * cfg.network_repeats) * len(
-        cfg.network_multiplex
-    )
+    many_turns = cfg.network_agents * (cfg.concurrency_turns + 1) * len(cfg.network_multiplex)
+    total += 2 * many_turns * cfg.network_repeats
+    total += 2 * (cfg.network_large_turns + 1) * cfg.network_repeats * len(cfg.network_large)
     with runner.timed(cell, total, "network") as bar, runner.server("network", settings) as server:
         assert server.address is not None
         direct = dataclasses.replace(server.address, tls_ca=ca)
@@ -165,6 +169,8 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
         many = [m for m in modes if m.key in ("ws_cache", "grpc_connect")]
         if cfg.network_multiplex and many:
             _multiplex_conditions(runner, cell, many, server, direct, bar)
+        if cfg.network_large and many:
+            _large_conditions(runner, cell, many, server, direct, bar)
         if cfg.network_mesh and mesh_modes:
             _mesh_conditions(runner, cell, mesh_modes, base, ca, pki_paths(settings), bar)
     return cell
@@ -215,6 +221,52 @@ def _multiplex_conditions(
                             "mbit": mbit or 0,
                             "tls": cfg.network_tls,
                             "path": "multiplex",
+                        },
+                    )
+
+
+def _large_conditions(
+    runner: Runner,
+    cell: CellResult,
+    modes: list[ModeInfo],
+    server: ServerProcess,
+    direct: ServerAddress,
+    bar: Progress,
+) -> None:
+    """Large tool outputs (``network_large_tokens`` a turn) across a long link: each turn's
+    upload is bigger than HTTP/2's initial flow-control window (64 KiB), so Connect's upload
+    waits for window updates a round trip away where a WebSocket frame is held back only by
+    TCP (whose window growth this emulation leaves out, see ``bench.netem``)."""
+    cfg = runner.config
+    spec = cfg.workload_spec(cfg.network_large_turns, cfg.network_large_tokens)
+    base = runner.rollout_cmd(runner.workload(spec), direct)
+    for rtt, mbit in cfg.network_large:
+        label = link_label(rtt, mbit)
+        name = f"relay-large-{rtt:g}ms-{mbit or 0:g}mbit"
+        with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
+            address = _through(direct, relay.ports)
+            for repeat in range(cfg.network_repeats):
+                for mode in rotated(modes, repeat):
+                    bar.describe(f"large outputs {label} {mode.key} r{repeat + 1}")
+                    cmd: AgentsCommand = {
+                        **base,
+                        "server": address,
+                        "mode": mode.key,
+                        "repeat": repeat,
+                        "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
+                    }
+                    runner.run_measured(
+                        cell,
+                        server,
+                        [(runner.worker(mode), cmd)],
+                        bar.update,
+                        {
+                            "mode": mode.key,
+                            "repeat": repeat,
+                            "rtt_ms": rtt,
+                            "mbit": mbit or 0,
+                            "tls": cfg.network_tls,
+                            "path": "large",
                         },
                     )
 

@@ -230,6 +230,11 @@ class CompareConfig:
         default_factory=lambda: [(20.0, None), (80.0, 10.0)]
     )
     network_agents: int = 16
+    # The links measured with large tool outputs (``network_large_tokens`` a turn), for
+    # WebSocket mode and Connect: an upload larger than HTTP/2's initial window.
+    network_large: list[tuple[float, float | None]] = field(default_factory=lambda: [(80.0, 100.0)])
+    network_large_turns: int = 5
+    network_large_tokens: int = 50_000
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

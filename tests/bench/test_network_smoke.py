@@ -125,6 +125,9 @@ def test_every_transport_completes_its_turns_through_the_relay(
         runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "multiplex"]
         assert runs and all(r["statuses"] == ["completed"] for r in runs), mode
         assert sum(len(r["e2e_s"]) for r in runs) == agents, mode
+        # A tool output larger than HTTP/2's initial flow-control window, across the link.
+        large = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "large"]
+        assert large and all(r["statuses"] == ["completed"] for r in large), mode
 
 
 def test_the_relay_adds_its_round_trips(network: tuple[list[dict[str, str]], Any]) -> None:
