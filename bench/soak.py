@@ -310,6 +310,7 @@ async def soak_transport(
                 await GrpcConnectConn(clients[i // STREAMS_PER_CHANNEL], None).open()
                 for i in range(agents)
             ]
+
             async def open_late() -> Conn:
                 # Its own client and channel: a new HTTP/2 connection, as a new agent's.
                 client = await stack.enter_async_context(AsyncResponsesClient(target))
