@@ -193,6 +193,8 @@ def _multiplex_conditions(
         **runner.rollout_cmd(runner.workload(spec), direct),
         "agents": cfg.network_agents,
         "bytes": False,  # the agents' sockets are not told apart per turn
+        # The server's model calls tools for the main rollout's turns: stop at this one's.
+        "max_tool_turns": spec.tool_turns,
     }
     for rtt, mbit in cfg.network_multiplex:
         label = link_label(rtt, mbit)
@@ -239,7 +241,11 @@ def _large_conditions(
     TCP (whose window growth this emulation leaves out, see ``bench.netem``)."""
     cfg = runner.config
     spec = cfg.workload_spec(cfg.network_large_turns, cfg.network_large_tokens)
-    base = runner.rollout_cmd(runner.workload(spec), direct)
+    # The server's model calls tools for the main rollout's turns: stop at this one's.
+    base: AgentsCommand = {
+        **runner.rollout_cmd(runner.workload(spec), direct),
+        "max_tool_turns": spec.tool_turns,
+    }
     for rtt, mbit in cfg.network_large:
         label = link_label(rtt, mbit)
         name = f"relay-large-{rtt:g}ms-{mbit or 0:g}mbit"
