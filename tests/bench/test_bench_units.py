@@ -129,3 +129,25 @@ def test_wire_counter_reads_tcp_payload_bytes() -> None:
         sent, received = WireCounter.delta(before, after)
         assert sent == 1000
         assert received == 300
+
+
+def test_the_engine_process_route_carries_the_sim_settings(tmp_path: Path) -> None:
+    settings = ServerSettings(sim_backend_url="http://127.0.0.1:9/v1", tool_rounds=7)
+    settings.answer_tokens = 123
+    path = tmp_path / "server.toml"
+    path.write_text(settings.toml(), encoding="utf-8")
+    route = load_config(path).models["sim-model"]
+    assert route.engine == "completions" and route.completions.format == "generic"
+    sim = route.completions.extra_body["sim"]
+    assert isinstance(sim, dict)
+    assert sim["tool_rounds"] == 7 and sim["answer_tokens"] == 123
+    # The history sweep's 200k-token prompts fit the route's context window.
+    assert route.completions.context_window > 200_000
+
+
+def test_the_crossover_is_interpolated_between_measured_rtts() -> None:
+    from bidi_responses.bench.report.summaries import _first_reaching
+
+    assert _first_reaching([(0, 1.1), (20, 1.3), (80, 1.9)], 1.40) == pytest.approx(30.0)
+    assert _first_reaching([(0, 1.5), (20, 1.6)], 1.40) == 0
+    assert _first_reaching([(0, 1.1), (80, 1.2)], 1.40) is None
