@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-import tiktoken
 from bidi_responses.schema import FunctionCallItem
 
 from ..core.rendering import tokenizer
 from ..core.rendering.render import Renderer
 from .base import EngineEvent, EngineRequest
-from .sampled_ids import TiktokenVocabulary, Vocabulary
-
-if TYPE_CHECKING:
-    from .template_format import TemplateSettings
+from .sampled_ids import Vocabulary
 
 #: The format names a completions route accepts ("template": the model's own tokenizer and
 #: chat template, see ``template_format``).
@@ -93,48 +89,3 @@ class ChatFormat:
         start = len(self.assistant_start)
         # [prefix][assistant start][header ... <|message|>][<|call|>]
         return list(tokens[prefix + start : -1])
-
-
-def build_format(
-    name: str,
-    encoding: tiktoken.Encoding,
-    open_compaction: Callable[[str], str] | None = None,
-    settings: TemplateSettings | None = None,
-) -> ChatFormat:
-    """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
-    turns a compaction item's sealed content back into its summary (``core.compaction``).
-    ``"template"`` needs ``settings``: where the model's tokenizer and template are."""
-    if name == "template":
-        from .template_format import build_template_format
-
-        if settings is None:
-            raise ValueError("the template format needs the model's tokenizer (settings)")
-        return build_template_format(settings, encoding, open_compaction)
-    start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
-    if name == "generic":
-        from .completion_parser import CompletionParser
-
-        renderer = Renderer(encoding, open_compaction)
-        return ChatFormat(
-            "generic",
-            renderer,
-            start,
-            lambda: CompletionParser(encoding),
-            vocabulary=TiktokenVocabulary(encoding),
-        )
-    if name == "harmony":
-        from .harmony import (
-            HarmonyCompletionParser,
-            HarmonyRenderer,
-            load_harmony,
-        )
-
-        harmony = load_harmony()
-        return ChatFormat(
-            "harmony",
-            HarmonyRenderer(encoding, open_compaction),
-            start,
-            lambda: HarmonyCompletionParser(harmony),
-            vocabulary=TiktokenVocabulary(encoding),
-        )
-    raise ValueError(f"unknown chat format {name!r}; expected one of {', '.join(FORMATS)}")

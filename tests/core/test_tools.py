@@ -16,7 +16,7 @@ from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.core.runs.record import ResponseRecord
-from bidi_responses.server.engines.formats import build_format
+from bidi_responses.server.engines.format_choice import build_format
 
 LIMITS = Limits()
 WEATHER: dict[str, Any] = {

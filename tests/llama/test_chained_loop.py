@@ -16,7 +16,7 @@ from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.schema import FunctionCallOutputItem, Item, MessageItem
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.formats import build_format
+from bidi_responses.server.engines.format_choice import build_format
 
 from tests.conftest import ServerFactory
 from tests.llama.conftest import LlamaBackend, completions_route, llama_config

@@ -12,7 +12,7 @@ from bidi_responses.schema import FunctionCallOutputItem, Item
 from bidi_responses.server.config import ServerConfig
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.formats import build_format
+from bidi_responses.server.engines.format_choice import build_format
 from bidi_responses.server.engines.harmony import load_harmony
 
 from tests.conftest import SHELL_TOOL, ServerFactory
