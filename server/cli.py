@@ -346,7 +346,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Client strings can reach log lines; escaping them keeps every line the server's own.
     handler.setFormatter(EscapingFormatter(LOG_FORMAT))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
-    from .core.storage.backend import StoreUnavailable
+    from .core.storage.store import StoreUnavailable
 
     try:
         with contextlib.suppress(KeyboardInterrupt):

@@ -87,20 +87,6 @@ class ResponseStore(Protocol):
         ...
 
 
-class StoreUnavailable(RuntimeError):
-    """The configured store cannot be reached or opened (the message names it, without
-    credentials)."""
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
-
-
 def check_store_url(url: str) -> str:
     """``url`` if it names a supported backend; ValueError naming ``store.url`` otherwise."""
     if url and not url.startswith("sqlite:///") and not is_postgres_url(url):

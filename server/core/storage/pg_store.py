@@ -19,7 +19,6 @@ from typing import Any
 
 import asyncpg
 
-from .backend import StoreUnavailable, redact
 from .store import (
     LEDGER_COLUMNS,
     LEDGER_CONFLICT_RULE,
@@ -28,7 +27,9 @@ from .store import (
     LedgerRow,
     QueuedWrites,
     StoredResponse,
+    StoreUnavailable,
     WriteJob,
+    redact,
 )
 
 log = logging.getLogger(__name__)

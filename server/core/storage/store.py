@@ -217,3 +217,17 @@ class QueuedWrites(ABC):
             await self._hide_queued(response_id)
             return True
         return await self._delete_written(response_id, self._needed_by_pending())
+
+
+class StoreUnavailable(RuntimeError):
+    """The configured store cannot be reached or opened (the message names it, without
+    credentials)."""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
