@@ -14,7 +14,7 @@ TYPED := server client bench cluster schema tests
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
 	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip \
-	http-continuation stream-memory \
+	http-continuation stream-memory peers \
 	podman image check-manifests compare-network
 
 all: check test
@@ -183,6 +183,17 @@ stream-memory: $(EXTRA)bench
 	$(PY) -m bidi_responses.bench.stream_memory --transport websocket --streams 200
 	$(PY) -m bidi_responses.bench.stream_memory --transport connect --streams 200
 
+# This project's HTTP, WebSocket-mode and Connect turns against SMG's /v1/responses pass-through,
+# all behind one instant fake model (bench-out/peers.json, which compare puts in docs/results.md).
+# SMG is a peer under test, so it gets its own virtual environment (bench/peers-requirements.txt).
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.installed: bench/peers-requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet -r bench/peers-requirements.txt
+	touch $@
+peers: $(EXTRA)bench $(PEERS_VENV)/.installed
+	$(PY) -m bidi_responses.bench.peers --smg $(PEERS_VENV)/bin/smg --turns 20 --repeats 5 --out bench-out
+
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000
 fuzz: $(EXTRA)test
@@ -276,4 +287,4 @@ handoff-bench: $(EXTRA)cluster $(EXTRA)bench postgres
 	$(PY) -m bidi_responses.bench.handoff --history-tokens 100000 --repeats 5
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) node_modules build bench-out .bidi-responses
+	rm -rf $(VENV) $(AIPERF_VENV) $(PEERS_VENV) node_modules build bench-out .bidi-responses
