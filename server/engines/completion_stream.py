@@ -68,14 +68,14 @@ class StreamState:
 async def read_completion(
     session: aiohttp.ClientSession,
     url: str,
-    body: JSONObject,
+    body: bytes,
     headers: dict[str, str],
     parser: CompletionParserLike,
     state: StreamState,
     config: CompletionsConfig,
 ) -> AsyncIterator[EngineEvent]:
-    """Post ``body`` to ``url`` and stream the parsed events; ``RetryableError`` while no token
-    has arrived, ``EngineError`` otherwise."""
+    """Post ``body`` (JSON, as ``headers`` say) to ``url`` and stream the parsed events;
+    ``RetryableError`` while no token has arrived, ``EngineError`` otherwise."""
     loop = asyncio.get_running_loop()
     # Until the first token the deadline is the first-token timeout from the send; after
     # it, each chunk moves it to the idle timeout from that chunk. Only awaits are timed.
@@ -84,7 +84,7 @@ async def read_completion(
     try:
         async with asyncio.timeout_at(deadline):
             try:
-                response = await session.post(url, json=body, headers=headers)
+                response = await session.post(url, data=body, headers=headers)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 raise RetryableError(
                     "engine_unavailable", f"The backend at {url} is unreachable: {exc}."

@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
+import orjson
 import tiktoken
 from bidi_responses.schema import JSONObject, JSONValue
 
@@ -44,6 +45,7 @@ from .http_backend import (
     SessionPool,
     bearer_headers,
 )
+from .prompt_json import PromptJson
 
 if TYPE_CHECKING:
     # Imported lazily below: the settings dataclass is part of the server config, which the
@@ -90,6 +92,7 @@ class CompletionsEngine:
         # The prompt ends where the model's turn begins (the renderer leaves it to the engine).
         self._assistant_start = self.format.assistant_start
         self._sessions = SessionPool(config.connect_timeout_s, config.max_connections)
+        self._prompts = PromptJson()
         # Ids the backends' reports left out, worked out from the vocabulary (llama.cpp's
         # split characters) or tokenized back from text (no ids at all): see sampled_ids.
         self.recovered_ids = 0
@@ -106,13 +109,18 @@ class CompletionsEngine:
                 await self._idle.wait()
         await self._sessions.aclose()
 
-    def _body(self, request: EngineRequest, prompt: list[int]) -> JSONObject:
+    def _body(
+        self, request: EngineRequest, prompt: list[int], prompt_len: int | None = None
+    ) -> JSONObject:
+        """The request's body; ``prompt_len``: the prompt's length when ``prompt`` stands in
+        for it (see ``_request_bytes``)."""
         config = self.config
-        room = config.context_window - len(prompt)
+        prompt_len = len(prompt) if prompt_len is None else prompt_len
+        room = config.context_window - prompt_len
         if room < 1:
             raise EngineError(
                 "context_length_exceeded",
-                f"The conversation is {len(prompt)} tokens; this model's context window is "
+                f"The conversation is {prompt_len} tokens; this model's context window is "
                 f"{config.context_window}.",
             )
         budget = min(config.max_output_tokens, room)
@@ -148,20 +156,41 @@ class CompletionsEngine:
             body["logit_bias"] = {**bias, **(configured if isinstance(configured, dict) else {})}
         return body
 
+    def _request_bytes(
+        self, body: JSONObject, placeholder: list[int], request: EngineRequest, tail: list[int]
+    ) -> bytes:
+        """``body`` as JSON with the prompt's ids in place of ``placeholder`` (its first key;
+        an ``extra_body`` that sets its own prompt is sent as it is)."""
+        data = orjson.dumps(body)
+        head = b'{"prompt":[]'
+        if body.get("prompt") is not placeholder or not data.startswith(head):
+            return data
+        return b'{"prompt":' + self._prompts.dumps(request.prompt_tokens, tail) + data[len(head) :]
+
     def _headers(self) -> dict[str, str]:
-        return {"Accept": "text/event-stream", **bearer_headers(self.config.api_key_env, "backend")}
+        return {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            **bearer_headers(self.config.api_key_env, "backend"),
+        }
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
         """Stream one segment from the backend (see the module docstring)."""
         config = self.config
-        prompt = [*request.prompt_tokens, *self._assistant_start]
+        # The conversation's tokens, then where the model's turn begins (and a forced call's
+        # header); the conversation's ids are written as JSON once (see ``prompt_json``).
+        tail = list(self._assistant_start)
         parser = self.format.parser_for(request)
         opened: list[int] = []
         if request.forced_function:
             # A forced tool choice: the prompt opens the call, the model writes the arguments.
             opened = self.format.call_header(request.forced_function)
-            prompt += opened
-        body = self._body(request, prompt)
+            tail += opened
+        prompt_len = len(request.prompt_tokens) + len(tail)
+        placeholder: list[int] = []
+        body = self._request_bytes(
+            self._body(request, placeholder, prompt_len), placeholder, request, tail
+        )
         headers = self._headers()
         session = self._sessions.get()
         for token in opened:  # the parser reads the opened call as if the model had written it
@@ -192,7 +221,7 @@ class CompletionsEngine:
             self.retokenized_tokens += state.counts.retokenized
         for event in parser.close():
             yield event
-        yield finish(state, parser, len(prompt), attempt)
+        yield finish(state, parser, prompt_len, attempt)
 
 
 def _response_format(fmt: Mapping[str, JSONValue]) -> JSONObject:
