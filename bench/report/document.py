@@ -19,6 +19,7 @@ from ..clients import MODES
 from .assembly import Report
 from .network_doc import TEMPLATE as NETWORK_TEMPLATE
 from .network_doc import network_figures, network_only
+from .peers import peers_section
 from .records import JSONObject, JSONValue
 from .tables import Table, summary_tables
 
@@ -153,7 +154,9 @@ def _per_message_us(rows: Sequence[JSONObject], mode: str) -> str:
     return f"{cpu / messages * 1e6:.0f} µs"
 
 
-def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
+def figures(
+    report: Report, aiperf: JSONObject | None = None, peers: JSONObject | None = None
+) -> dict[str, str]:
     """Every name the template may use, with its text for this run."""
     by_name = {s["name"]: s for s in report.summaries}
     tables = summary_tables(report.summaries)
@@ -320,6 +323,7 @@ def figures(report: Report, aiperf: JSONObject | None = None) -> dict[str, str]:
             "ms",
         )
     out["aiperf"] = _aiperf(aiperf, head)
+    out["peers"] = peers_section(peers)
     return out
 
 
@@ -330,10 +334,13 @@ def _template() -> str:
 
 
 def render_document(
-    report: Report, aiperf: JSONObject | None = None, template: str | None = None
+    report: Report,
+    aiperf: JSONObject | None = None,
+    template: str | None = None,
+    peers: JSONObject | None = None,
 ) -> str:
     """The whole document; raises ValueError naming any placeholder the run cannot fill."""
-    values = figures(report, aiperf)
+    values = figures(report, aiperf, peers)
     text = _template() if template is None else template
     unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(text)} - values.keys())
     if unknown:
@@ -345,13 +352,16 @@ def write_document(report: Report, out_dir: Path, doc: Path | None = None) -> di
     """results.md in ``out_dir``; with ``doc``, also that file and its plots beside it.
 
     The plots go to a folder named after the document (docs/results.md: docs/results/), where
-    the document's image links point. ``out_dir/aiperf.json`` is included when present.
+    the document's image links point. ``out_dir/aiperf.json`` and ``out_dir/peers.json`` are
+    included when present.
     """
     aiperf_path = out_dir / "aiperf.json"
     aiperf = json.loads(aiperf_path.read_text(encoding="utf-8")) if aiperf_path.is_file() else None
     # A run of the network sweep alone (make compare-network) is its own document.
     template = NETWORK_TEMPLATE if network_only(report) else None
-    text = render_document(report, aiperf, template)
+    peers_path = out_dir / "peers.json"
+    peers = json.loads(peers_path.read_text(encoding="utf-8")) if peers_path.is_file() else None
+    text = render_document(report, aiperf, template, peers)
     paths = {"document": out_dir / "results.md"}
     # In the output folder the plots sit beside the document, not in results/.
     local = text.replace("](results/", "](").replace("](results-network/", "](")
