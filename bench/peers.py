@@ -187,8 +187,11 @@ def _events(raw: bytes) -> JSONObject | None:
 
 def _http(session: aiohttp.ClientSession, url: str) -> Send:
     async def send(body: JSONObject) -> JSONObject:
+        response: JSONObject | None = None
         async with session.post(url + "/v1/responses", json={**body, "stream": True}) as reply:
             reply.raise_for_status()
+            # Read to the end of the body: a connection left mid-body is closed, not reused,
+            # and every turn would then pay a new connection.
             async for raw in reply.content:
                 event = _events(raw)
                 if event is None:
@@ -196,10 +199,12 @@ def _http(session: aiohttp.ClientSession, url: str) -> Send:
                 if event.get("type") in ("error", "response.failed"):
                     raise RuntimeError(f"error event: {event}")
                 if event.get("type") == "response.completed":
-                    response = event["response"]
-                    assert isinstance(response, dict)
-                    return response
-        raise RuntimeError("the stream ended without response.completed")
+                    completed = event["response"]
+                    assert isinstance(completed, dict)
+                    response = completed
+        if response is None:
+            raise RuntimeError("the stream ended without response.completed")
+        return response
 
     return send
 
