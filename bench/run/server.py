@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..clients import ServerAddress
 from ..cpu import process_cpu_clock
-from ..lifecycle import ManagedService
 from ..ports import free_port
 from ..servers import serve_command
+from .process import LoggedProcess
 from .settings import ServerSettings
 
 __all__ = ["ServerProcess"]
 
 
-class ServerProcess(ManagedService):
+class ServerProcess(LoggedProcess):
     """``bidi-responses serve`` in a subprocess, on free loopback ports."""
 
     def __init__(
@@ -27,13 +25,8 @@ class ServerProcess(ManagedService):
     ) -> None:
         self.settings = settings
         self.name = name
-        self.dir = workdir / name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.dir / "server.log"
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(workdir / name, env)
         self.address: ServerAddress | None = None
-        self._cpu: Callable[[], float] | None = None
 
     def start(self, timeout: float = 60.0) -> ServerAddress:
         """Start and wait until every port accepts connections."""
@@ -89,27 +82,3 @@ class ServerProcess(ManagedService):
         self._cpu = lambda: sum(clock() for clock in clocks)
         self.address = address
         return address
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The end of the server's log."""
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def cpu_seconds(self) -> float:
-        """Server CPU time so far (user + system, all threads)."""
-        assert self._cpu is not None
-        return self._cpu()
-
-    def stop(self) -> None:
-        """SIGTERM (graceful), then SIGKILL if it does not exit."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
