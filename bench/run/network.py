@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,35 +197,18 @@ def _multiplex_conditions(
         # The server's model calls tools for the main rollout's turns: stop at this one's.
         "max_tool_turns": spec.tool_turns,
     }
-    for rtt, mbit in cfg.network_multiplex:
-        label = link_label(rtt, mbit)
-        name = f"relay-many-{rtt:g}ms-{mbit or 0:g}mbit"
-        with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
-            address = _through(direct, relay.ports)
-            for repeat in range(cfg.network_repeats):
-                for mode in rotated(modes, repeat):
-                    bar.describe(f"{cfg.network_agents} agents {label} {mode.key} r{repeat + 1}")
-                    cmd: AgentsCommand = {
-                        **base,
-                        "server": address,
-                        "mode": mode.key,
-                        "repeat": repeat,
-                        "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
-                    }
-                    runner.run_measured(
-                        cell,
-                        server,
-                        [(runner.worker(mode), cmd)],
-                        bar.update,
-                        {
-                            "mode": mode.key,
-                            "repeat": repeat,
-                            "rtt_ms": rtt,
-                            "mbit": mbit or 0,
-                            "tls": cfg.network_tls,
-                            "path": "multiplex",
-                        },
-                    )
+    _relayed_rollouts(
+        runner,
+        cell,
+        modes,
+        server,
+        direct,
+        bar,
+        base,
+        cfg.network_multiplex,
+        "multiplex",
+        f"{cfg.network_agents} agents",
+    )
 
 
 def _large_conditions(
@@ -246,14 +230,44 @@ def _large_conditions(
         **runner.rollout_cmd(runner.workload(spec), direct),
         "max_tool_turns": spec.tool_turns,
     }
-    for rtt, mbit in cfg.network_large:
+    _relayed_rollouts(
+        runner,
+        cell,
+        modes,
+        server,
+        direct,
+        bar,
+        base,
+        cfg.network_large,
+        "large",
+        "large outputs",
+    )
+
+
+def _relayed_rollouts(
+    runner: Runner,
+    cell: CellResult,
+    modes: list[ModeInfo],
+    server: ServerProcess,
+    direct: ServerAddress,
+    bar: Progress,
+    base: AgentsCommand,
+    links: Sequence[tuple[float, float | None]],
+    path: str,
+    what: str,
+) -> None:
+    """``base`` run through a relay for each of ``links``, every mode in turn per repeat;
+    each run is a row of ``cell`` tagged with its link and ``path`` (``what``: its name on
+    the progress bar)."""
+    cfg = runner.config
+    for rtt, mbit in links:
         label = link_label(rtt, mbit)
-        name = f"relay-large-{rtt:g}ms-{mbit or 0:g}mbit"
+        name = f"relay-{path}-{rtt:g}ms-{mbit or 0:g}mbit"
         with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
             address = _through(direct, relay.ports)
             for repeat in range(cfg.network_repeats):
                 for mode in rotated(modes, repeat):
-                    bar.describe(f"large outputs {label} {mode.key} r{repeat + 1}")
+                    bar.describe(f"{what} {label} {mode.key} r{repeat + 1}")
                     cmd: AgentsCommand = {
                         **base,
                         "server": address,
@@ -272,7 +286,7 @@ def _large_conditions(
                             "rtt_ms": rtt,
                             "mbit": mbit or 0,
                             "tls": cfg.network_tls,
-                            "path": "large",
+                            "path": path,
                         },
                     )
 
