@@ -50,7 +50,10 @@ def _http(http: httpx.AsyncClient) -> Send:
     return send
 
 
-def _websocket(ws: ClientConnection) -> Send:
+def websocket_turns(ws: ClientConnection) -> Send:
+    """One ``response.create`` per call on a WebSocket-mode connection: its completed
+    response (an error event raises)."""
+
     async def send(body: JSONObject) -> JSONObject:
         await ws.send(json.dumps({"type": "response.create", **body}))
         while True:
@@ -123,7 +126,7 @@ async def run_benchmark(
             for r in range(repeats + 1):  # the first warms imports, tokenizer and route
                 if transport == "websocket":
                     async with connect(f"ws://{base}/v1/responses", max_size=None) as ws:
-                        figures = await _loop(_websocket(ws), turns, f"run {r}", workload)
+                        figures = await _loop(websocket_turns(ws), turns, f"run {r}", workload)
                 else:
                     figures = await _loop(_http(http), turns, f"run {r}", workload)
                 if r:

@@ -48,6 +48,7 @@ from pathlib import Path
 import aiohttp
 
 from .cpu import process_cpu_clock
+from .http_continuation import Send, websocket_turns
 from .jsontypes import JSONObject
 from .ports import free_port
 from .run.server import ServerProcess
@@ -69,8 +70,6 @@ MODE_LABELS = {
     "connect": "gRPC Connect",
 }
 SERVER_LABELS = {"bidi": "this project", "smg": "SMG (pass-through, history in memory)"}
-
-Send = Callable[[JSONObject], Awaitable[JSONObject]]
 
 
 @dataclass(slots=True)
@@ -214,18 +213,7 @@ async def _websocket(url: str) -> AsyncIterator[Send]:
     from websockets.asyncio.client import connect
 
     async with connect(url.replace("http://", "ws://") + "/v1/responses", max_size=None) as ws:
-
-        async def send(body: JSONObject) -> JSONObject:
-            await ws.send(json.dumps({"type": "response.create", **body}))
-            while True:
-                event = json.loads(await ws.recv())
-                if event["type"] == "error":
-                    raise RuntimeError(f"error event: {event}")
-                if event["type"] == "response.completed":
-                    response: JSONObject = event["response"]
-                    return response
-
-        yield send
+        yield websocket_turns(ws)
 
 
 @asynccontextmanager

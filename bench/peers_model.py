@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +30,7 @@ import orjson
 from aiohttp import web
 from bidi_responses.schema import JSONObject
 
-from .sim_backend import SimBackend
+from .sim_backend import SimBackend, serve
 
 __all__ = ["FakeModel", "main"]
 
@@ -155,30 +154,13 @@ class FakeModel(SimBackend):
         return app
 
 
-async def serve(host: str, port: int, tool_rounds: int) -> None:
-    """Serve until SIGTERM or SIGINT; print the base URL once listening."""
-    model = FakeModel(tool_rounds)
-    runner = web.AppRunner(model.app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = int(runner.addresses[0][1])
-    print(f"listening on http://{host}:{bound}/v1", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await runner.cleanup()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--tool-rounds", type=int, default=19)
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port, args.tool_rounds))
+    asyncio.run(serve(args.host, args.port, FakeModel(args.tool_rounds).app()))
     return 0
 
 

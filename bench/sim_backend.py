@@ -333,12 +333,12 @@ def _chunk(token_ids: list[int], text: str) -> bytes:
     return b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\n"
 
 
-async def serve(host: str, port: int) -> None:
-    """Serve until SIGTERM or SIGINT; print the base URL once listening."""
-    backend = SimBackend()
+async def serve(host: str, port: int, app: web.Application | None = None) -> None:
+    """Serve ``app`` (the sim backend's unless given) until SIGTERM or SIGINT; print the base
+    URL once listening."""
     # A client that goes away cancels its handler, as vLLM aborts a request whose
     # connection closed.
-    runner = web.AppRunner(backend.app(), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app or SimBackend().app(), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
