@@ -191,6 +191,13 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="network sweep: links RTT_MS:MBIT measured again with Envoy between the link and "
         "the server, for modes 1, 4 and 7 (default 20:0,80:10; empty: none)",
     )
+    p.add_argument(
+        "--network-llama",
+        default="0:0,20:0",
+        help="network sweep: links RTT_MS:MBIT measured with llama.cpp (the tiny generated "
+        "model, its own process) as the engine, every network mode (default 0:0,20:0; empty: "
+        "none)",
+    )
     p.add_argument("--agents", default="1,4,16,64", help="concurrency sweep points")
     p.add_argument(
         "--concurrency-modes",
@@ -351,6 +358,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         network_multiplex=_links(args.network_multiplex),
         network_agents=args.network_agents,
         network_large=_links(args.network_large),
+        network_llama=_links(args.network_llama),
         tps_values=_floats(args.tps_values),
         tps_turns=args.tps_turns,
         tps_modes=_modes(args.tps_modes),
@@ -425,6 +433,8 @@ def _smoke(config: CompareConfig) -> None:
     config.network_large = [(20.0, None)]
     config.network_large_turns = 1
     config.network_large_tokens = 20_000
+    config.network_llama = [(20.0, None)]
+    config.network_llama_turns = 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ and they flatter the modes that open connections (mode 1) the most.
 
 {{net.large}}
 
+## A real engine: llama.cpp
+
+{{net.llama}}
+
 ## Through the mesh's proxy
 
 {{net.envoy}}
@@ -117,6 +121,7 @@ def network_figures(report: Report) -> dict[str, str]:
             "net.mesh",
             "net.multiplex",
             "net.large",
+            "net.llama",
         ):
             out[key] = "n/a"
         return out
@@ -163,6 +168,7 @@ def network_figures(report: Report) -> dict[str, str]:
     out["net.crossover"] = "\n".join(lines)
     out["net.multiplex"] = _multiplex(net)
     out["net.large"] = _large(net)
+    out["net.llama"] = _llama(net)
     envoy = [r for r in net["rows"] if r.get("path") == "envoy"]
     if envoy:
         direct = {
@@ -259,6 +265,43 @@ def _large(net: JSONObject) -> str:
             f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
             f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
             f"{up[0]:.0f} / {up[1]:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _llama(net: JSONObject) -> str:
+    """Every mode's rollout with llama.cpp as the engine, per link."""
+    params = net["params"]
+    rows = [r for r in net["rows"] if r.get("path") == "llama"]
+    if not rows:
+        return "*(no llama.cpp link in this run)*"
+    workload = params.get("llama_workload") or {}
+    lines = [
+        "The engine is llama.cpp's own server (the tiny generated model: a real `llama` GGUF "
+        "over the o200k/Harmony vocabulary, one slot and one thread, in its own process), "
+        "reached through the production `completions` route in the Harmony format: the server "
+        "renders each turn to token ids, streams the model's sampled ids back and parses them "
+        f"into items. {workload.get('tool_turns', '?')} tool turns of "
+        f"~{workload.get('tool_output_tokens', '?')}-token outputs (the model's context is "
+        "8192 tokens), the first tool forced each turn so that every mode runs the same turns. "
+        "llama.cpp keeps its own prefix (KV) cache, so HTTP with full history re-sends the "
+        "history but llama.cpp does not recompute it; the server still re-parses and re-renders "
+        "it. The engine's CPU is llama.cpp's process.",
+        "",
+        "| link | # | mode | e2e s | speedup | overhead p50 ms | server CPU ms/turn | "
+        "llama.cpp CPU ms/turn | KB up/turn |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        speedup = r.get("speedup_vs_http_new")
+        engine = r.get("engine_cpu_ms_per_turn")
+        up = r.get("bytes_up_per_turn")
+        lines.append(
+            f"| {r['rtt_ms']:g} ms, {_rate(r['mbit'])} | {r['number']} | {r['label']} | "
+            f"{_e2e(r)} | {f'{speedup:.2f}x' if speedup else '-'} | "
+            f"{r['overhead_p50_ms']:.1f} | {r['server_cpu_ms_per_turn']:.1f} | "
+            f"{f'{engine:.1f}' if engine is not None else '-'} | "
+            f"{f'{up / 1024:.1f}' if up is not None else '-'} |"
         )
     return "\n".join(lines)
 

@@ -411,6 +411,7 @@ _PATHS = {
     "envoy": "Envoy",
     "multiplex": "{agents} agents",
     "large": "large outputs",
+    "llama": "llama.cpp",
 }
 
 

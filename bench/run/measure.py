@@ -185,10 +185,13 @@ class Measurer:
         jobs: list[tuple[Worker, AgentsCommand]],
         progress: Callable[[int], None],
         tags: JSONObject,
+        engine_cpu: Callable[[], float] | None = None,
     ) -> JSONObject:
-        """Run jobs in parallel, with the server's CPU time read around them."""
+        """Run jobs in parallel, with the server's CPU time read around them (and the
+        engine's, from ``engine_cpu`` or else the run's own engine process)."""
+        engine_clock = engine_cpu or self.backend_cpu
         cpu0 = server.cpu_seconds()
-        engine0 = self.backend_cpu()
+        engine0 = engine_clock()
         try:
             results = self.pool.run(jobs, progress)
         except WorkerError as error:
@@ -196,7 +199,7 @@ class Measurer:
                 f"{error}\n-- server log ({server.name}):\n{server.log_tail()}"
             ) from None
         cpu1 = server.cpu_seconds()
-        run, turns = measured_run(tags, results, cpu1 - cpu0, self.backend_cpu() - engine0)
+        run, turns = measured_run(tags, results, cpu1 - cpu0, engine_clock() - engine0)
         cell.runs.append(run)
         cell.turns.extend(turns)
         return run

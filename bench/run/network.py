@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from .settings import CellResult, ServerSettings
 if TYPE_CHECKING:
     from .cells import Runner
 
-__all__ = ["RelayProcess", "link_label", "network_cell"]
+__all__ = ["RelayProcess", "link_label", "network_cell", "relayed_rollouts", "through"]
 
 
 def link_label(rtt_ms: float, mbit: float | None) -> str:
@@ -125,6 +125,10 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             "multiplex_workload": runner.workload(
                 cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
             ).to_json(),
+            "llama": [[rtt, mbit or 0] for rtt, mbit in cfg.network_llama],
+            "llama_workload": runner.workload(
+                cfg.workload_spec(cfg.network_llama_turns, cfg.network_llama_tokens)
+            ).to_json(),
         },
     )
     mesh_modes = [m for m in modes if m.transport in ("grpc", "ws") or m.key == "http_new"]
@@ -133,6 +137,9 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
     many_turns = cfg.network_agents * (cfg.concurrency_turns + 1) * len(cfg.network_multiplex)
     total += 2 * many_turns * cfg.network_repeats
     total += 2 * (cfg.network_large_turns + 1) * cfg.network_repeats * len(cfg.network_large)
+    total += (
+        len(modes) * (cfg.network_llama_turns + 1) * cfg.network_repeats * len(cfg.network_llama)
+    )
     with runner.timed(cell, total, "network") as bar, runner.server("network", settings) as server:
         assert server.address is not None
         direct = dataclasses.replace(server.address, tls_ca=ca)
@@ -142,7 +149,7 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             label = link_label(rtt, mbit)
             name = f"relay-{rtt:g}ms-{mbit or 0:g}mbit"
             with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
-                address = _through(direct, relay.ports)
+                address = through(direct, relay.ports)
                 for repeat in range(cfg.network_repeats):
                     for mode in rotated(modes, repeat):
                         bar.describe(f"{label} {mode.key} r{repeat + 1}")
@@ -174,6 +181,10 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             _large_conditions(runner, cell, many, server, direct, bar)
         if cfg.network_mesh and mesh_modes:
             _mesh_conditions(runner, cell, mesh_modes, base, ca, pki_paths(settings), bar)
+    if cfg.network_llama:
+        from .network_llama import llama_conditions
+
+        llama_conditions(runner, cell, modes, pki_paths(settings), ca, bar)
     return cell
 
 
@@ -197,7 +208,7 @@ def _multiplex_conditions(
         # The server's model calls tools for the main rollout's turns: stop at this one's.
         "max_tool_turns": spec.tool_turns,
     }
-    _relayed_rollouts(
+    relayed_rollouts(
         runner,
         cell,
         modes,
@@ -230,7 +241,7 @@ def _large_conditions(
         **runner.rollout_cmd(runner.workload(spec), direct),
         "max_tool_turns": spec.tool_turns,
     }
-    _relayed_rollouts(
+    relayed_rollouts(
         runner,
         cell,
         modes,
@@ -244,7 +255,7 @@ def _large_conditions(
     )
 
 
-def _relayed_rollouts(
+def relayed_rollouts(
     runner: Runner,
     cell: CellResult,
     modes: list[ModeInfo],
@@ -255,16 +266,17 @@ def _relayed_rollouts(
     links: Sequence[tuple[float, float | None]],
     path: str,
     what: str,
+    engine_cpu: Callable[[], float] | None = None,
 ) -> None:
     """``base`` run through a relay for each of ``links``, every mode in turn per repeat;
     each run is a row of ``cell`` tagged with its link and ``path`` (``what``: its name on
-    the progress bar)."""
+    the progress bar; ``engine_cpu``: the engine's CPU clock, when not the run's own)."""
     cfg = runner.config
     for rtt, mbit in links:
         label = link_label(rtt, mbit)
         name = f"relay-{path}-{rtt:g}ms-{mbit or 0:g}mbit"
         with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
-            address = _through(direct, relay.ports)
+            address = through(direct, relay.ports)
             for repeat in range(cfg.network_repeats):
                 for mode in rotated(modes, repeat):
                     bar.describe(f"{what} {label} {mode.key} r{repeat + 1}")
@@ -288,6 +300,7 @@ def _relayed_rollouts(
                             "tls": cfg.network_tls,
                             "path": path,
                         },
+                        engine_cpu=engine_cpu,
                     )
 
 
@@ -346,7 +359,7 @@ def _mesh_conditions(
                 label = link_label(rtt, mbit)
                 name = f"relay-envoy-{rtt:g}ms-{mbit or 0:g}mbit"
                 with RelayProcess(front.ports, rtt, mbit, runner.workdir, name) as relay:
-                    address = _through(front, relay.ports)
+                    address = through(front, relay.ports)
                     for repeat in range(cfg.network_repeats):
                         for mode in rotated(modes, repeat):
                             bar.describe(f"Envoy {label} {mode.key} r{repeat + 1}")
@@ -398,7 +411,7 @@ def _terminate_tls(config: JSONObject, cert: str, key: str) -> None:
             }
 
 
-def _through(address: ServerAddress, relays: dict[int, int]) -> ServerAddress:
+def through(address: ServerAddress, relays: dict[int, int]) -> ServerAddress:
     """The server's address as the clients see it: the relay's ports in front of its own."""
     return dataclasses.replace(
         address,

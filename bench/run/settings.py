@@ -235,6 +235,13 @@ class CompareConfig:
     network_large: list[tuple[float, float | None]] = field(default_factory=lambda: [(80.0, 100.0)])
     network_large_turns: int = 5
     network_large_tokens: int = 50_000
+    # The links measured with llama.cpp (the tiny generated model, in its own process) as the
+    # engine, every network mode: a short rollout, since the model's context is 8192 tokens.
+    network_llama: list[tuple[float, float | None]] = field(
+        default_factory=lambda: [(0.0, None), (20.0, None)]
+    )
+    network_llama_turns: int = 5
+    network_llama_tokens: int = 400
     # Environment.
     store_all: bool = False
     malloc_tuned: bool = False

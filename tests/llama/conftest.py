@@ -21,6 +21,7 @@ import httpx
 import pytest
 import xllamacpp
 from aiohttp import web
+from bidi_responses.bench.tiny_gguf import N_CTX, write_tiny_model
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
@@ -28,7 +29,6 @@ from bidi_responses.server.engines.completions import CompletionsConfig
 
 from tests.conftest import FAST_SIM
 from tests.llama.open_gguf import write_open_model
-from tests.llama.tiny_gguf import N_CTX, write_tiny_model
 
 _METRIC = re.compile(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", re.M)
 

@@ -23,14 +23,14 @@ from pathlib import Path
 import gguf
 import numpy as np
 import tokenizers
-
-from tests.engines.model_files import CHATML, CORPUS, TAGS, train_tokenizer
-from tests.llama.tiny_gguf import (
+from bidi_responses.bench.tiny_gguf import (
     N_EMBD,
     _byte_to_unicode,
     llama_writer,
     write_tensors,
 )
+
+from tests.engines.model_files import CHATML, CORPUS, TAGS, train_tokenizer
 
 CALL_JSON = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
 CALL_ARGUMENTS = '{"city": "Paris"}'

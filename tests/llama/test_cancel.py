@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bidi_responses.bench.tiny_gguf import N_CTX
 from bidi_responses.client import AsyncResponsesClient
 from bidi_responses.client.stream import ConnectStream
 from bidi_responses.server.core.storage.sqlite_store import Store
 
 from tests.conftest import ServerFactory, ledger_by_id
 from tests.llama.conftest import RAMBLE_BIAS, LlamaBackend, completions_route, llama_config
-from tests.llama.tiny_gguf import N_CTX
 
 BUDGET = N_CTX - 512
 
