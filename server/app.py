@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from .assembly import build_core
 from .config import ServerConfig
 from .core.observability.gc_pauses import freeze_startup_heap
 from .core.observability.ratelimit import CLIENT_FAULTS
@@ -101,7 +102,7 @@ class StartupError(Exception):
 
 async def _open_core(config: ServerConfig) -> ResponsesCore:
     try:
-        core = ResponsesCore(config)
+        core = build_core(config)
     except (OSError, sqlite3.Error) as error:
         raise StartupError(
             f"cannot use the data directory '{config.data_dir}' (the store at "

@@ -2,8 +2,9 @@
 
 ``ResponsesCore`` creates streams (``open_session``) and one-shot responses (``respond``),
 serves stored responses (retrieve, delete, input items, cancel), reports stats and drains.
-Its parts are built by the composition root (``root.compose``) and passed to what uses them:
-a stream and each of its runs get them as one typed bundle (``runs.deps.RunDeps``).
+Its parts (``CoreParts``) are built by the composition root beside the core
+(``server/assembly.py``) and passed to what uses them: a stream and each of its runs get them
+as one typed bundle (``runs.deps.RunDeps``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 
-import tiktoken
 from bidi_responses.schema import (
     DeletedResponse,
     InputItemList,
@@ -22,26 +23,49 @@ from bidi_responses.schema import (
 )
 
 from ..config import ServerConfig
+from .activity import Activity
 from .api.errors import ApiError, not_found, shown
 from .lanes.session import Session
+from .malloc_trim import IdleTrimmer
 from .observability.counters import ServerStats
-from .root import CoreParts, EngineFactory, compose
+from .one_shot import OneShotOps
+from .runs.background import BackgroundRuns
+from .runs.deps import RunDeps
+from .runs.one_shot import OneShotRuns
 from .runs.runner import ResponseRun
+from .tenancy.auth import ApiKeys
 from .tenancy.caller import ANONYMOUS, Caller
+from .tenancy.request_budget import RequestBytes
 from .uncancelled import uncancelled
+
+
+@dataclass(frozen=True, slots=True)
+class CoreParts:
+    """The core's parts, built by the composition root (``server/assembly.py``)."""
+
+    # What runs and streams use.
+    runs: RunDeps
+    # The credentials the transports check.
+    keys: ApiKeys
+    # Returns freed memory to the OS once the server is idle.
+    trimmer: IdleTrimmer
+    # What is open (streams, one-shot creates): when the server is idle.
+    activity: Activity
+    # Creates without a stream (stateless HTTP, CreateResponse), and background responses.
+    one_shots: OneShotRuns
+    background: BackgroundRuns
+    # Compact, input token counts, models.
+    one_shot: OneShotOps
+    # Request bytes read or held at once, over every transport.
+    request_bytes: RequestBytes
+    started_at: int
 
 
 class ResponsesCore:
     """Streams and responses, stored responses, stats and drain, over the composed parts."""
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        *,
-        encoding: tiktoken.Encoding | None = None,
-        engine_factory: EngineFactory | None = None,
-    ) -> None:
-        self.parts: CoreParts = compose(config, encoding=encoding, engine_factory=engine_factory)
+    def __init__(self, config: ServerConfig, parts: CoreParts) -> None:
+        self.parts = parts
         deps = self.deps = self.parts.runs
         self.config = config
         self.log = deps.log

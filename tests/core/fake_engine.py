@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bidi_responses.server.assembly import compose
 from bidi_responses.server.config import RouteConfig
 from bidi_responses.server.core.service import ResponsesCore
 from bidi_responses.server.engines.base import (
@@ -113,7 +114,8 @@ class ScriptedCore(ResponsesCore):
 
     def __init__(self, tmp_path: Path, engine: ScriptedEngine, **kwargs: Any) -> None:
         self.engine = engine
-        super().__init__(make_config(tmp_path), engine_factory=self._engine_for, **kwargs)
+        config = make_config(tmp_path)
+        super().__init__(config, compose(config, engine_factory=self._engine_for, **kwargs))
 
     def _engine_for(self, route: RouteConfig) -> Engine:
         return self.engine

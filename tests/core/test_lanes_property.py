@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from bidi_responses.server.assembly import build_core
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.service import ResponsesCore
 from hypothesis import HealthCheck, given, settings
@@ -74,7 +75,7 @@ ops_strategy = st.lists(
 @pytest.fixture
 async def core(tmp_path: Path) -> AsyncIterator[ResponsesCore]:
     # Paced so that responses are in flight long enough for steers and cancels to land.
-    running = ResponsesCore(
+    running = build_core(
         make_config(tmp_path, tokens_per_second=1500, answer_tokens=16, tool_rounds=1)
     )
     await running.start()

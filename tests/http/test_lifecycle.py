@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.service import ResponsesCore
+from bidi_responses.server.assembly import build_core
 from bidi_responses.server.transports.http import start_http_server
 
 from tests.conftest import ServerFactory, make_config
@@ -57,7 +57,7 @@ async def test_a_start_up_failure_is_raised_by_start(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     config.tls.cert_file = str(tmp_path / "missing-cert.pem")
     config.tls.key_file = str(tmp_path / "missing-key.pem")
-    core = ResponsesCore(config)
+    core = build_core(config)
     try:
         async with asyncio.timeout(20):
             with pytest.raises(FileNotFoundError):

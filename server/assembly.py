@@ -1,12 +1,14 @@
-"""The composition root: every long-lived part of the core is built here, once, and handed to
-what uses it.
+"""The composition root: every long-lived part of the server is built here, once, and handed
+to what uses it. It sits beside the core, not in it: the engines and the pre-inference pipeline
+are plugged in here, so the core never imports them.
 
 ``compose`` reads the configuration and returns the parts: the store and its post-inference
 queue (with its journal), limits, metrics and counters, the router and its engines, the
 renderer, the pre-inference pipeline, the compaction codec, the state hand-off tier, and the
 one-shot creates and background responses over them. Runs and streams get them as one typed
-bundle (``runs.deps.RunDeps``); the facade (``service.ResponsesCore``) keeps only what it
-serves. Tests pass fakes in here (an engine factory) rather than overriding the core.
+bundle (``runs.deps.RunDeps``); the facade (``ResponsesCore``, built by ``build_core``) keeps
+only what it serves. Tests pass fakes in here (an engine factory) rather than overriding the
+core.
 """
 
 from __future__ import annotations
@@ -15,59 +17,37 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import tiktoken
 
-from ..config import RouteConfig, ServerConfig
-from ..engines import build_engine
-from ..engines.base import Engine
-from ..pipeline import build_pipeline
-from .activity import Activity
-from .compaction import CompactionCodec, load_key
-from .lanes.state import MemoryBudget
-from .malloc_trim import IdleTrimmer
-from .observability.counters import Counters
-from .observability.metrics import Metrics
-from .one_shot import OneShotOps
-from .rendering.render import Renderer
-from .rendering.tokenizer import load_encoding
-from .routing import Router
-from .runs.background import BackgroundRuns
-from .runs.deps import RunDeps, ServerState
-from .runs.one_shot import OneShotRuns
-from .storage.backend import open_store
-from .storage.handoff import StateTier
-from .storage.journal import Journal
-from .storage.postinference import PostQueue
-from .tenancy.auth import ApiKeys
-from .tenancy.limits import TenantLimiter
-from .tenancy.request_budget import RequestBytes
+from .config import RouteConfig, ServerConfig
+from .core.activity import Activity
+from .core.compaction import CompactionCodec, load_key
+from .core.conversation.state import MemoryBudget
+from .core.malloc_trim import IdleTrimmer
+from .core.observability.counters import Counters
+from .core.observability.metrics import Metrics
+from .core.one_shot import OneShotOps
+from .core.rendering.render import Renderer
+from .core.rendering.tokenizer import load_encoding
+from .core.routing import Router
+from .core.runs.background import BackgroundRuns
+from .core.runs.deps import RunDeps, ServerState
+from .core.runs.one_shot import OneShotRuns
+from .core.service import CoreParts, ResponsesCore
+from .core.storage.backend import open_store
+from .core.storage.handoff import StateTier
+from .core.storage.journal import Journal
+from .core.storage.postinference import PostQueue
+from .core.tenancy.auth import ApiKeys
+from .core.tenancy.limits import TenantLimiter
+from .core.tenancy.request_budget import RequestBytes
+from .engines import build_engine
+from .engines.base import Engine
+from .pipeline import build_pipeline
 
 #: Builds the engine of one model route (the router calls it once per route).
 EngineFactory = Callable[[RouteConfig], Engine]
-
-
-@dataclass(frozen=True, slots=True)
-class CoreParts:
-    """The core's parts, built by ``compose``."""
-
-    # What runs and streams use.
-    runs: RunDeps
-    # The credentials the transports check.
-    keys: ApiKeys
-    # Returns freed memory to the OS once the server is idle.
-    trimmer: IdleTrimmer
-    # What is open (streams, one-shot creates): when the server is idle.
-    activity: Activity
-    # Creates without a stream (stateless HTTP, CreateResponse), and background responses.
-    one_shots: OneShotRuns
-    background: BackgroundRuns
-    # Compact, input token counts, models.
-    one_shot: OneShotOps
-    # Request bytes read or held at once, over every transport.
-    request_bytes: RequestBytes
-    started_at: int
 
 
 def compose(
@@ -164,3 +144,13 @@ def compose(
         request_bytes=RequestBytes(config.limits.max_inflight_request_bytes),
         started_at=started_at,
     )
+
+
+def build_core(
+    config: ServerConfig,
+    *,
+    encoding: tiktoken.Encoding | None = None,
+    engine_factory: EngineFactory | None = None,
+) -> ResponsesCore:
+    """The core over parts composed from ``config`` (arguments as ``compose``)."""
+    return ResponsesCore(config, compose(config, encoding=encoding, engine_factory=engine_factory))
