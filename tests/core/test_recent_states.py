@@ -1,11 +1,15 @@
-"""The process-wide cache of recent stored responses' states (``lanes/recent.py``)."""
+"""The process-wide cache of recent stored responses' states (``conversation/recent.py``)."""
 
 from __future__ import annotations
 
 from array import array
 
-from bidi_responses.server.core.lanes.recent import RecentStates
-from bidi_responses.server.core.lanes.state import ConversationState, MemoryBudget, ResponseCache
+from bidi_responses.server.core.conversation.recent import RecentStates
+from bidi_responses.server.core.conversation.state import (
+    ConversationState,
+    MemoryBudget,
+    ResponseCache,
+)
 
 
 def _state(tokens: int = 100) -> ConversationState:

@@ -6,8 +6,8 @@ import asyncio
 import gc
 
 from bidi_responses.client import AsyncResponsesClient
+from bidi_responses.server.core.conversation.state import ResponseCache
 from bidi_responses.server.core.lanes.session import Session
-from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.runs.record import ResponseRecord
 from bidi_responses.server.core.runs.runner import ResponseRun
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from bidi_responses.schema import Item, ResponseEvent
+from bidi_responses.server.core.conversation.state import ResponseCache
 from bidi_responses.server.core.lanes.lane import Lane
-from bidi_responses.server.core.lanes.state import ResponseCache
 from bidi_responses.server.core.rendering.render import TokenArray
 from bidi_responses.server.core.runs.runner import ResponseRun
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 
-from bidi_responses.server.core.lanes.state import ConversationState, ResponseCache
+from bidi_responses.server.core.conversation.state import ConversationState, ResponseCache
 
 
 def _state(tokens: int) -> ConversationState:

@@ -13,7 +13,7 @@ from bidi_responses.client import AsyncResponsesClient, ConnectStream, Response
 from bidi_responses.cluster.postgres import TempPostgres
 from bidi_responses.schema import ResponseObject
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.conversation.state import ConversationState
 from bidi_responses.server.core.storage.handoff import decode_state, encode_state
 
 from tests.conftest import SHELL_TOOL, ServerFactory, make_config

@@ -19,6 +19,12 @@ from bidi_responses.schema import Item, JSONObject
 from ..api.jsonshape import plain_numbers
 from ..api.params import response_format
 from ..api.requests import CreateRequest
+from ..conversation.state import (
+    ConversationState,
+    Prefix,
+    object_bytes,
+    observe,
+)
 from ..rendering.render import (
     Renderer,
     TokenArray,
@@ -28,12 +34,6 @@ from ..rendering.render import (
 from ..storage.handoff import decode_state, encode_state
 from ..storage.history import stored_history
 from .lane import Lane
-from .state import (
-    ConversationState,
-    Prefix,
-    object_bytes,
-    observe,
-)
 
 if TYPE_CHECKING:
     from ..runs.deps import RunDeps

@@ -17,8 +17,8 @@ from ...engines.base import EngineAffinity
 from ..api.errors import ApiError
 from ..api.requests import CreateRequest, parse_create
 from ..api.tools import ToolSet
+from ..conversation.state import ResponseCache
 from ..routing import Route, Router
-from .state import ResponseCache
 
 if TYPE_CHECKING:
     from ..runs.runner import ResponseRun

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from ..runs.record import ResponseStats
+from .stats import ResponseStats
 
 
 class CounterTotals(TypedDict):

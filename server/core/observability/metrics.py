@@ -30,7 +30,7 @@ from .gc_pauses import GcPauseTimer
 from .ratelimit import SuppressedLines
 
 if TYPE_CHECKING:
-    from ..runs.record import ResponseStats
+    from .stats import ResponseStats
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 

@@ -15,11 +15,12 @@ from bidi_responses.schema import Item, ResponseObject
 
 from ...engines.base import EngineFinish
 from ...pipeline.base import StageCounters
-from ..lanes.state import ConversationState
+from ..conversation.state import ConversationState
+from ..observability.stats import ResponseStats
 from ..storage.store import LedgerRow, StoredResponse
 from ..tenancy.caller import Caller
 from .outcome import ledger_row, stored_response
-from .record import ResponseRecord, ResponseStats, Usage
+from .record import ResponseRecord, Usage
 
 
 def _no_counters() -> StageCounters:

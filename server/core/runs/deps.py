@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from ...config import ServerConfig
 from ...pipeline.base import Pipeline
 from ..compaction import CompactionCodec
-from ..lanes.recent import RecentStates
-from ..lanes.state import MemoryBudget
+from ..conversation.recent import RecentStates
+from ..conversation.state import MemoryBudget
 from ..observability.counters import Counters
 from ..observability.metrics import Metrics
 from ..rendering.render import Renderer
@@ -75,7 +75,7 @@ class RunDeps:
 
     @property
     def recent(self) -> RecentStates:
-        """The process's recent stored responses' states (``lanes/recent.py``), made on first
+        """The process's recent stored responses' states (``conversation/recent.py``), made on first
         use, within the budget all stream caches share."""
         recent = self.state.recent
         if recent is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bidi_responses.schema import Item, ResponseObject
 
-from ..lanes.state import ConversationState
+from ..conversation.state import ConversationState
 from ..storage.store import LedgerRow, StoredResponse
 from ..tenancy.caller import Caller
 from .record import ResponseRecord, Usage

@@ -40,14 +40,14 @@ from ..api.errors import ApiError
 from ..api.ids import assign_ids, new_id
 from ..api.input_items import parse_input
 from ..api.requests import CreateRequest
-from ..lanes import continuation
-from ..lanes.append import AppendWait
-from ..lanes.lane import Lane
-from ..lanes.state import (
+from ..conversation.state import (
     ConversationState,
     object_bytes,
     observe,
 )
+from ..lanes import continuation
+from ..lanes.append import AppendWait
+from ..lanes.lane import Lane
 from ..observability.metrics import ResponseMetrics
 from ..rendering.render import Renderer, common_prefix
 from ..routing import Route

@@ -45,7 +45,7 @@ from ...engines.base import (
 )
 from ..api.ids import new_id
 from ..api.requests import CreateRequest
-from ..lanes.state import ConversationState
+from ..conversation.state import ConversationState
 from .handoff import Handoff
 from .record import EventSequence, ResponseRecord
 

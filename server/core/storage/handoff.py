@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 from bidi_responses.schema import JSONValue
 
-from ..lanes.state import ConversationState
+from ..conversation.state import ConversationState
 
 _VERSION = 1
 

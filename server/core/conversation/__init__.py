@@ -1,0 +1,1 @@
+"""A conversation's reusable state and the caches that keep it between turns."""
