@@ -46,9 +46,9 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "input[0].content[0].detail",
     ),
     (
-        "arguments not JSON",
-        body([{**CALL, "arguments": "{not json"}], tools=[SHELL_TOOL]),
-        "invalid_value",
+        "arguments as object",
+        body([{**CALL, "arguments": {"cmd": "ls"}}], tools=[SHELL_TOOL]),
+        "invalid_type",
         "input[0].arguments",
     ),
     (
@@ -200,3 +200,24 @@ async def test_fourteen_schema_levels_are_accepted_everywhere(
         assert reply.json()["tools"][0]["parameters"] == tool["parameters"]
         response = await client.create(**body("hi", tools=[tool]))
         assert response.status == "completed"
+
+
+async def test_a_call_whose_arguments_are_not_json_comes_back_as_it_went(
+    http: httpx.AsyncClient, client: AsyncResponsesClient
+) -> None:
+    """A real model can write anything as a call's arguments (a small one writes text); a
+    client that sends its history back must not be refused for the model's own words."""
+    call = {**CALL, "arguments": "Hello world."}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    history = [msg(), call, output]
+    async with asyncio.timeout(20):
+        reply = await http.post(
+            "/v1/responses", json={**body(history, tools=[SHELL_TOOL]), "store": True}
+        )
+        assert reply.status_code == 200, reply.text
+        stored = await http.get(f"/v1/responses/{reply.json()['id']}/input_items?order=asc")
+        calls = [i for i in stored.json()["data"] if i["type"] == "function_call"]
+        assert [c["arguments"] for c in calls] == ["Hello world."]
+        async with client.connect() as stream:
+            response = await stream.create(**body(history, tools=[SHELL_TOOL]))
+            assert response.status == "completed"
