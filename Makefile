@@ -138,8 +138,8 @@ compare: $(EXTRA)bench
 
 # The network sweep: the headline rollout through an emulated link (RTT 0/2/20/80 ms x
 # unlimited/100/10 Mbit/s each way, TLS with certificates made at run time) for HTTP new
-# connection and keep-alive, WebSocket mode and Connect, and with the mesh's Envoy in the path;
-# writes bench-out/network/ and docs/results-network.md, an estimated 15-20 minutes (from its
+# connection and keep-alive, WebSocket mode and Connect, with the mesh's Envoy in the path, and
+# with llama.cpp (the tiny generated model, its own process) as the engine; writes bench-out/network/ and docs/results-network.md, an estimated 15-20 minutes (from its
 # slowest cells run alone) on two shared cores. Its smoke version is
 # tests/bench/test_network_smoke.py. NETWORK_ARGS adds compare flags.
 NETWORK_ARGS ?=

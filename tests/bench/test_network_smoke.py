@@ -99,7 +99,11 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, st
 def test_the_run_writes_its_own_document(network: tuple[list[dict[str, str]], Any]) -> None:
     document = network[1]["document"]
     assert "{{" not in document and "n/a" not in document.split("## Targets")[0]
-    for section in ("## End to end through the link", "## Through the mesh's proxy"):
+    for section in (
+        "## End to end through the link",
+        "## Through the mesh's proxy",
+        "## A real engine: llama.cpp",
+    ):
         assert section in document
     assert "| N1 |" in document  # the 20 ms target, judged
 
@@ -128,6 +132,23 @@ def test_every_transport_completes_its_turns_through_the_relay(
         # A tool output larger than HTTP/2's initial flow-control window, across the link.
         large = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "large"]
         assert large and all(r["statuses"] == ["completed"] for r in large), mode
+
+
+def test_every_mode_runs_its_turns_on_llama_cpp(
+    network: tuple[list[dict[str, str]], Any],
+) -> None:
+    """llama.cpp (the tiny generated model, its own process) as the engine, through the link:
+    HTTP's full-history modes send the model's own call back, and every mode's turns are
+    counted against llama.cpp's CPU, not the server's."""
+    turns, results = network
+    cell = next(c for c in results["cells"] if c["name"] == "network")
+    assert cell["params"]["llama"] == [[RTT_MS, 0]]
+    for mode in MODES:
+        runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "llama"]
+        assert runs and all(r["statuses"] == ["completed"] for r in runs), mode
+        assert all(r["engine_cpu_s"] > 0 for r in runs), mode
+        mine = [t for t in turns if t["mode"] == mode and t["path"] == "llama"]
+        assert len(mine) == 2, mode  # one forced tool turn and the answer
 
 
 def test_the_relay_adds_its_round_trips(network: tuple[list[dict[str, str]], Any]) -> None:
