@@ -42,9 +42,7 @@ import orjson
 import tiktoken
 from aiohttp import web
 from bidi_responses.schema import JSONObject, JSONValue
-from bidi_responses.server.core.rendering import tokenizer
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.base import (
+from bidi_responses.server.core.ports import (
     Delta,
     EngineFinish,
     EngineRequest,
@@ -52,8 +50,11 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from bidi_responses.server.engines.prefix_cache import PrefixCache
-from bidi_responses.server.engines.sim import SimConfig, SimEngine
+from bidi_responses.server.engines.sim import SimEngine
+from bidi_responses.server.engines.sim_config import SimConfig
 from bidi_responses.server.engines.timing import play
 
 __all__ = ["PromptFacts", "SimBackend", "main", "read_prompt", "sim_body"]

@@ -43,7 +43,8 @@ from .channel import (
     delivery_options,
     status_error,
 )
-from .stream import ConnectStream, collect_response
+from .outcome import collect_response
+from .stream import ConnectStream
 from .types import JSONObject, JSONValue, Response
 
 # ConnectCall and ConnectStream are re-exported: callers import them from here.

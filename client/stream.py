@@ -26,9 +26,9 @@ from bidi_responses.codec import (
 from bidi_responses.v1 import responses_pb2 as pb
 
 from .channel import ConnectCall, status_error
+from .outcome import TURN_END_CASES, collect_response, turn_outcome
 from .steering import Steering, SuccessorQueue
 from .types import (
-    TERMINAL_EVENTS,
     JSONMapping,
     JSONObject,
     JSONValue,
@@ -39,7 +39,7 @@ from .types import (
     SteerAck,
 )
 
-__all__ = ["ConnectStream", "StreamLane", "collect_response"]
+__all__ = ["ConnectStream", "StreamLane"]
 
 
 class ConnectStream:
@@ -143,7 +143,7 @@ class ConnectStream:
             if message is None:
                 return
             turn = self._turns.get(stream_id)
-            if turn is not None and turn.left and message.WhichOneof("event") in _TURN_END_CASES:
+            if turn is not None and turn.left and message.WhichOneof("event") in TURN_END_CASES:
                 self._release(stream_id, turn)  # the end of a turn its consumer left
             yield self._decoder.event(message)
 
@@ -166,7 +166,7 @@ class ConnectStream:
         ended = False
         try:
             async for message in self._create_messages(stream_id, params):
-                if message.WhichOneof("event") in _TURN_END_CASES:
+                if message.WhichOneof("event") in TURN_END_CASES:
                     ended = True
                     self._release(stream_id, turn)  # free before the consumer sees the end
                 yield self._decoder.event(message)
@@ -248,7 +248,7 @@ class ConnectStream:
             if message is None:
                 raise ResponsesError("stream_closed", "the stream ended before the response did")
             yield message
-            if message.WhichOneof("event") in _TURN_END_CASES:
+            if message.WhichOneof("event") in TURN_END_CASES:
                 return
 
     async def create(self, *, stream_id: str = "", **params: JSONValue) -> Response:
@@ -286,8 +286,8 @@ class ConnectStream:
     async def _collect(self, messages: AsyncIterator[pb.ConnectResponse]) -> Response:
         """The turn's outcome, decoding only the message that ends it."""
         async for message in messages:
-            if message.WhichOneof("event") in _TURN_END_CASES:
-                return _outcome(self._decoder.event(message))
+            if message.WhichOneof("event") in TURN_END_CASES:
+                return turn_outcome(self._decoder.event(message))
         raise ResponsesError("stream_closed", "the stream ended before the response did")
 
     async def steer(self, *, previous_response_id: str, input: ResponseInput) -> SteerAck:
@@ -346,7 +346,7 @@ class ConnectStream:
             if message is None:
                 raise ResponsesError("stream_closed", "the stream ended before the response did")
             yield message
-            if message.WhichOneof("event") in _TURN_END_CASES:
+            if message.WhichOneof("event") in TURN_END_CASES:
                 return
 
     async def cancel(self, response_id: str = "", *, stream_id: str = "") -> None:
@@ -424,28 +424,3 @@ class _Turn:
     finishing: asyncio.Task[None] | None = None
     #: Set when the lane is free again (the waiting creates then take their turns in order).
     ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-_TURN_END_CASES = frozenset(
-    {"response_completed", "response_failed", "response_incomplete", "response_done", "error"}
-)
-
-
-def _outcome(event: JSONObject) -> Response:
-    """The Response of a turn-ending event; ResponsesError for an error event."""
-    kind = event["type"]
-    if kind == "error":
-        raise ResponsesError.from_event(event)
-    if kind == "response.done":
-        return Response.from_dict(event["response"], event.get("pending_calls") or [])
-    return Response.from_dict(event["response"])
-
-
-async def collect_response(events: AsyncGenerator[JSONObject, None]) -> Response:
-    """The Response that ends ``events`` (ResponsesError for an error event)."""
-    async with contextlib.aclosing(events):
-        async for event in events:
-            kind = event["type"]
-            if kind in TERMINAL_EVENTS or kind in ("error", "response.done"):
-                return _outcome(event)
-    raise ResponsesError("stream_closed", "the stream ended before the response did")

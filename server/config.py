@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from bidi_responses.schema import JSONValue
 
-from .engines.completions import CompletionsConfig
-from .engines.sim import SimConfig
-from .engines.upstream import UpstreamConfig
+from .engines.completions_config import CompletionsConfig
+from .engines.sim_config import SimConfig
+from .engines.upstream_config import UpstreamConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -1,6 +1,6 @@
-"""Inference engines: the interface (``base``) and the simulated engines behind it.
+"""Inference engines: plugins behind the core's engine port (``core.ports``: the ``Engine``
+protocol and its request/event types), which is all they import from the core.
 
-* ``base``: the ``Engine`` protocol and its request/event types.
 * ``sim``: ``SimEngine``, a deterministic simulated model (tool calls, then an answer);
   ``schema_sampler`` draws its tool arguments from the tools' JSON schemas.
 * ``script``: ``ScriptEngine``, which replays model turns from a JSONL file.
@@ -20,7 +20,7 @@
   cache, which both simulated engines share.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
-``engines.base`` stays cheap (no tokenizer load).
+this package stays cheap (no tokenizer load).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import tiktoken
 
-    from .base import Engine
+    from ..core.ports import Engine
     from .completions import CompletionsConfig
-    from .sim import SimConfig
+    from .sim_config import SimConfig
     from .upstream import UpstreamConfig
 
 __all__ = ["ENGINE_KINDS", "build_engine"]
@@ -63,10 +63,11 @@ def build_engine(
     renderer
     read compaction items.
     """
-    from .sim import SimConfig, SimEngine
+    from .sim import SimEngine
+    from .sim_config import SimConfig
 
     if kind == "completions":
-        from ..core.rendering.tokenizer import load_encoding
+        from ..core.ports import load_encoding
         from .completions import CompletionsEngine
 
         if completions is None:

@@ -35,13 +35,13 @@ import tiktoken
 from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..core.api.errors import ApiError
-from ..core.api.jsonshape import plain_numbers
-from ..core.rendering.render import (
+from ..core.ports import (
+    ApiError,
     Renderer,
     RenderMemo,
     TokenArray,
     common_prefix,
+    plain_numbers,
 )
 from .model_tokenizer import ModelTokenizer
 

@@ -24,12 +24,23 @@ import re
 
 import tiktoken
 
-from ..core.rendering import tokenizer
-from .base import Delta, EngineEvent, ItemEnd, ItemStart
+from ..core.ports import (
+    CALL,
+    CHANNEL,
+    CONSTRAIN,
+    END,
+    MESSAGE,
+    RETURN,
+    START,
+    Delta,
+    EngineEvent,
+    ItemEnd,
+    ItemStart,
+)
 
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 # Tokens that end the model's turn: stop sampling after them.
-STOP_TOKENS: tuple[int, ...] = (tokenizer.RETURN, tokenizer.CALL)
+STOP_TOKENS: tuple[int, ...] = (RETURN, CALL)
 
 
 class CompletionParser:
@@ -61,7 +72,7 @@ class CompletionParser:
         if state == "content":
             return self._feed_content(token)
         # between messages: only <|start|> opens the next one; anything else is skipped.
-        if token == tokenizer.START:
+        if token == START:
             self._state = "header"
             self._header = []
         elif token in STOP_TOKENS:
@@ -84,14 +95,14 @@ class CompletionParser:
     # -- states ------------------------------------------------------------------------------
 
     def _feed_header(self, token: int) -> list[EngineEvent]:
-        if token == tokenizer.MESSAGE:
+        if token == MESSAGE:
             return self._open_item()
-        if token in (tokenizer.RETURN, tokenizer.CALL, tokenizer.END):
+        if token in (RETURN, CALL, END):
             # A turn that ends inside its header: salvage any text, then stop.
             events = self.close()
             self._done()
             return events
-        if token == tokenizer.START:
+        if token == START:
             self._header = []  # a fresh header; what came before carried no message
             return []
         self._header.append(token)
@@ -101,14 +112,14 @@ class CompletionParser:
         return []
 
     def _feed_content(self, token: int) -> list[EngineEvent]:
-        if token in (tokenizer.END, tokenizer.RETURN, tokenizer.CALL):
+        if token in (END, RETURN, CALL):
             events = self._end_item(token)
-            if token != tokenizer.END or self._final:
+            if token != END or self._final:
                 self._done()
             else:
                 self._state = "between"
             return events
-        if token in (tokenizer.START, tokenizer.CHANNEL, tokenizer.MESSAGE):
+        if token in (START, CHANNEL, MESSAGE):
             return []  # structure tokens cannot appear inside a message body; drop them
         return self._text(token)
 
@@ -117,9 +128,9 @@ class CompletionParser:
     def _header_text(self) -> str:
         parts: list[bytes] = []
         for token in self._header:
-            if token == tokenizer.CHANNEL:
+            if token == CHANNEL:
                 parts.append(b"<|channel|>")
-            elif token == tokenizer.CONSTRAIN:
+            elif token == CONSTRAIN:
                 parts.append(b"<|constrain|>")
             else:
                 parts.append(self._bytes(token))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 import aiohttp
 from bidi_responses.schema import JSONObject, JSONValue
 
-from .base import EngineError, EngineEvent, EngineFinish
+from ..core.ports import EngineError, EngineEvent, EngineFinish
 from .http_backend import (
     RetryableError,
     SSELineSplitter,

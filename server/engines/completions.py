@@ -37,7 +37,7 @@ import orjson
 import tiktoken
 from bidi_responses.schema import JSONObject, JSONValue
 
-from .base import EngineError, EngineEvent, EngineRequest
+from ..core.ports import EngineError, EngineEvent, EngineRequest
 from .completion_stream import StreamState, finish, read_completion
 from .completions_config import CompletionsConfig
 from .http_backend import (

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 import tiktoken
 
-from ..core.rendering import tokenizer
-from ..core.rendering.render import Renderer
+from ..core.ports import START, Renderer
 from .formats import FORMATS, ChatFormat
 from .sampled_ids import TiktokenVocabulary
 
@@ -37,7 +36,7 @@ def build_format(
         if settings is None:
             raise ValueError("the template format needs the model's tokenizer (settings)")
         return build_template_format(settings, encoding, open_compaction)
-    start = (tokenizer.START, *encoding.encode_ordinary("assistant"))
+    start = (START, *encoding.encode_ordinary("assistant"))
     if name == "generic":
         from .completion_parser import CompletionParser
 

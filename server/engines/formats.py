@@ -16,9 +16,7 @@ from typing import Protocol
 
 from bidi_responses.schema import FunctionCallItem
 
-from ..core.rendering import tokenizer
-from ..core.rendering.render import Renderer
-from .base import EngineEvent, EngineRequest
+from ..core.ports import CALL, RETURN, EngineEvent, EngineRequest, Renderer
 from .sampled_ids import Vocabulary
 
 #: The format names a completions route accepts ("template": the model's own tokenizer and
@@ -53,7 +51,7 @@ class ChatFormat:
     assistant_start: tuple[int, ...]
     new_parser: Callable[[], CompletionParserLike]
     # Tokens that end the model's turn (sent as ``stop_token_ids``).
-    stop_token_ids: tuple[int, ...] = (tokenizer.RETURN, tokenizer.CALL)
+    stop_token_ids: tuple[int, ...] = (RETURN, CALL)
     # A parser that depends on the request (whether it declares tools), if the format has one.
     request_parser: Callable[[EngineRequest], CompletionParserLike] | None = None
     # How a forced call opens, when the renderer cannot say (``call_header``).

@@ -30,10 +30,21 @@ import orjson
 import tiktoken
 from bidi_responses.schema import Item, part_text
 
-from ..core.api.jsonshape import canonical_json, plain_numbers
-from ..core.rendering import tokenizer
-from ..core.rendering.render import Renderer, TokenArray
-from .base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+from ..core.ports import (
+    CALL,
+    RETURN,
+    Delta,
+    EngineError,
+    EngineEvent,
+    ItemEnd,
+    ItemStart,
+    Renderer,
+    TokenArray,
+    TokenizerUnavailable,
+    canonical_json,
+    o200k_vocab_file,
+    plain_numbers,
+)
 
 _VOCAB_FILE = "o200k_base.tiktoken"
 
@@ -42,24 +53,18 @@ _VOCAB_FILE = "o200k_base.tiktoken"
 def load_harmony() -> oh.HarmonyEncoding:
     """The ``o200k_harmony`` encoding, loaded without network access (see the module doc)."""
     if not os.environ.get("TIKTOKEN_ENCODINGS_BASE"):
-        directory = tokenizer._cache_dir() / "harmony-vocab"
-        path = directory / _VOCAB_FILE
+        path = o200k_vocab_file(f"harmony-vocab/{_VOCAB_FILE}")
         if not path.is_file():
-            directory.mkdir(parents=True, exist_ok=True)
-            tokenizer._write_cache_quietly(path, tokenizer._default_vocab_bytes())
-        if not path.is_file():
-            raise tokenizer.TokenizerUnavailable(
+            raise TokenizerUnavailable(
                 f"Cannot write the Harmony vocabulary to {str(path)!r}; set "
                 "TIKTOKEN_ENCODINGS_BASE to a directory holding o200k_base.tiktoken."
             )
-        os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(directory)
+        os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(path.parent)
     try:
         return oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
     except Exception as exc:  # openai-harmony reports a missing or bad file as a plain error
         base = Path(os.environ["TIKTOKEN_ENCODINGS_BASE"]) / _VOCAB_FILE
-        raise tokenizer.TokenizerUnavailable(
-            f"openai-harmony could not load {str(base)!r}: {exc}"
-        ) from None
+        raise TokenizerUnavailable(f"openai-harmony could not load {str(base)!r}: {exc}") from None
 
 
 def developer_message(
@@ -190,7 +195,7 @@ class HarmonyCompletionParser:
         self._parser = oh.StreamableParser(harmony, role=oh.Role.ASSISTANT)
         self._kind: str | None = None
         self._seen = 0
-        self._stops = frozenset((tokenizer.RETURN, tokenizer.CALL))
+        self._stops = frozenset((RETURN, CALL))
         # A message ends only on one of these (<|end|>, <|return|>, <|call|>). The parser's
         # ``messages`` decodes every finished message from JSON, so it is read only then,
         # not for every token.

@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 from bidi_responses.schema import JSONObject
 
-from .base import EngineError
+from ..core.ports import EngineError
 
 __all__ = [
     "RetryableError",

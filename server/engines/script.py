@@ -27,11 +27,10 @@ from typing import Literal
 import tiktoken
 from bidi_responses.schema import JSONValue
 
-from ..core.rendering.tokenizer import load_encoding
-from .base import EngineEvent, EngineRequest
+from ..core.ports import EngineEvent, EngineRequest, load_encoding
 from .prefix_cache import PrefixCache
+from .sim_config import EngineTiming
 from .timing import (
-    EngineTiming,
     PlannedItem,
     play,
     token_deltas,

@@ -21,73 +21,38 @@ import asyncio
 import json
 import random
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 import tiktoken
 from bidi_responses.schema import JSONValue
 
-from ..core.api.jsonshape import canonical_json
-from ..core.rendering.tokenizer import load_encoding
-from .base import Delta, EngineEvent, EngineRequest, FunctionSpec
+from ..core.ports import (
+    Delta,
+    EngineEvent,
+    EngineRequest,
+    FunctionSpec,
+    canonical_json,
+    load_encoding,
+)
 from .prefix_cache import PrefixCache
 from .schema_sampler import (
     FILLER_WORDS,
     SchemaSampler,
     schema_instance,
 )
+from .sim_config import SimConfig
 from .timing import (
-    EngineTiming,
     PlannedItem,
     play,
     token_deltas,
 )
 
-__all__ = ["PREFIX_BLOCK_BYTES", "SimConfig", "SimEngine"]
+__all__ = ["PREFIX_BLOCK_BYTES", "SimEngine"]
 
 #: Bytes of this process's heap that one remembered prefix block costs: its 16-byte digest
 #: (a 49-byte ``bytes``) and its LRU entry. Measured with tracemalloc on CPython 3.11 (129 B
 #: per block over 17,536 blocks); ``tests/engines/test_sim.py`` keeps it within 25%.
 PREFIX_BLOCK_BYTES = 128
-
-
-@dataclass(slots=True)
-class SimConfig:
-    """Settings of the simulated engine; defaults are the benchmark's headline point.
-
-    Mutable so that configuration files and flags can fill it in; ``SimEngine`` checks it
-    again when it is built.
-    """
-
-    tokens_per_second: float = 1000.0
-    ttft_ms: float = 50.0
-    prefill_tokens_per_second: float = 100_000.0
-    #: Tool-calling turns (since the last user message) before the model answers in text.
-    tool_rounds: int = 3
-    #: Target size of one function call's argument JSON, in tokens (reached when the schema
-    #: has a free-form string property to pad).
-    function_call_tokens: int = 40
-    #: Size of the final text answer, in tokens.
-    answer_tokens: int = 200
-    seed: int = 0
-    prefix_block_tokens: int = 64
-    #: 65,536 blocks of 64 tokens remember about 4M prompt tokens.
-    prefix_cache_max_blocks: int = 65_536
-
-    def __post_init__(self) -> None:
-        for name in ("tool_rounds", "function_call_tokens", "answer_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        # Validates the rates and fails early, at configuration time.
-        self.timing()
-
-    def timing(self) -> EngineTiming:
-        """The pacing part of this config."""
-        return EngineTiming(
-            tokens_per_second=self.tokens_per_second,
-            ttft_ms=self.ttft_ms,
-            prefill_tokens_per_second=self.prefill_tokens_per_second,
-        )
 
 
 class SimEngine:

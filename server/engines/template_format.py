@@ -30,7 +30,7 @@ from bidi_responses.schema import (
     OutputTextPart,
 )
 
-from .base import EngineRequest
+from ..core.ports import EngineRequest
 from .chat_template import ChatTemplate, TemplateRenderer
 from .formats import ChatFormat, CompletionParserLike
 from .model_tokenizer import ModelTokenizer, load_model_tokenizer

@@ -31,7 +31,7 @@ from typing import Literal, Protocol
 
 from bidi_responses.schema import JSONValue
 
-from .base import (
+from ..core.ports import (
     Delta,
     EngineEvent,
     EngineFinish,
@@ -40,9 +40,9 @@ from .base import (
     ItemStart,
 )
 from .prefix_cache import PrefixCache
+from .sim_config import EngineTiming
 
 __all__ = [
-    "EngineTiming",
     "Pacer",
     "PlannedItem",
     "StepClock",
@@ -50,35 +50,6 @@ __all__ = [
     "play",
     "token_deltas",
 ]
-
-
-def _check_rate(name: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineTiming:
-    """The simulated engine's speed: decode rate, base time to first token, prefill rate."""
-
-    tokens_per_second: float = 1000.0
-    ttft_ms: float = 50.0
-    prefill_tokens_per_second: float = 100_000.0
-
-    def __post_init__(self) -> None:
-        _check_rate("tokens_per_second", self.tokens_per_second)
-        _check_rate("ttft_ms", self.ttft_ms, allow_zero=True)
-        _check_rate("prefill_tokens_per_second", self.prefill_tokens_per_second)
-
-    def ttft_seconds(self, uncached_prompt_tokens: int) -> float:
-        """Time to first token: the fixed base plus prefill of the uncached prompt tokens."""
-        return self.ttft_ms / 1000.0 + uncached_prompt_tokens / self.prefill_tokens_per_second
-
-    def modeled_seconds(self, uncached_prompt_tokens: int, output_tokens: int) -> float:
-        """Engine time of a whole segment: time to first token plus decoding ``output_tokens``."""
-        return self.ttft_seconds(uncached_prompt_tokens) + output_tokens / self.tokens_per_second
 
 
 # The resolution of asyncio's timers on Linux (epoll_wait takes whole milliseconds).

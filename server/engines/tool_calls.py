@@ -32,7 +32,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .base import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
+from ..core.ports import Delta, EngineError, EngineEvent, ItemEnd, ItemStart
 from .model_tokenizer import ModelTokenizer
 
 __all__ = ["STYLES", "CallScanner", "TemplateCompletionParser", "ToolCallSyntax"]

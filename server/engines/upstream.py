@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 from bidi_responses.schema import JSONObject, JSONValue
 
-from .base import (
+from ..core.ports import (
     EngineAffinity,
     EngineError,
     EngineEvent,

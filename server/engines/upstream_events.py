@@ -15,7 +15,7 @@ from typing import Literal
 
 from bidi_responses.schema import JSONObject
 
-from .base import (
+from ..core.ports import (
     Delta,
     EngineError,
     EngineEvent,

@@ -20,7 +20,7 @@ from bidi_responses.schema import JSONObject, JSONValue
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .base import EngineError, EngineEvent
+from ..core.ports import EngineError, EngineEvent
 from .http_backend import (
     RetryableError,
     SessionPool,

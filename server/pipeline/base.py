@@ -1,9 +1,9 @@
-"""The pre-inference pipeline: stages that examine each turn's new items.
+"""Loading the pre-inference stages, and helpers for writing one.
 
-A stage sees only the items that are new to the conversation, plus a small dict of state it
-carries from earlier turns of the same stream (``carried``). It may raise ApiError to block the
-request, or return flags that are reported on the response. Model-backed classifiers can run
-off the event loop: ``examine`` is a coroutine, so a stage may ``await asyncio.to_thread(...)``.
+The stage interface (``Stage``, ``StageInput``, ``Flag``) and the ``Pipeline`` that runs the
+stages are the core's stage port (``core.ports``). Model-backed classifiers can run off the
+event loop: ``examine`` is a coroutine, so a stage may ``await asyncio.to_thread(...)`` or use
+``examine_off_loop``.
 
 Register a stage class with ``register_stage`` or name it as ``module:attribute`` (or
 ``path/to/file.py:attribute``) in the server configuration's ``stages`` list; settings from
@@ -12,34 +12,22 @@ Register a stage class with ``register_stage`` or name it as ``module:attribute`
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import importlib.util
 import inspect
-import logging
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, Protocol, TypeAlias, TypeVar
+from typing import ParamSpec, TypeAlias, TypeVar
 
-from bidi_responses.schema import Item, JSONObject, JSONValue, SafetyFlagObject
+from bidi_responses.schema import JSONValue
 
-from ..core.api.errors import ApiError
-from ..core.api.requests import CreateRequest
-from ..core.lanes.state import CarriedState
-from ..core.observability.logsafe import printable
-from ..core.runs.worker_thread import off_loop_from
+from ..core.ports import Pipeline, Stage, StageInput, off_loop_from
 
 #: A stage's ``stage_settings``, as the configuration file gives them.
 StageSettings: TypeAlias = Mapping[str, JSONValue]
 
-#: Batches with at least this many characters of text are examined off the event loop
-#: (``limits.offload_chars`` sets the pipeline's figure).
-DEFAULT_OFFLOAD_CHARS = 65_536
 #: A text longer than this is scanned in windows (``text_windows``), so no single regular
 #: expression call holds the GIL for long while the event loop waits for it.
 WINDOW_CHARS = 65_536
@@ -49,48 +37,6 @@ WINDOW_OVERLAP = 4096
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """A non-blocking verdict on one item."""
-
-    classifier: str
-    code: str
-    param: str
-    message: str
-
-    def to_dict(self) -> SafetyFlagObject:
-        """JSON form, as on ``response.safety_flags``."""
-        return {
-            "classifier": self.classifier,
-            "code": self.code,
-            "param": self.param,
-            "message": self.message,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class StageInput:
-    """What a stage is given: the new items with their JSON paths, and the request.
-
-    ``known_calls`` (call id -> function name) and ``answered_calls`` describe the
-    conversation before these items; the core keeps them up to date, model output included.
-    """
-
-    items: Sequence[Item]
-    paths: Sequence[str]
-    request: CreateRequest
-    declared_functions: frozenset[str]
-    known_calls: Mapping[str, str]
-    answered_calls: AbstractSet[str]
-    # Set by the pipeline from its configuration; see ``examine_off_loop``.
-    offload_chars: int = DEFAULT_OFFLOAD_CHARS
-
-    @property
-    def chars(self) -> int:
-        """Characters of text in the batch's items (what the classifiers read)."""
-        return sum(len(text) for item in self.items for _, text in iter_texts(item, ""))
 
 
 async def examine_off_loop(
@@ -139,24 +85,8 @@ def _next_space(text: str, start: int, stop: int) -> int | None:
     return min(found) if found else None
 
 
-class Stage(Protocol):
-    """One pre-inference stage.
-
-    ``name`` keys the stage's counters (``stats.stage_items``/``stage_ms``) and its carried
-    state, so it must be unique within a pipeline. A stage may also define ``close()`` (plain
-    or async), called once when the server stops, to release a thread or process pool.
-    """
-
-    name: str
-
-    async def examine(self, batch: StageInput, carried: CarriedState) -> list[Flag]:
-        """Examine the new items; raise ApiError to block, return flags to report."""
-        ...
-
-
 StageFactory = Callable[..., Stage]
 _REGISTRY: dict[str, StageFactory] = {}
-log = logging.getLogger(__name__)
 
 
 def register_stage(name: str, factory: StageFactory) -> None:
@@ -245,136 +175,3 @@ def build_pipeline(
             f"{', '.join(sorted(unused))} (stages: {', '.join(specs)})"
         )
     return Pipeline([load_stage(spec, settings.get(spec)) for spec in specs])
-
-
-def iter_texts(item: Item, path: str) -> Iterator[tuple[str, str]]:
-    """The text an item carries, as ``(json_path, text)`` pairs.
-
-    Message text parts (``input[0].content[1].text``), refusals, function call arguments,
-    tool outputs (``input[3].output``), custom tool input/output and reasoning summaries.
-    Classifiers use it so that every stage agrees on what "the item's text" is.
-    """
-    if item["type"] == "message":
-        for index, part in enumerate(item["content"]):
-            if part["type"] == "input_image":
-                continue
-            key, text = (
-                ("refusal", part["refusal"])
-                if part["type"] == "refusal"
-                else ("text", part["text"])
-            )
-            if text:
-                yield f"{path}.content[{index}].{key}", text
-    elif item["type"] == "function_call":
-        if item["arguments"]:
-            yield f"{path}.arguments", item["arguments"]
-    elif item["type"] == "function_call_output" or item["type"] == "custom_tool_call_output":
-        yield from _output_texts(item["output"], f"{path}.output")
-    elif item["type"] == "custom_tool_call":
-        if item.get("input"):
-            yield f"{path}.input", item["input"]
-    elif item["type"] == "reasoning":
-        for index, summary in enumerate(item["summary"]):
-            if summary["text"]:
-                yield f"{path}.summary[{index}].text", summary["text"]
-
-
-def _output_texts(output: str | list[JSONObject], path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(output, str):
-        if output:
-            yield path, output
-        return
-    for index, part in enumerate(output):
-        # The item parser admits only content parts (objects); history read back from a
-        # store written before that check may still hold anything.
-        text = part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str) and text:
-            yield f"{path}[{index}].text", text
-
-
-@dataclass(slots=True)
-class StageCounters:
-    """Items examined and time spent, per stage, for one response."""
-
-    items: dict[str, int]
-    ms: dict[str, float]
-
-
-class Pipeline:
-    """Runs the configured stages in order over each turn's new items."""
-
-    def __init__(self, stages: Sequence[Stage], offload_chars: int = DEFAULT_OFFLOAD_CHARS) -> None:
-        self.stages = list(stages)
-        self.offload_chars = offload_chars
-        names = [stage.name for stage in self.stages]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(
-                f"pipeline stage names must be unique; repeated: {', '.join(duplicates)}"
-            )
-
-    @property
-    def names(self) -> list[str]:
-        """Stage names in order."""
-        return [stage.name for stage in self.stages]
-
-    async def close(self) -> None:
-        """Let every stage release what it holds (``close()``, plain or async, if defined).
-
-        A stage whose ``close`` fails is logged; the others still close.
-        """
-        for stage in self.stages:
-            close = getattr(stage, "close", None)
-            if close is None:
-                continue
-            try:
-                result = close()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                log.exception("pipeline stage %s failed to close", stage.name)
-
-    async def run(
-        self,
-        batch: StageInput,
-        stage_state: dict[str, CarriedState],
-        counters: StageCounters,
-    ) -> list[Flag]:
-        """Run every stage over ``batch``; the first blocking stage's ApiError propagates."""
-        if batch.offload_chars != self.offload_chars:
-            batch = dataclasses.replace(batch, offload_chars=self.offload_chars)
-        flags: list[Flag] = []
-        for stage in self.stages:
-            carried = stage_state.get(stage.name)
-            if carried is None:
-                carried = stage_state[stage.name] = {}
-            started = time.perf_counter()
-            try:
-                found = await stage.examine(batch, carried)
-            except ApiError as error:
-                _log_verdict(stage, "blocked a request:", error.code, error.param, batch.request)
-                raise
-            finally:
-                counters.items[stage.name] = counters.items.get(stage.name, 0) + len(batch.items)
-                counters.ms[stage.name] = (
-                    counters.ms.get(stage.name, 0.0) + (time.perf_counter() - started) * 1000
-                )
-            for flag in found:
-                _log_verdict(stage, "flagged", flag.code, flag.param, batch.request)
-            flags.extend(found)
-        return flags
-
-
-def _log_verdict(
-    stage: Stage, verdict: str, code: str, param: str | None, request: CreateRequest
-) -> None:
-    """One log line per stage verdict, with the client's values made printable."""
-    log.info(
-        "stage %s %s %s at %s (model %s, user %s)",
-        stage.name,
-        verdict,
-        code,
-        printable(param),
-        printable(request.model),
-        printable(request.user or "-"),
-    )

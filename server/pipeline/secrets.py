@@ -25,16 +25,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..core.api.errors import ApiError
-from ..core.lanes.state import CarriedState
-from .base import (
-    Flag,
-    StageInput,
-    examine_off_loop,
-    iter_texts,
-    register_stage,
-    text_windows,
-)
+from ..core.ports import ApiError, CarriedState, Flag, StageInput, iter_texts
+from .base import examine_off_loop, register_stage, text_windows
 
 CODE = "secret_detected"
 _KEY = os.urandom(32)

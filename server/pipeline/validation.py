@@ -8,9 +8,8 @@ carries the known and answered call ids between turns, so the history is never w
 
 from __future__ import annotations
 
-from ..core.api.errors import ApiError, shown
-from ..core.lanes.state import CarriedState
-from .base import Flag, StageInput, register_stage
+from ..core.ports import ApiError, CarriedState, Flag, StageInput, shown
+from .base import register_stage
 
 
 class ValidationStage:

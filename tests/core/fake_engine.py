@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 from bidi_responses.server.assembly import compose
 from bidi_responses.server.config import RouteConfig
-from bidi_responses.server.core.service import ResponsesCore
-from bidi_responses.server.engines.base import (
+from bidi_responses.server.core.ports import (
     Delta,
     Engine,
     EngineError,
@@ -28,6 +27,7 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.core.service import ResponsesCore
 
 from tests.conftest import make_config
 

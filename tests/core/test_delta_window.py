@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 from bidi_responses.server.config import StreamingConfig
+from bidi_responses.server.core.ports import Delta, ItemEnd
 from bidi_responses.server.core.runs.handoff import Handoff
 from bidi_responses.server.core.runs.streaming import _WAKE, EngineOutput, _merge
-from bidi_responses.server.engines.base import Delta, ItemEnd
 
 TIMEOUT_S = 5.0
 # Longer than any test may take: a merge that waited for it would fail by timeout.

@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 import pytest
-from bidi_responses.server.core.runs.worker_thread import in_worker_thread
+from bidi_responses.server.core.ports import in_worker_thread
 
 TIMEOUT_S = 20
 

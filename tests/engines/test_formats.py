@@ -8,9 +8,9 @@ from typing import Any
 import openai_harmony as oh
 import pytest
 from bidi_responses.schema import part_text
-from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.conversation.state import ConversationState
+from bidi_responses.server.core.ports import Delta, EngineEvent, ItemEnd, ItemStart
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.base import Delta, EngineEvent, ItemEnd, ItemStart
 from bidi_responses.server.engines.format_choice import build_format
 from bidi_responses.server.engines.formats import ITEM_FORMATS, ChatFormat
 from bidi_responses.server.engines.harmony import developer_message, load_harmony

@@ -19,10 +19,7 @@ import pytest
 from bidi_responses.schema import Item, JSONObject
 from bidi_responses.server.config import load_config
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.rendering.render import common_prefix
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines import build_engine
-from bidi_responses.server.engines.base import (
+from bidi_responses.server.core.ports import (
     Delta,
     EngineError,
     EngineEvent,
@@ -30,6 +27,9 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.core.rendering.render import common_prefix
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.chat_template import ChatTemplate, TemplateRenderer
 from bidi_responses.server.engines.completions import CompletionsEngine
 from bidi_responses.server.engines.formats import ChatFormat

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from bidi_responses.schema import Item
+from bidi_responses.server.core.ports import Delta, EngineEvent, EngineRequest
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.base import Delta, EngineEvent, EngineRequest
 from bidi_responses.server.engines.sampled_ids import IdCounts, TiktokenVocabulary, entry_ids
 
 from tests.engines.test_open_model import chat_format, items_of, renderer, tokenizer

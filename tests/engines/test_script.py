@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from bidi_responses.server.core.rendering.tokenizer import CALL, load_encoding
-from bidi_responses.server.engines.base import (
+from bidi_responses.server.core.ports import (
     Delta,
     EngineEvent,
     EngineFinish,
@@ -19,8 +18,9 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.core.rendering.tokenizer import CALL, load_encoding
 from bidi_responses.server.engines.script import ScriptEngine, ScriptError, ScriptItem, load_script
-from bidi_responses.server.engines.timing import EngineTiming
+from bidi_responses.server.engines.sim_config import EngineTiming
 
 FAST = EngineTiming(tokens_per_second=1e6, ttft_ms=0, prefill_tokens_per_second=1e9)
 

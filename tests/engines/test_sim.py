@@ -18,9 +18,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines import build_engine
-from bidi_responses.server.engines.base import (
+from bidi_responses.server.core.ports import (
     Delta,
     Engine,
     EngineEvent,
@@ -30,13 +28,15 @@ from bidi_responses.server.engines.base import (
     ItemEnd,
     ItemStart,
 )
+from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
-from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimConfig, SimEngine
+from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimEngine
+from bidi_responses.server.engines.sim_config import EngineTiming, SimConfig
 from bidi_responses.server.engines.timing import (
     OFFLOAD_PROMPT_TOKENS,
-    EngineTiming,
     Pacer,
     PlannedItem,
     play,

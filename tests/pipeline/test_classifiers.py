@@ -12,7 +12,7 @@ import pytest
 from bidi_responses.schema import Item
 from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes.state import CarriedState
+from bidi_responses.server.core.conversation.state import CarriedState
 from bidi_responses.server.pipeline import Flag, StageInput, iter_texts
 from bidi_responses.server.pipeline.injection import InjectionClassifier
 from bidi_responses.server.pipeline.secrets import SecretsClassifier, shannon_entropy

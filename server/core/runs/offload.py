@@ -20,10 +20,9 @@ import orjson
 from bidi_responses.schema import Item
 
 from ...config import Limits
-from ...pipeline.base import iter_texts
 from ..api.errors import ApiError
 from ..api.requests import CreateRequest
-from .worker_thread import off_loop_from
+from ..ports import iter_texts, off_loop_from
 
 P = ParamSpec("P")
 T = TypeVar("T")

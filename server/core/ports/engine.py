@@ -15,15 +15,9 @@ from typing import Literal, Protocol
 
 # Free JSON (a tool's JSON schema, an upstream's event, a backend's chunk): engines check
 # what they read of it.
-from bidi_responses.schema import Item, JSONObject, JSONValue
+from bidi_responses.schema import Item, JSONValue
 
-
-@dataclass(frozen=True, slots=True)
-class FunctionSpec:
-    """A callable function tool as the engine sees it (name and JSON-schema parameters)."""
-
-    name: str
-    parameters: JSONObject
+from ..api.tools import FunctionSpec
 
 
 class EngineAffinity:

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from ..uncancelled import uncancelled
+from ..process.uncancelled import uncancelled
 
 P = ParamSpec("P")
 T = TypeVar("T")
