@@ -27,7 +27,7 @@ from .api.ids import new_id
 from .api.input_items import parse_input
 from .api.jsonshape import check_json_shape
 from .api.requests import parse_create
-from .compaction import is_kept
+from .runs.compaction import is_kept
 from .runs.deps import RunDeps
 from .runs.offload import item_chars, offload, request_chars
 from .runs.record import Usage

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.compaction import CompactionCodec, load_key
+from bidi_responses.server.core.runs.compaction import CompactionCodec, load_key
 
 CODEC = CompactionCodec(b"test-key-0123456789abcdef")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Literal, cast
 
 from bidi_responses.schema import Item, JSONObject
-from bidi_responses.server.core.compaction import CompactionCodec
 from bidi_responses.server.core.conversation.state import ConversationState
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import END, MESSAGE, START, load_encoding
+from bidi_responses.server.core.runs.compaction import CompactionCodec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

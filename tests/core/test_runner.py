@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from bidi_responses.schema import Item, ResponseEvent
 from bidi_responses.server.core.conversation.state import ResponseCache
-from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.rendering.render import TokenArray
+from bidi_responses.server.core.runs.lane import Lane
 from bidi_responses.server.core.runs.runner import ResponseRun
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine, Turn

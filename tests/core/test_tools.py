@@ -12,9 +12,9 @@ from bidi_responses.server.core.api.errors import ApiError
 from bidi_responses.server.core.api.requests import parse_create
 from bidi_responses.server.core.api.tools import NO_TOOLS, ToolSet
 from bidi_responses.server.core.conversation.state import ResponseCache
-from bidi_responses.server.core.lanes.lane import Lane
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.core.runs.lane import Lane
 from bidi_responses.server.core.runs.record import ResponseRecord
 from bidi_responses.server.engines.format_choice import build_format
 

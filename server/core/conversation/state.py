@@ -2,7 +2,7 @@
 
 A ``ConversationState`` is everything the next turn can reuse: the items so far, their
 rendered tokens, the call-id map and the pipeline stages' own carried state (the tools and
-the route stay on the lane, ``core.lanes.lane``). A continuation *takes* its predecessor's state out
+the route stay on the lane, ``core.runs.lane``). A continuation *takes* its predecessor's state out
 of the cache and appends to it in place (so nothing is copied or rendered twice); on success
 the new response's id owns it, and on failure it is dropped, which is why a failed
 continuation evicts the response it referenced, exactly as the hosted WebSocket mode does.

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 from bidi_responses.schema import Item, ResponseObject
 
-from ...engines.base import EngineFinish
-from ...pipeline.base import StageCounters
 from ..conversation.state import ConversationState
 from ..observability.stats import ResponseStats
+from ..ports import EngineFinish, StageCounters
 from ..storage.store import LedgerRow, StoredResponse
 from ..tenancy.caller import Caller
 from .outcome import ledger_row, stored_response
@@ -30,9 +29,11 @@ def _no_counters() -> StageCounters:
 @dataclass(slots=True)
 class RunAccount:
     """The running count of one response, from its arrival (``received``,
-    ``time.perf_counter()``)."""
+    ``time.perf_counter()``), for ``caller`` on ``transport`` (whose rows it makes)."""
 
     received: float
+    caller: Caller
+    transport: str
     usage: Usage = field(default_factory=Usage)
     counters: StageCounters = field(default_factory=_no_counters)
     # The items this response's requests added (its create and its appends), for the store.
@@ -82,19 +83,18 @@ class RunAccount:
         if self.engine_end:
             record.stats.api_post_ms = (time.perf_counter() - self.engine_end) * 1000
 
-    def ledger_row(self, record: ResponseRecord, caller: Caller, transport: str) -> LedgerRow:
+    def ledger_row(self, record: ResponseRecord) -> LedgerRow:
         """The response's usage ledger row."""
-        return ledger_row(record, self.usage, caller, transport)
+        return ledger_row(record, self.usage, self.caller, self.transport)
 
     def stored(
         self,
         record: ResponseRecord,
         snapshot: ResponseObject,
         state: ConversationState | None,
-        tenant: str | None,
     ) -> StoredResponse | None:
         """What ``store: true`` keeps of the response (None: nothing)."""
-        return stored_response(record, snapshot, state, self.inputs, tenant)
+        return stored_response(record, snapshot, state, self.inputs, self.caller.tenant)
 
     def _since_received_ms(self) -> float:
         return (time.perf_counter() - self.received) * 1000

@@ -8,26 +8,45 @@ that changes while the server runs (draining, the in-flight responses, failover 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...config import ServerConfig
-from ...pipeline.base import Pipeline
-from ..compaction import CompactionCodec
 from ..conversation.recent import RecentStates
 from ..conversation.state import MemoryBudget
 from ..observability.counters import Counters
 from ..observability.metrics import Metrics
+from ..ports import Pipeline
 from ..rendering.render import Renderer
-from ..routing import Router
 from ..storage.backend import ResponseStore
 from ..storage.handoff import StateTier
 from ..storage.postinference import PostQueue
 from ..tenancy.limits import TenantLimiter
+from .compaction import CompactionCodec
+from .record import ResponseRecord
+from .routing import Router
 
-if TYPE_CHECKING:
-    from .runner import ResponseRun
+
+class InflightRun(Protocol):
+    """What the server asks of a response in flight, from any stream (retrieve, cancel,
+    idempotency): a ``runner.ResponseRun``."""
+
+    @property
+    def tenant(self) -> str | None:
+        """Who owns the response."""
+
+    @property
+    def record(self) -> ResponseRecord | None:
+        """The response as it evolves (None until its request was accepted)."""
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task running it."""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop it promptly; it ends as incomplete with ``reason``."""
 
 
 def _failover() -> dict[str, int]:
@@ -41,7 +60,7 @@ class ServerState:
     # Set when a drain begins: new responses are refused from then on.
     draining: bool = False
     # Responses that passed admission and have not ended, by id (cancel, retrieve, idempotency).
-    inflight: dict[str, ResponseRun] = field(default_factory=dict)
+    inflight: dict[str, InflightRun] = field(default_factory=dict)
     # Replica failover counters (GetStats ``failover``).
     failover: dict[str, int] = field(default_factory=_failover)
     # Turns whose chat template no longer kept the cached prompt as a prefix.

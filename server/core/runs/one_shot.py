@@ -23,14 +23,14 @@ from bidi_responses.schema import ErrorEvent, JSONObject, ServerEvent
 
 from ..api.errors import ApiError, server_error
 from ..api.jsonshape import check_json_shape
-from ..lanes.lane import Lane
 from ..tenancy.caller import ANONYMOUS, Caller
 from .deps import RunDeps
+from .lane import Lane
 from .record import TERMINAL_TYPES, answers_to, error_event
 from .runner import ResponseRun
 
 if TYPE_CHECKING:
-    from ..activity import Activity
+    from ..process.activity import Activity
 
 # Keys of a client event that a create body does not carry.
 _EVENT_KEYS = ("type", "stream_id")

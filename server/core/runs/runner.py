@@ -28,14 +28,10 @@ from bidi_responses.schema import (
     ResponseDoneEvent,
     ResponseError,
     ResponseInProgressEvent,
+    ResponseObject,
 )
 
 from ...config import StreamingConfig
-from ...engines.base import (
-    EngineError,
-    EngineFinish,
-)
-from ...pipeline.base import StageInput
 from ..api.errors import ApiError
 from ..api.ids import assign_ids, new_id
 from ..api.input_items import parse_input
@@ -45,16 +41,16 @@ from ..conversation.state import (
     object_bytes,
     observe,
 )
-from ..lanes import continuation
-from ..lanes.append import AppendWait
-from ..lanes.lane import Lane
 from ..observability.metrics import ResponseMetrics
+from ..ports import EngineError, EngineFinish, StageInput
 from ..rendering.render import Renderer, common_prefix
-from ..routing import Route
 from ..storage.idempotency import find_replay
 from ..tenancy.caller import ANONYMOUS, Caller
+from . import continuation, terminal
 from .account import RunAccount
+from .append import AppendWait
 from .deps import RunDeps
+from .lane import Lane
 from .offload import item_chars, offload, request_chars
 from .record import (
     EventSequence,
@@ -62,6 +58,7 @@ from .record import (
     error_event,
     terminal_event,
 )
+from .routing import Route
 from .streaming import (
     BoundaryStop,
     Emit,
@@ -69,7 +66,6 @@ from .streaming import (
     engine_request_for,
     stream_segment,
 )
-from .terminal import abandon, finish
 
 
 class RunHooks(Protocol):
@@ -138,7 +134,7 @@ class ResponseRun:
         self.seq = EventSequence()
         self.appends = AppendWait()
         self._cancel_reason: str | None = None
-        self.account = RunAccount(received)
+        self.account = RunAccount(received, caller, transport)
         self.route: Route | None = None
         self.renderer: Renderer = deps.renderer
         # The structured-output format in canonical form, taken once for every segment.
@@ -239,7 +235,7 @@ class ResponseRun:
                 # The stream went away (client gone, or the server stopping after its grace
                 # period): no terminal event can be sent, but a started response still gets
                 # its ledger row, so usage is never lost.
-                abandon(self)
+                self._abandon()
                 raise
             current = asyncio.current_task()
             if current is not None:
@@ -247,9 +243,9 @@ class ResponseRun:
             # Cancelled by the client: end the response as incomplete; the stream goes on.
             self.record.status = "cancelled"
             try:
-                await finish(self, "incomplete", reason=self._cancel_reason)
+                await self._finish("incomplete", reason=self._cancel_reason)
             except asyncio.CancelledError:
-                abandon(self)  # and then the stream went away: its usage is still kept
+                self._abandon()  # and then the stream went away: its usage is still kept
                 raise
         except EngineError as exc:  # the inference backend failed: fail this response only
             deps.log.warning("response %s failed: %s: %s", self.id, exc.code, exc)
@@ -264,7 +260,7 @@ class ResponseRun:
                 await self.emit(error_event(502, upstream))
             else:
                 self.record.error = failure
-                await finish(self, "failed")
+                await self._finish("failed")
         except Exception:  # an engine or pipeline bug: fail this response only
             deps.log.exception("response %s failed", self.id)
             if self.record is None or not self.account.started:
@@ -281,17 +277,46 @@ class ResponseRun:
                     "code": "server_error",
                     "message": "The server had an error processing your request.",
                 }
-                await finish(self, "failed")
+                await self._finish("failed")
         finally:
             if deps.state.inflight.get(self.id) is self:
                 del deps.state.inflight[self.id]
             if self.lane.inflight is self:
                 self.lane.inflight = None
 
+    async def _finish(self, outcome: Outcome, reason: str | None = None) -> None:
+        """End the response with its terminal event (``terminal.finish``); the lane is free
+        for its next response from here on."""
+        assert self.record is not None
+        if self.lane.inflight is self:
+            self.lane.inflight = None
+        await terminal.finish(
+            self.deps,
+            self.lane,
+            self.record,
+            self.account,
+            self.state,
+            self.metrics,
+            self._announce,
+            outcome,
+            reason,
+        )
+
+    async def _announce(self, outcome: Outcome, snapshot: ResponseObject) -> None:
+        """Tell the stream, then the client, that the response ended."""
+        if self.hooks is not None:
+            self.hooks.ending(self)
+        await self.emit(terminal_event(outcome, snapshot, self.seq.take()))
+
+    def _abandon(self) -> None:
+        """The stream went away: keep the started response's usage (``terminal.abandon``)."""
+        terminal.abandon(self.deps, self.record, self.account, self.state, self.metrics)
+
     async def _replayed(self, request: CreateRequest) -> bool:
         """Take the response id the idempotency key names; if that response already exists,
         send its terminal event again and return True (the turn does not run twice)."""
-        self.id, stored = await find_replay(self.deps, request, self.caller)
+        deps = self.deps
+        self.id, stored = await find_replay(deps.store, deps.state.inflight, request, self.caller)
         if stored is None:
             return False
         self.deps.state.failover["idempotent_replays"] += 1
@@ -414,11 +439,11 @@ class ResponseRun:
         self.account.started = True
         if self._cancel_reason is not None:  # cancelled while it was being prepared
             record.status = "cancelled"
-            await finish(self, "incomplete", reason=self._cancel_reason)
+            await self._finish("incomplete", reason=self._cancel_reason)
             return
         if not request.generate:
             self.account.skipped_engine(record.stats, len(self.state.tokens))
-            await finish(self, "completed")
+            await self._finish("completed")
             return
         await self.emit(
             ResponseInProgressEvent(
@@ -433,24 +458,24 @@ class ResponseRun:
             if budget is not None:
                 budget -= segment.output_tokens
             if segment.reason == "max_output_tokens":
-                await finish(self, "incomplete", reason="max_output_tokens")
+                await self._finish("incomplete", reason="max_output_tokens")
                 return
             if not (request.append_mode and calls):
                 if calls:
                     self.open_calls = calls
                 elif segment.reason == "steered":
                     # Stopped between items for the steering input; its successor follows.
-                    await finish(self, "incomplete", reason="steered")
+                    await self._finish("incomplete", reason="steered")
                     return
                 break
             appended = await self._wait_for_append(calls)
             if appended is None:
-                await finish(self, "incomplete", reason="append_timeout")
+                await self._finish("incomplete", reason="append_timeout")
                 return
             if budget is not None and budget < 16:
-                await finish(self, "incomplete", reason="max_output_tokens")
+                await self._finish("incomplete", reason="max_output_tokens")
                 return
-        await finish(self, "completed")
+        await self._finish("completed")
 
     async def _wait_for_append(self, calls: list[FunctionCallItem]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""

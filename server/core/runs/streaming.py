@@ -32,7 +32,10 @@ from bidi_responses.schema import (
 )
 
 from ...config import StreamingConfig
-from ...engines.base import (
+from ..api.ids import new_id
+from ..api.requests import CreateRequest
+from ..conversation.state import ConversationState
+from ..ports import (
     Delta,
     Engine,
     EngineAffinity,
@@ -43,9 +46,6 @@ from ...engines.base import (
     ItemEnd,
     ItemStart,
 )
-from ..api.ids import new_id
-from ..api.requests import CreateRequest
-from ..conversation.state import ConversationState
 from .handoff import Handoff
 from .record import EventSequence, ResponseRecord
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Container
 
 from ..api.errors import ApiError, shown
 from ..api.requests import CreateRequest
 from ..tenancy.caller import Caller
+from .backend import ResponseStore
 from .store import StoredResponse
-
-if TYPE_CHECKING:
-    from ..runs.deps import RunDeps
 
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
@@ -44,16 +42,17 @@ def idempotent_response_id(tenant: str | None, key: str) -> str:
 
 
 async def find_replay(
-    deps: RunDeps, request: CreateRequest, caller: Caller
+    store: ResponseStore, running: Container[str], request: CreateRequest, caller: Caller
 ) -> tuple[str, StoredResponse | None]:
-    """The response id the request's key names, and that response if it already exists;
-    ApiError while it is still running or when the key was used for another turn."""
+    """The response id the request's key names, and that response if it already exists in
+    ``store``; ApiError while it is still ``running`` (the server's in-flight response ids) or
+    when the key was used for another turn."""
     assert request.idempotency_key is not None
     # Keyed by the authenticated tenant (the body's user or the token's label only on an open
     # server), so one tenant's key never names another tenant's response.
     scope = caller.idempotency_scope(request.user)
     response_id = idempotent_response_id(scope, check_key(request.idempotency_key))
-    if response_id in deps.state.inflight:
+    if response_id in running:
         raise ApiError(
             f"A response with this 'idempotency_key' ('{response_id}') is still in progress; "
             "wait for its terminal event.",
@@ -61,7 +60,7 @@ async def find_replay(
             param="idempotency_key",
             status=409,
         )
-    stored = await deps.store.get(response_id, caller.tenant)
+    stored = await store.get(response_id, caller.tenant)
     if stored is not None and (
         stored.response.get("previous_response_id") != request.previous_response_id
     ):

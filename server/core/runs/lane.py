@@ -8,20 +8,15 @@ and what the engine keeps for it (an upstream connection).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from bidi_responses.schema import JSONObject
 
 from ...config import Limits
-from ...engines.base import EngineAffinity
 from ..api.errors import ApiError
 from ..api.requests import CreateRequest, parse_create
 from ..api.tools import ToolSet
 from ..conversation.state import ResponseCache
-from ..routing import Route, Router
-
-if TYPE_CHECKING:
-    from ..runs.runner import ResponseRun
+from ..ports import EngineAffinity
+from .routing import Route, Router
 
 
 class Lane:
@@ -31,7 +26,9 @@ class Lane:
     def __init__(self, lane_id: str, cache: ResponseCache | None) -> None:
         self.id = lane_id
         self.cache = cache
-        self.inflight: ResponseRun | None = None
+        # The response running on the lane (a ``ResponseRun``), None while it is free; only
+        # compared and cleared here, so the lane need not know the run's type.
+        self.inflight: object | None = None
         # The last request's tools, reused while the client sends the same list.
         self.toolset: ToolSet | None = None
         # (the router's key for the model, its route)

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..config import RouteConfig
-from ..engines.base import Engine, close_engine
-from .api.errors import ApiError, shown
+from ...config import RouteConfig
+from ..api.errors import ApiError, shown
+from ..ports import Engine, close_engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,15 +4,24 @@ the idle trimmer returns memory then, and ``wait_until_idle`` wakes."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sized
+from typing import Protocol
 
 from .malloc_trim import IdleTrimmer
-from .runs.deps import ServerState
+
+
+class Running(Protocol):
+    """The responses the server has in flight (``runs.deps.ServerState``)."""
+
+    @property
+    def inflight(self) -> Sized:
+        """The in-flight responses."""
 
 
 class Activity:
     """A count of what is open, and a way to wait until nothing is (or runs)."""
 
-    def __init__(self, trimmer: IdleTrimmer, state: ServerState) -> None:
+    def __init__(self, trimmer: IdleTrimmer, state: Running) -> None:
         self._trimmer = trimmer
         self._state = state
         self._open = 0

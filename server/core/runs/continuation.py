@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from bidi_responses.schema import Item, JSONObject
 
@@ -33,10 +32,8 @@ from ..rendering.render import (
 )
 from ..storage.handoff import decode_state, encode_state
 from ..storage.history import stored_history
+from .deps import RunDeps
 from .lane import Lane
-
-if TYPE_CHECKING:
-    from ..runs.deps import RunDeps
 
 
 @dataclass(slots=True)

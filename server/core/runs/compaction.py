@@ -32,7 +32,7 @@ from typing import NotRequired, TypedDict, TypeGuard, cast
 import orjson
 from bidi_responses.schema import CompactionItem, Item, MessageItem, part_text
 
-from .api.errors import ApiError
+from ..api.errors import ApiError
 
 _VERSION = 1
 _TAG_BYTES = 32
