@@ -434,6 +434,7 @@ def _link_table(s: JSONObject) -> Table:
         "speedup",
         "overhead p50 ms",
         "srv CPU ms/turn",
+        "cli CPU ms/turn",
         "engine CPU ms/turn",
         "Envoy CPU ms/turn",
         "KB up/turn",
@@ -454,6 +455,7 @@ def _link_table(s: JSONObject) -> Table:
                 f"{r['speedup_vs_http_new']:.2f}x" if "speedup_vs_http_new" in r else "-",
                 _fmt(r["overhead_p50_ms"], 1),
                 _fmt(r["server_cpu_ms_per_turn"], 1),
+                _fmt(r["client_cpu_ms_per_turn"], 1),
                 _fmt(r.get("engine_cpu_ms_per_turn"), 1)
                 if r.get("engine_cpu_ms_per_turn") is not None
                 else "-",

@@ -166,7 +166,7 @@ def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject
                     f"{g['e2e_median_s']:.2f} s vs {h['e2e_median_s']:.2f} s: {speedup:.2f}x",
                 )
             )
-        worst: tuple[float, str] | None = None
+        worst: tuple[float, str, str] | None = None
         slower: list[str] = []
         for rtt in net["params"]["rtts_ms"]:
             for mbit in net["params"]["mbits"]:
@@ -177,7 +177,12 @@ def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject
                 ratio = g["e2e_median_s"] / w["e2e_median_s"]
                 label = f"{rtt:g} ms/{f'{mbit:g} Mbit/s' if mbit else 'unlimited'}"
                 if worst is None or ratio > worst[0]:
-                    worst = (ratio, label)
+                    # The client's own CPU is on the turn's path too (the gRPC library's).
+                    clients = (
+                        f"client CPU per turn there: Connect {g['client_cpu_ms_per_turn']:.2f} "
+                        f"vs WebSocket {w['client_cpu_ms_per_turn']:.2f} ms"
+                    )
+                    worst = (ratio, label, clients)
                 # Within the spread: Connect's median no slower than WebSocket's slowest repeat.
                 if g["e2e_median_s"] > w["e2e_max_s"]:
                     slower.append(f"{label} ({ratio:.3f}x)")
@@ -189,7 +194,7 @@ def _deployed_targets(by_name: dict[str, JSONObject], head: dict[str, JSONObject
                     "Connect's median within WebSocket's slowest repeat)",
                     worst[0],
                     not slower,
-                    f"worst Connect/WebSocket ratio {worst[0]:.3f}x at {worst[1]}"
+                    f"worst Connect/WebSocket ratio {worst[0]:.3f}x at {worst[1]} ({worst[2]})"
                     + (f"; slower beyond the spread at {', '.join(slower)}" if slower else ""),
                 )
             )
