@@ -14,10 +14,13 @@ protocol and its request/event types), which is all they import from the core.
 * ``formats``, ``harmony``: chat formats (prompt renderer plus completion parser).
 * ``template_format``: any open model's format, from ``model_tokenizer`` (its tokenizer),
   ``chat_template`` (its Jinja template, sandboxed, rendered incrementally) and
-  ``tool_calls`` (its tool calls, parsed while streaming).
+  ``tool_calls`` (its tool calls, parsed while streaming, each call's JSON read by
+  ``call_scanner``).
 * ``completion_parser``: sampled token ids back into items, for the project's chat format.
 * ``timing``, ``prefix_cache``: the cost model and pacing, and the bounded prefix (KV)
-  cache, which both simulated engines share.
+  cache, which both simulated engines share; ``sim_config``: their settings, and
+  ``completions_config``, ``upstream_config`` the real engines', which the server's
+  configuration reads without loading an engine.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
 this package stays cheap (no tokenizer load).
