@@ -91,6 +91,7 @@ typecheck: $(EXTRA)test
 lint: $(EXTRA)test lint-proto breaking-proto typecheck check-manifests
 	$(VENV)/bin/ruff check server client bench cluster tests tools examples setup.py codec schema deploy
 	$(VENV)/bin/ruff format --check server client bench cluster tests tools examples setup.py codec schema deploy
+	$(VENV)/bin/lint-imports
 
 # Lint and types; `make test` runs the suite. CI runs both.
 check: lint

@@ -15,17 +15,38 @@ import sys
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from bidi_responses.schema import Item, JSONObject, ResponseObject
-
-from ..rendering.render import Renderer, RenderMemo, TokenArray
 
 #: What a pipeline stage carries from turn to turn of a conversation: its own state, of its
 #: own shape (the core only keeps it, under the stage's name, with the conversation).
 CarriedState: TypeAlias = dict[str, Any]
 #: The instructions, tools and canonical output format a prompt begins with.
 Prefix: TypeAlias = tuple[str | None, list[JSONObject], JSONObject | None]
+
+
+class PrefixRenderer(Protocol):
+    """What ``set_prefix`` asks of a renderer (``rendering.render.Renderer``)."""
+
+    def render_prefix(
+        self,
+        instructions: str | None,
+        tools: list[JSONObject],
+        response_format: JSONObject | None = None,
+    ) -> array[int]:
+        """The token ids of a prompt's instructions, tools and output format."""
+        ...
+
+
+class KeptRender(Protocol):
+    """What a whole-conversation format keeps of its last render
+    (``rendering.render.RenderMemo``); the state only counts the memory it holds."""
+
+    def approx_bytes(self) -> int:
+        """Memory held, for the caches' byte budgets."""
+        ...
+
 
 # The state object, its small containers, the last response's envelope, stage state.
 _STATE_OVERHEAD = 8192
@@ -48,7 +69,7 @@ def object_bytes(value: object) -> int:
 class ConversationState:
     """The reusable state of one conversation after its latest response."""
 
-    tokens: TokenArray = field(default_factory=lambda: array("I"))
+    tokens: array[int] = field(default_factory=lambda: array("I"))
     prefix_len: int = 0
     prefix_key: Prefix | None = None
     items: list[Item] = field(default_factory=list)
@@ -70,7 +91,7 @@ class ConversationState:
     format_name: str | None = None
     # A whole-conversation format's memo of its last render (``Renderer.render_whole``),
     # None when the next render starts afresh; with its size in bytes.
-    render_memo: RenderMemo | None = None
+    render_memo: KeptRender | None = None
 
     def approx_bytes(self) -> int:
         """Memory held, for the caches' byte budgets: the token array as allocated, the items
@@ -86,7 +107,7 @@ class ConversationState:
 
     def set_prefix(
         self,
-        renderer: Renderer,
+        renderer: PrefixRenderer,
         instructions: str | None,
         tools: list[JSONObject],
         key: Prefix,
