@@ -21,7 +21,7 @@ import grpc
 from bidi_responses.client.aio import ConnectCall
 from bidi_responses.codec import params_to_pb
 from bidi_responses.server.app import start_server
-from bidi_responses.server.engines.sim_config import SimConfig
+from bidi_responses.server.engine_config import SimConfig
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 

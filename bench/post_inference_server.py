@@ -35,7 +35,7 @@ async def serve(mode: str, data_dir: str, store_ms: float, settings: Settings) -
     from bidi_responses.server.core.lanes.session import Session
     from bidi_responses.server.core.storage.postinference import PostJob
     from bidi_responses.server.core.storage.store import WriteJob
-    from bidi_responses.server.engines.sim_config import SimConfig
+    from bidi_responses.server.engine_config import SimConfig
 
     from .servers import sim_server_config
 

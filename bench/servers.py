@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.engines.sim_config import SimConfig
+from bidi_responses.server.engine_config import SimConfig
 
 __all__ = ["fast_sim", "serve_command", "sim_server_config"]
 

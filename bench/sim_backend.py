@@ -52,9 +52,9 @@ from bidi_responses.server.core.ports import (
 )
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.engine_config import SimConfig
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.sim import SimEngine
-from bidi_responses.server.engines.sim_config import SimConfig
 from bidi_responses.server.engines.timing import play
 
 __all__ = ["PromptFacts", "SimBackend", "main", "read_prompt", "sim_body"]

@@ -34,8 +34,8 @@ import orjson
 import psutil
 from bidi_responses.client.aio import AsyncResponsesClient
 from bidi_responses.server.core.storage.sqlite_schema import read_ledger
+from bidi_responses.server.engine_config import SimConfig
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES
-from bidi_responses.server.engines.sim_config import SimConfig
 
 from .clients import ClientKit, Conn, GrpcConnectConn, resolve_modes
 from .jsontypes import JSONObject

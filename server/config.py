@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING
 
 from bidi_responses.schema import JSONValue
 
-from .engines.completions_config import CompletionsConfig
-from .engines.sim_config import SimConfig
-from .engines.upstream_config import UpstreamConfig
+from .engine_config import CompletionsConfig, SimConfig, UpstreamConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bidi_responses.server.config import StreamingConfig
-from bidi_responses.server.engines.sim_config import SimConfig
+from bidi_responses.server.engine_config import SimConfig
 
 from ..clients import ModeInfo
 from ..jsontypes import JSONObject

@@ -18,9 +18,10 @@ protocol and its request/event types), which is all they import from the core.
   ``call_scanner``).
 * ``completion_parser``: sampled token ids back into items, for the project's chat format.
 * ``timing``, ``prefix_cache``: the cost model and pacing, and the bounded prefix (KV)
-  cache, which both simulated engines share; ``sim_config``: their settings, and
-  ``completions_config``, ``upstream_config`` the real engines', which the server's
-  configuration reads without loading an engine.
+  cache, which both simulated engines share.
+
+The engines' settings (``SimConfig``, ``CompletionsConfig``, ``UpstreamConfig``) live beside
+the server's configuration, in ``server/engine_config``.
 
 ``build_engine`` builds one by name. The engine modules are imported lazily, so importing
 this package stays cheap (no tokenizer load).
@@ -36,9 +37,7 @@ if TYPE_CHECKING:
     import tiktoken
 
     from ..core.ports import Engine
-    from .completions import CompletionsConfig
-    from .sim_config import SimConfig
-    from .upstream import UpstreamConfig
+    from ..engine_config import CompletionsConfig, SimConfig, UpstreamConfig
 
 __all__ = ["ENGINE_KINDS", "build_engine"]
 
@@ -66,8 +65,8 @@ def build_engine(
     renderer
     read compaction items.
     """
+    from ..engine_config import SimConfig
     from .sim import SimEngine
-    from .sim_config import SimConfig
 
     if kind == "completions":
         from ..core.ports import load_encoding

@@ -32,7 +32,7 @@ from .http_backend import (
 from .sampled_ids import IdCounts, Vocabulary, entry_ids
 
 if TYPE_CHECKING:
-    from .completions_config import CompletionsConfig
+    from ..engine_config import CompletionsConfig
     from .formats import CompletionParserLike
 
 __all__ = ["StreamState", "finish", "read_completion"]

@@ -38,8 +38,8 @@ import tiktoken
 from bidi_responses.schema import JSONObject, JSONValue
 
 from ..core.ports import EngineError, EngineEvent, EngineRequest
+from ..engine_config import CompletionsConfig
 from .completion_stream import StreamState, finish, read_completion
-from .completions_config import CompletionsConfig
 from .http_backend import (
     RetryableError,
     SessionPool,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     # renderer's modules import in turn.
     from .formats import ChatFormat
 
-__all__ = ["CompletionsConfig", "CompletionsEngine"]
+__all__ = ["CompletionsEngine"]
 
 
 class CompletionsEngine:

@@ -28,8 +28,8 @@ import tiktoken
 from bidi_responses.schema import JSONValue
 
 from ..core.ports import EngineEvent, EngineRequest, load_encoding
+from ..engine_config import EngineTiming
 from .prefix_cache import PrefixCache
-from .sim_config import EngineTiming
 from .timing import (
     PlannedItem,
     play,

@@ -34,13 +34,13 @@ from ..core.ports import (
     canonical_json,
     load_encoding,
 )
+from ..engine_config import SimConfig
 from .prefix_cache import PrefixCache
 from .schema_sampler import (
     FILLER_WORDS,
     SchemaSampler,
     schema_instance,
 )
-from .sim_config import SimConfig
 from .timing import (
     PlannedItem,
     play,

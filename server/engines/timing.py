@@ -39,8 +39,8 @@ from ..core.ports import (
     ItemEnd,
     ItemStart,
 )
+from ..engine_config import EngineTiming
 from .prefix_cache import PrefixCache
-from .sim_config import EngineTiming
 
 __all__ = [
     "Pacer",

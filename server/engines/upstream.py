@@ -37,12 +37,12 @@ from ..core.ports import (
     EngineEvent,
     EngineRequest,
 )
+from ..engine_config import UpstreamConfig
 from .http_backend import RetryableError, bearer_headers
-from .upstream_config import UpstreamConfig
 from .upstream_events import UpstreamTurn, finish
 from .upstream_wire import LaneLink, UpstreamWire
 
-__all__ = ["UpstreamConfig", "UpstreamResponsesEngine"]
+__all__ = ["UpstreamResponsesEngine"]
 
 
 class UpstreamResponsesEngine:

@@ -32,7 +32,7 @@ from .http_backend import (
 from .upstream_events import UpstreamTurn, translate_raw
 
 if TYPE_CHECKING:
-    from .upstream_config import UpstreamConfig
+    from ..engine_config import UpstreamConfig
 
 __all__ = ["LaneLink", "UpstreamWire"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from bidi_responses.bench.soak import SoakSettings, main, prefix_cache_note
 from bidi_responses.server.config import load_config
+from bidi_responses.server.engine_config import SimConfig
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES
-from bidi_responses.server.engines.sim_config import SimConfig
 
 
 def test_soak_sets_the_sim_prefix_cache_size(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.config import RouteConfig, load_config
-from bidi_responses.server.engines.sim_config import SimConfig
+from bidi_responses.server.engine_config import SimConfig
 
 from tests.conftest import FAST_SIM, ServerFactory
 from tests.pipeline.server_process import serve_process

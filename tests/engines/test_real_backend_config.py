@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from bidi_responses.server.config import load_config
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.engine_config import CompletionsConfig, UpstreamConfig
 from bidi_responses.server.engines import build_engine
-from bidi_responses.server.engines.completions import CompletionsConfig, CompletionsEngine
-from bidi_responses.server.engines.upstream import UpstreamConfig, UpstreamResponsesEngine
+from bidi_responses.server.engines.completions import CompletionsEngine
+from bidi_responses.server.engines.upstream import UpstreamResponsesEngine
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "real-backends.toml"
 

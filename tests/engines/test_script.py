@@ -19,8 +19,8 @@ from bidi_responses.server.core.ports import (
     ItemStart,
 )
 from bidi_responses.server.core.rendering.tokenizer import CALL, load_encoding
+from bidi_responses.server.engine_config import EngineTiming
 from bidi_responses.server.engines.script import ScriptEngine, ScriptError, ScriptItem, load_script
-from bidi_responses.server.engines.sim_config import EngineTiming
 
 FAST = EngineTiming(tokens_per_second=1e6, ttft_ms=0, prefill_tokens_per_second=1e9)
 

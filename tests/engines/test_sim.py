@@ -29,12 +29,12 @@ from bidi_responses.server.core.ports import (
     ItemStart,
 )
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
+from bidi_responses.server.engine_config import EngineTiming, SimConfig
 from bidi_responses.server.engines import build_engine
 from bidi_responses.server.engines.prefix_cache import PrefixCache
 from bidi_responses.server.engines.schema_sampler import schema_instance
 from bidi_responses.server.engines.script import ScriptEngine
 from bidi_responses.server.engines.sim import PREFIX_BLOCK_BYTES, SimEngine
-from bidi_responses.server.engines.sim_config import EngineTiming, SimConfig
 from bidi_responses.server.engines.timing import (
     OFFLOAD_PROMPT_TOKENS,
     Pacer,

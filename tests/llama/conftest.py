@@ -25,7 +25,7 @@ from bidi_responses.bench.tiny_gguf import N_CTX, write_tiny_model
 from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.completions import CompletionsConfig
+from bidi_responses.server.engine_config import CompletionsConfig
 
 from tests.conftest import FAST_SIM
 from tests.llama.open_gguf import write_open_model

@@ -23,7 +23,7 @@ from bidi_responses.server.config import RouteConfig, ServerConfig
 from bidi_responses.server.core.rendering import tokenizer
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
-from bidi_responses.server.engines.completions import CompletionsConfig
+from bidi_responses.server.engine_config import CompletionsConfig
 
 from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory
 

@@ -27,7 +27,7 @@ from bidi_responses.bench.ports import free_port
 from bidi_responses.bench.servers import serve_command
 from bidi_responses.client import AgentResult, AsyncResponsesClient, run_agent_loop
 from bidi_responses.server.config import RouteConfig, ServerConfig
-from bidi_responses.server.engines.upstream import UpstreamConfig
+from bidi_responses.server.engine_config import UpstreamConfig
 
 from tests.conftest import FAST_SIM, SHELL_TOOL, ServerFactory, websocket_turn
 
