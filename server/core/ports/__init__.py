@@ -40,7 +40,6 @@ from .engine import (
     close_engine,
 )
 from .stage import (
-    DEFAULT_OFFLOAD_CHARS,
     Flag,
     Pipeline,
     Stage,
@@ -54,7 +53,6 @@ __all__ = [
     "CALL",
     "CHANNEL",
     "CONSTRAIN",
-    "DEFAULT_OFFLOAD_CHARS",
     "END",
     "MESSAGE",
     "RETURN",
