@@ -19,12 +19,11 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from .assembly import build_core
+from .assembly import GRPC_NAMING, HTTP_NAMING, build_core, transport_port
 from .config import ServerConfig
-from .core.observability.gc_pauses import freeze_startup_heap
-from .core.observability.ratelimit import CLIENT_FAULTS
+from .core.observability import CLIENT_FAULTS, freeze_startup_heap
 from .core.service import ResponsesCore
-from .core.tenancy.auth import ApiKeys
+from .core.tenancy import ApiKeys
 from .transports.connections import raise_descriptor_limit
 from .transports.grpc import GrpcServer, start_grpc_server
 
@@ -128,7 +127,9 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
     core = await _open_core(config)
     await core.start()
     try:
-        grpc_server = await start_grpc_server(core, config.host, config.grpc_port)
+        grpc_server = await start_grpc_server(
+            transport_port(core, GRPC_NAMING), config, config.host, config.grpc_port
+        )
     except (OSError, RuntimeError) as error:
         await core.close()
         raise StartupError(
@@ -141,7 +142,11 @@ async def start_server(config: ServerConfig, *, http: bool = True) -> RunningSer
 
         try:
             stop_http, http_port = await start_http_server(
-                core, config.host, config.http_port, reuse_port=config.workers > 1
+                transport_port(core, HTTP_NAMING),
+                config,
+                config.host,
+                config.http_port,
+                reuse_port=config.workers > 1,
             )
         except OSError as error:
             await running.stop(grace=0)

@@ -21,19 +21,22 @@ from collections.abc import Callable
 import tiktoken
 
 from .config import RouteConfig, ServerConfig
-from .core.activity import Activity
-from .core.compaction import CompactionCodec, load_key
+from .core import TransportNaming, TransportPort
 from .core.conversation.state import MemoryBudget
-from .core.malloc_trim import IdleTrimmer
+from .core.lanes import StreamNaming
 from .core.observability.counters import Counters
 from .core.observability.metrics import Metrics
 from .core.one_shot import OneShotOps
+from .core.ports import Engine
+from .core.process.activity import Activity
+from .core.process.malloc_trim import IdleTrimmer
 from .core.rendering.render import Renderer
 from .core.rendering.tokenizer import load_encoding
-from .core.routing import Router
 from .core.runs.background import BackgroundRuns
+from .core.runs.compaction import CompactionCodec, load_key
 from .core.runs.deps import RunDeps, ServerState
 from .core.runs.one_shot import OneShotRuns
+from .core.runs.routing import Router
 from .core.service import CoreParts, ResponsesCore
 from .core.storage.backend import open_store
 from .core.storage.handoff import StateTier
@@ -43,7 +46,6 @@ from .core.tenancy.auth import ApiKeys
 from .core.tenancy.limits import TenantLimiter
 from .core.tenancy.request_budget import RequestBytes
 from .engines import build_engine
-from .engines.base import Engine
 from .pipeline import build_pipeline
 
 #: Builds the engine of one model route (the router calls it once per route).
@@ -154,3 +156,42 @@ def build_core(
 ) -> ResponsesCore:
     """The core over parts composed from ``config`` (arguments as ``compose``)."""
     return ResponsesCore(config, compose(config, encoding=encoding, engine_factory=engine_factory))
+
+
+# How each transport names what the core reports on it, and what its requests cost: data
+# handed to it, not branches in the core. WebSocket mode keeps the hosted API's codes; the
+# other transports get neutral names. Copies: of a request held at once while it is read and
+# parsed (an HTTP body: the buffer as it grows, then its parsed form; a WebSocket frame: the
+# parser's buffer, the payload cut from it, unmasked, then its decoded text; a gRPC message:
+# the bytes grpc hands over, the protobuf message, its dict). Charging that many times the
+# wire bytes makes the request budget bound memory, not just bytes on the wire. (gRPC's own
+# buffer of a message being received is out of the application's reach: docs/results.md.)
+GRPC_NAMING = TransportNaming(
+    stream=StreamNaming("grpc"), one_shot="grpc-unary", stream_copies=3, one_shot_copies=3
+)
+HTTP_NAMING = TransportNaming(
+    stream=StreamNaming(
+        "websocket",
+        lane_limit_code="websocket_stream_limit_reached",
+        age_limit_prefix="websocket_connection_limit",
+    ),
+    one_shot="http",
+    stream_copies=4,
+    one_shot_copies=3,
+)
+
+
+def transport_port(core: ResponsesCore, naming: TransportNaming) -> TransportPort:
+    """What a transport named ``naming`` is handed of ``core``."""
+    return TransportPort(
+        streams=core,
+        one_shot=core,
+        naming=naming,
+        keys=core.keys,
+        limits=core.config.limits,
+        streaming=core.config.streaming,
+        metrics=core.metrics,
+        counters=core.counters,
+        request_bytes=core.request_bytes,
+        on_drain=core.drain_hooks.append,
+    )

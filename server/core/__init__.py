@@ -8,6 +8,23 @@
 - ``tenancy``: keys, tenants, limits;
 - ``observability``: counters, metrics, log-safe text.
 
-Beside them: ``service`` (the facade transports talk to), ``routing`` (model aliases to
-engines), ``one_shot`` (compact, token counts, models), ``compaction`` and ``malloc_trim``.
+Beside them: ``service`` (the facade), ``transport_ports`` (all the transports may use of the
+core: the ports this package offers), ``routing`` (model aliases to engines), ``one_shot``
+(compact, token counts, models), ``compaction`` and ``malloc_trim``.
 """
+
+from .transport_ports import (
+    OneShotPort,
+    StreamPort,
+    StreamSession,
+    TransportNaming,
+    TransportPort,
+)
+
+__all__ = [
+    "OneShotPort",
+    "StreamPort",
+    "StreamSession",
+    "TransportNaming",
+    "TransportPort",
+]

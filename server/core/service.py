@@ -1,7 +1,9 @@
-"""The core facade that every transport talks to.
+"""The core facade: the application starts, drains and closes it, and hands it to each
+transport as the two ports it offers (``transport_ports``).
 
 ``ResponsesCore`` creates streams (``open_session``) and one-shot responses (``respond``),
-serves stored responses (retrieve, delete, input items, cancel), reports stats and drains.
+serves stored responses (retrieve, delete, input items, cancel), compaction, token counts,
+models and background responses, reports stats and drains.
 Its parts (``CoreParts``) are built by the composition root beside the core
 (``server/assembly.py``) and passed to what uses them: a stream and each of its runs get them
 as one typed bundle (``runs.deps.RunDeps``).
@@ -11,32 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from bidi_responses.schema import (
+    CompactionResponse,
     DeletedResponse,
     InputItemList,
+    InputTokensCount,
     JSONObject,
+    JSONValue,
+    ModelList,
+    ModelObject,
     ResponseObject,
     ServerEvent,
 )
 
 from ..config import ServerConfig
-from .activity import Activity
 from .api.errors import ApiError, not_found, shown
+from .lanes.naming import StreamNaming
 from .lanes.session import Session
-from .malloc_trim import IdleTrimmer
 from .observability.counters import ServerStats
 from .one_shot import OneShotOps
+from .process.activity import Activity
+from .process.malloc_trim import IdleTrimmer
+from .process.uncancelled import uncancelled
 from .runs.background import BackgroundRuns
-from .runs.deps import RunDeps
+from .runs.deps import InflightRun, RunDeps
 from .runs.one_shot import OneShotRuns
-from .runs.runner import ResponseRun
 from .tenancy.auth import ApiKeys
 from .tenancy.caller import ANONYMOUS, Caller
 from .tenancy.request_budget import RequestBytes
-from .uncancelled import uncancelled
+from .transport_ports import StreamSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,19 +156,22 @@ class ResponsesCore:
 
     # -- streams -----------------------------------------------------------------------------
 
-    def open_session(self, transport: str, *, caller: Caller = ANONYMOUS) -> Session:
-        """A new stream session of ``caller``; the transport must ``close_session`` it in a
-        finally block. ApiError 429 if that caller has too many streams open."""
+    def open_session(self, naming: StreamNaming, *, caller: Caller = ANONYMOUS) -> Session:
+        """A new stream session of ``caller``, named as its transport names it; the transport
+        must ``close_session`` it in a finally block. ApiError 429 if that caller has too many
+        streams open."""
         self.limiter.open_stream(caller.quota_key)
-        session = Session(self.deps, transport, caller=caller)
+        session = Session(self.deps, naming, caller=caller)
         self._sessions.add(session)
         self._activity.begin()
         self.sessions_open += 1
-        self.metrics.open_streams.labels(transport).inc()
+        self.metrics.open_streams.labels(naming.transport).inc()
         return session
 
-    async def close_session(self, session: Session) -> None:
+    async def close_session(self, session: StreamSession) -> None:
         """Release a stream: stop its in-flight work and drop its cache."""
+        # Only sessions opened here come back here.
+        assert isinstance(session, Session)
         # The handler calling this may be cancelled meanwhile (its client went away right
         # after an error): the session is released whole all the same.
         if session in self._sessions:
@@ -198,12 +209,54 @@ class ResponsesCore:
         """``respond_batches`` one event at a time."""
         return self._one_shots.respond(body, transport, caller)
 
+    async def start_background(
+        self, body: JSONObject, transport: str, caller: Caller = ANONYMOUS
+    ) -> ServerEvent:
+        """Start a background response; its first event (``response.created`` or ``error``)."""
+        return await self.background.start(body, transport, caller)
+
+    def background_events(
+        self, response_id: str, starting_after: int, tenant: str | None = None
+    ) -> AsyncIterator[ServerEvent]:
+        """A background response's kept events after ``starting_after`` (-1: all), live to
+        the end (ApiError if they are not kept)."""
+        return self.background.events(response_id, starting_after, tenant)
+
+    def is_background(self, response_id: str, tenant: str | None = None) -> bool:
+        """Whether ``response_id`` is a background response of ``tenant`` whose events are
+        still kept."""
+        return self.background.is_background(response_id, tenant)
+
+    async def compact(
+        self, raw: JSONValue, transport: str, caller: Caller = ANONYMOUS
+    ) -> CompactionResponse:
+        """Compact a conversation (``POST /v1/responses/compact``)."""
+        return await self.one_shot.compact(raw, transport, caller)
+
+    async def count_input_tokens(
+        self, raw: JSONValue, tenant: str | None = None
+    ) -> InputTokensCount:
+        """The prompt tokens a create with this body would use."""
+        return await self.one_shot.count_input_tokens(raw, tenant)
+
+    def list_models(self) -> ModelList:
+        """The models served."""
+        return self.one_shot.list_models()
+
+    def get_model(self, model_id: str) -> ModelObject:
+        """One model served (ApiError 404 if none)."""
+        return self.one_shot.get_model(model_id)
+
+    def rate_limit_headers(self, quota_key: str) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers for the caller behind ``quota_key``."""
+        return self.limiter.headers(quota_key)
+
     # -- stored responses --------------------------------------------------------------------
 
     # Every lookup takes the caller's tenant: another tenant's id is "not found", exactly like
     # an id that never existed, so ids leak nothing across tenants.
 
-    def _inflight(self, response_id: str, tenant: str | None) -> ResponseRun | None:
+    def _inflight(self, response_id: str, tenant: str | None) -> InflightRun | None:
         run = self.deps.state.inflight.get(response_id)
         return run if run is not None and run.tenant == tenant else None
 

@@ -6,9 +6,8 @@ Only where the header is found differs (HTTP headers, gRPC metadata).
 
 from __future__ import annotations
 
-from ..core.api.errors import ApiError
-from ..core.tenancy.auth import ApiKeys
-from ..core.tenancy.caller import Caller
+from ..core.api import ApiError
+from ..core.tenancy import ApiKeys, Caller
 
 __all__ = ["Caller", "identify", "shutting_down"]
 

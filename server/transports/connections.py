@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import Limits
-from ..core.api.errors import ApiError
+from ..core.api import ApiError
 
 #: Below this many descriptors for connections, the reserve shrinks to half the limit.
 _MIN_FOR_CONNECTIONS = 64

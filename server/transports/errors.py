@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from bidi_responses.schema import JSONValue
 
-from ..core.api.errors import ApiError
+from ..core.api import ApiError
 
 
 def error_from_event(event: Mapping[str, JSONValue]) -> ApiError:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+from bidi_responses.server.core.lanes import StreamNaming
 from bidi_responses.server.core.lanes.session import Session
 
 from tests.core.fake_engine import ScriptedCore, ScriptedEngine
@@ -31,7 +32,7 @@ def create(**body: Any) -> Event:
 @asynccontextmanager
 async def session_of(core: ScriptedCore) -> AsyncIterator[Session]:
     """A stream session on ``core`` for at most ``TIMEOUT_S``, closed after."""
-    session = core.open_session("test")
+    session = core.open_session(StreamNaming("test"))
     try:
         async with asyncio.timeout(TIMEOUT_S):
             yield session

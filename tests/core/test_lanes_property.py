@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from bidi_responses.server.assembly import build_core
+from bidi_responses.server.assembly import HTTP_NAMING, build_core
 from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.service import ResponsesCore
 from hypothesis import HealthCheck, given, settings
@@ -197,7 +197,7 @@ async def test_every_response_ends_once_and_every_steer_is_failed_or_committed_o
     core: ResponsesCore, ops: list[Op], disconnect: bool
 ) -> None:
     async with asyncio.timeout(10):
-        session = core.open_session("websocket")
+        session = core.open_session(HTTP_NAMING.stream)
         client = Client(session)
         try:
             for op in ops:

@@ -18,7 +18,7 @@ import pytest
 from bidi_responses.codec import item_to_dict, params_to_pb, steer_to_pb
 from bidi_responses.schema import JSONValue
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.lanes.lifecycle import ECHO_MAX_CHARS
+from bidi_responses.server.core.lanes.control_events import ECHO_MAX_CHARS
 from bidi_responses.server.core.tenancy.caller import ANONYMOUS
 from bidi_responses.server.transports.streams import Incoming, Refusal, StreamDriver, open_stream
 from bidi_responses.v1 import responses_pb2 as pb
@@ -27,7 +27,7 @@ from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 from tests.conftest import ServerFactory
 from tests.core.fake_engine import Turn, started_core
 from tests.core.session_events import create
-from tests.transports.test_stream_driver import MemoryWire
+from tests.transports.test_stream_driver import MemoryWire, port_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -113,9 +113,11 @@ async def test_a_large_message_is_decoded_in_a_worker_thread(tmp_path: Path) -> 
     async with started_core(tmp_path) as (engine, core), asyncio.timeout(20):
         engine.turns.append(Turn())
         core.config.limits.offload_chars = 10_000
-        session = open_stream(core, "test", ANONYMOUS)
+        session = open_stream(port_of(core), ANONYMOUS)
         wire = RecordingWire(core.config.limits)
-        running = asyncio.get_running_loop().create_task(StreamDriver(core, session, wire).run())
+        running = asyncio.get_running_loop().create_task(
+            StreamDriver(port_of(core), session, wire).run()
+        )
         small = create(input="hi")
         large = {"type": "response.steer", "previous_response_id": "resp_x", "input": "y" * 20_000}
         await wire.inbox.put(small)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.assembly import build_core
+from bidi_responses.server.assembly import HTTP_NAMING, build_core, transport_port
 from bidi_responses.server.transports.http import start_http_server
 
 from tests.conftest import ServerFactory, make_config
@@ -61,6 +61,6 @@ async def test_a_start_up_failure_is_raised_by_start(tmp_path: Path) -> None:
     try:
         async with asyncio.timeout(20):
             with pytest.raises(FileNotFoundError):
-                await start_http_server(core, "127.0.0.1", 0)
+                await start_http_server(transport_port(core, HTTP_NAMING), config, "127.0.0.1", 0)
     finally:
         await core.close()

@@ -13,12 +13,14 @@ from typing import Any
 import orjson
 import pytest
 from bidi_responses.schema import JSONValue
+from bidi_responses.server.assembly import transport_port
 from bidi_responses.server.config import Limits
-from bidi_responses.server.core.api.client_events import EventRefused, parse_json_event
-from bidi_responses.server.core.api.errors import ApiError
-from bidi_responses.server.core.observability.counters import Counters
-from bidi_responses.server.core.runs.record import OutEvent, answers_to
-from bidi_responses.server.core.tenancy.caller import ANONYMOUS
+from bidi_responses.server.core import TransportNaming, TransportPort
+from bidi_responses.server.core.api import ApiError, EventRefused, parse_json_event
+from bidi_responses.server.core.lanes import StreamNaming
+from bidi_responses.server.core.observability import Counters
+from bidi_responses.server.core.runs import OutEvent, answers_to
+from bidi_responses.server.core.tenancy import ANONYMOUS
 from bidi_responses.server.transports.streams import (
     Incoming,
     Refusal,
@@ -90,6 +92,17 @@ class MemoryWire:
                 return seen
 
 
+#: The transport of these tests: neutral codes, messages charged at their size.
+TEST_NAMING = TransportNaming(
+    StreamNaming("test"), one_shot="test", stream_copies=1, one_shot_copies=1
+)
+
+
+def port_of(core: ScriptedCore) -> TransportPort:
+    """What a transport is handed of ``core``."""
+    return transport_port(core, TEST_NAMING)
+
+
 @pytest.fixture
 async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine, ScriptedCore]]:
     async with started_core(tmp_path) as started, asyncio.timeout(TIMEOUT_S):
@@ -98,9 +111,9 @@ async def engine_and_core(tmp_path: Path) -> AsyncIterator[tuple[ScriptedEngine,
 
 def _run(core: ScriptedCore, *, half_close: bool = True) -> tuple[MemoryWire, asyncio.Task[None]]:
     """Admit a stream and run it over a new in-memory wire, as a task."""
-    session = open_stream(core, "test", ANONYMOUS)
+    session = open_stream(port_of(core), ANONYMOUS)
     wire = MemoryWire(core.config.limits, half_close=half_close)
-    driver = StreamDriver(core, session, wire)
+    driver = StreamDriver(port_of(core), session, wire)
     return wire, asyncio.get_running_loop().create_task(driver.run())
 
 
@@ -151,7 +164,7 @@ async def test_a_draining_server_admits_no_stream(
     _, core = engine_and_core
     core.begin_drain()
     with pytest.raises(ApiError) as refused:
-        open_stream(core, "test", ANONYMOUS, refused="requests")
+        open_stream(port_of(core), ANONYMOUS, refused="requests")
     assert refused.value.code == "server_shutting_down"
     assert refused.value.status == 503
     assert "takes no new requests" in refused.value.message
@@ -167,7 +180,7 @@ async def test_a_transport_check_refuses_before_a_session_opens(
         raise ApiError("too many", code="rate_limit_exceeded", status=429)
 
     with pytest.raises(ApiError) as refused:
-        open_stream(core, "test", ANONYMOUS, check=too_many)
+        open_stream(port_of(core), ANONYMOUS, check=too_many)
     assert refused.value.code == "rate_limit_exceeded"
     assert core.sessions_open == 0
 
@@ -246,10 +259,12 @@ async def test_an_idle_stream_keeps_no_event_it_sent(
     would otherwise keep its last terminal event, which carries the whole response."""
     engine, core = engine_and_core
     engine.turns.append(Turn())
-    session = open_stream(core, "test", ANONYMOUS)
+    session = open_stream(port_of(core), ANONYMOUS)
     wire = MemoryWire(core.config.limits, half_close=True)
     wire.batched = batched
-    running = asyncio.get_running_loop().create_task(StreamDriver(core, session, wire).run())
+    running = asyncio.get_running_loop().create_task(
+        StreamDriver(port_of(core), session, wire).run()
+    )
     await wire.inbox.put(create())
     await wire.until("response.completed")
     assert session.quiet  # idle: the writer waits for the next event
@@ -284,9 +299,11 @@ async def test_a_cancel_during_the_streams_cleanup_still_closes_its_session(
     after the client went away: the session is closed all the same, nothing counted open."""
     engine, core = engine_and_core
     engine.turns.append(Turn(hold=asyncio.Event()))
-    session = open_stream(core, "test", ANONYMOUS)
+    session = open_stream(port_of(core), ANONYMOUS)
     wire = SlowToStopWire(core.config.limits)
-    running = asyncio.get_running_loop().create_task(StreamDriver(core, session, wire).run())
+    running = asyncio.get_running_loop().create_task(
+        StreamDriver(port_of(core), session, wire).run()
+    )
     wire.reading.clear()  # a write is pending
     await wire.inbox.put(create())
     await engine.holding.wait()

@@ -5,6 +5,8 @@ once, across every transport and stream: HTTP bodies are charged as they are rea
 ``Content-Length`` up front), gRPC messages and WebSocket frames from the moment the transport
 hands them over until they are decoded. Past the budget a message is refused with a retryable
 429 / RESOURCE_EXHAUSTED that says it is the server-wide budget, not the client's own limit.
+A transport charges a message as many times as it holds copies of it at once
+(``TransportNaming``, given to each transport by the composition root).
 """
 
 from __future__ import annotations
@@ -13,17 +15,6 @@ import contextlib
 from collections.abc import Iterator
 
 from ..api.errors import ApiError
-
-#: Copies of a message the server holds at once while it reads and parses it, by transport:
-#: an HTTP body (the buffer as it grows and is reallocated, then its parsed form); a WebSocket
-#: frame (the parser's buffer, the payload cut from it, the payload unmasked, then its decoded
-#: text); a gRPC message (the bytes grpc hands over, the protobuf message, its dict). Charging
-#: that many times the wire bytes makes the budget bound memory, not just bytes on the wire.
-#: (gRPC's own buffer of a message being received is out of the application's reach: see
-#: docs/results.md.)
-HTTP_COPIES = 3
-WEBSOCKET_COPIES = 4
-GRPC_COPIES = 3
 
 
 class RequestBytes:

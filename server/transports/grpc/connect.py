@@ -1,4 +1,4 @@
-"""The ``Connect`` stream: one gRPC call is one core ``Session``, run by the stream driver.
+"""The ``Connect`` stream: one gRPC call is one core session, run by the stream driver.
 
 This adapter only translates framing (``ConnectWire``): ``ConnectRequest`` bytes in, decoded
 here into the core's typed client events (``connect_events.py``), and pre-serialized
@@ -18,13 +18,11 @@ import grpc
 from bidi_responses.codec import ProtoDecoder
 from bidi_responses.v1 import responses_pb2 as pb
 
-from ...config import Limits, StreamingConfig
-from ...core.api.errors import ApiError
-from ...core.lanes.session import Session
-from ...core.runs.record import OutEvent
-from ...core.service import ResponsesCore
-from ...core.tenancy.limits import limit_exceeded
-from ...core.tenancy.request_budget import GRPC_COPIES
+from ...core import StreamSession, TransportPort
+from ...core.api import ApiError
+from ...core.observability import Metrics
+from ...core.runs import OutEvent
+from ...core.tenancy import limit_exceeded
 from ..streams import (
     Incoming,
     Refusal,
@@ -50,15 +48,17 @@ class StreamsPerConnection:
     streams themselves (an entry goes when its last stream ends).
     """
 
-    def __init__(self, core: ResponsesCore) -> None:
-        self._core = core
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        # 0: no limit.
+        self._limit = limit
+        self._metrics = metrics
         self._open: dict[str, int] = {}
 
     def check(self, peer: str) -> None:
         """ApiError 429 if ``peer`` already has the most streams allowed."""
-        limit = self._core.config.tenant_limits.max_streams_per_connection
+        limit = self._limit
         if limit and self._open.get(peer, 0) >= limit:
-            self._core.metrics.limited.labels("max_streams_per_connection").inc()
+            self._metrics.limited.labels("max_streams_per_connection").inc()
             raise limit_exceeded("max_streams_per_connection", limit, "open streams per connection")
 
     @contextlib.contextmanager
@@ -88,7 +88,7 @@ async def _refuse_after_first_message(request_iterator: AsyncIterator[bytes]) ->
 
 
 async def connect_stream(
-    core: ResponsesCore,
+    port: TransportPort,
     streams: StreamsPerConnection,
     request_iterator: AsyncIterator[bytes],
     context: Context,
@@ -101,8 +101,8 @@ async def connect_stream(
     """
     peer = context.peer()
     try:
-        caller = caller_of(core.keys, context)
-        session = open_stream(core, "grpc", caller, check=lambda: streams.check(peer))
+        caller = caller_of(port.keys, context)
+        session = open_stream(port, caller, check=lambda: streams.check(peer))
     except ApiError:
         await _refuse_after_first_message(request_iterator)
         raise
@@ -112,10 +112,10 @@ async def connect_stream(
             # a large first message, or the status that cuts it off could not be sent.
             await context.send_initial_metadata(())
         except BaseException:
-            await core.close_session(session)
+            await port.streams.close_session(session)
             raise
-        wire = ConnectWire(context, session, core.config.limits, core.config.streaming)
-        await StreamDriver(core, session, wire).run()
+        wire = ConnectWire(context, session, port)
+        await StreamDriver(port, session, wire).run()
 
 
 class ConnectWire:
@@ -124,13 +124,12 @@ class ConnectWire:
     half_close = True  # the client may stop sending and still read its responses
     batched = True  # events ready together go out together (batched if the client asks)
 
-    def __init__(
-        self, context: Context, session: Session, limits: Limits, streaming: StreamingConfig
-    ) -> None:
+    def __init__(self, context: Context, session: StreamSession, port: TransportPort) -> None:
         self._context = context
         self._session = session
-        self._limits = limits
-        self._streaming = streaming
+        self._limits = port.limits
+        self._streaming = port.streaming
+        self._copies = port.naming.stream_copies
         self._decoder = ProtoDecoder()
         self._outbound = Outbound()
         # Pre-serialized messages pass through the response serializer unchanged.
@@ -161,7 +160,7 @@ class ConnectWire:
         return raw
 
     def size(self, message: bytes) -> int:
-        return len(message) * GRPC_COPIES
+        return len(message) * self._copies
 
     def refused(self, message: bytes, error: ApiError) -> Refusal:
         # Not decoded: its lane and what it answers are read from its top-level fields, so

@@ -18,17 +18,18 @@ from bidi_responses.schema import JSONObject, JSONValue
 from bidi_responses.v1 import responses_pb2 as pb
 
 from ...config import Limits
-from ...core.api.client_events import (
+from ...core.api import (
+    ApiError,
     AppendEvent,
     CancelEvent,
     CreateEvent,
     EventRefused,
+    check_json_shape,
     lane_named,
     parse_json_event,
+    server_error,
 )
-from ...core.api.errors import ApiError, server_error
-from ...core.api.jsonshape import check_json_shape
-from ...core.runs.record import answers_to
+from ...core.runs import answers_to
 from ..streams import Incoming, Refusal
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from ...core.tenancy.auth import ApiKeys
+from ...core.tenancy import ApiKeys
 from ..admission import Caller, identify
 
 # A servicer call's context; the message types vary by method and do not matter here.

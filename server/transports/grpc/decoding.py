@@ -10,8 +10,8 @@ from bidi_responses.codec import MessageDecodeError, decode_message
 from bidi_responses.codec.wire import read_varint
 from google.protobuf.message import Message
 
-from ...core.api.errors import ApiError
-from ...core.observability.ratelimit import CLIENT_FAULTS
+from ...core.api import ApiError
+from ...core.observability import CLIENT_FAULTS
 
 log = logging.getLogger("bidi_responses.grpc")
 

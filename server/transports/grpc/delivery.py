@@ -16,8 +16,8 @@ from bidi_responses.schema import ServerEvent
 from bidi_responses.v1 import responses_pb2 as pb
 
 from ...config import StreamingConfig
-from ...core.api.errors import ApiError, server_error
-from ...core.runs.record import OutEvent, error_event
+from ...core.api import ApiError, server_error
+from ...core.runs import OutEvent, error_event
 
 log = logging.getLogger("bidi_responses.grpc")
 

@@ -22,9 +22,9 @@ from bidi_responses.codec import wire_bytes
 from bidi_responses.v1 import responses_pb2 as pb
 from google.protobuf.message import Message
 
-from ...core.api.errors import ApiError, server_error
-from ...core.observability.metrics import Metrics
-from ...core.tenancy.request_budget import GRPC_COPIES, RequestBytes
+from ...core.api import ApiError, server_error
+from ...core.observability import Metrics
+from ...core.tenancy import RequestBytes
 from .context import Context
 from .decoding import decode_request
 from .servicer import ResponsesServicer
@@ -60,6 +60,7 @@ async def _statuses(metrics: Metrics, context: Context, name: str) -> AsyncItera
 def _unary(
     metrics: Metrics,
     budget: RequestBytes,
+    copies: int,
     method: UnaryMethod,
     request_class: type[Message],
     name: str,
@@ -71,7 +72,7 @@ def _unary(
         async with _statuses(metrics, context, name):
             # The request's bytes are alive while the call runs: charged to the server-wide
             # budget until it ends.
-            with budget.holding(len(raw) * GRPC_COPIES):
+            with budget.holding(len(raw) * copies):
                 return await method(decode_request(request_class, raw, name), context)
         raise AssertionError("unreachable: the guard ends the call")
 
@@ -81,6 +82,7 @@ def _unary(
 def _stream(
     metrics: Metrics,
     budget: RequestBytes,
+    copies: int,
     method: StreamMethod,
     request_class: type[Message] | None,
     name: str,
@@ -93,7 +95,7 @@ def _stream(
         async with _statuses(metrics, context, name):
             # A raw request (not a request stream) is alive while the call runs: charged to
             # the server-wide budget until it ends.
-            size = len(request) * GRPC_COPIES if isinstance(request, bytes) else 0
+            size = len(request) * copies if isinstance(request, bytes) else 0
             with budget.holding(size):
                 if request_class is not None:
                     request = decode_request(request_class, request, name)
@@ -107,8 +109,8 @@ def _stream(
 
 def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     """Register every method of ``ResponsesService`` with a raw-bytes request deserializer."""
-    metrics = servicer.core.metrics
-    budget = servicer.core.request_bytes
+    port = servicer.port
+    metrics, budget, copies = port.metrics, port.request_bytes, port.naming.one_shot_copies
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         name = method.name
@@ -119,20 +121,20 @@ def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
         decoded = None if name in PRE_SERIALIZED else request_class
         if method.client_streaming and method.server_streaming:
             handlers[name] = grpc.stream_stream_rpc_method_handler(
-                _stream(metrics, budget, impl, None, name),
+                _stream(metrics, budget, copies, impl, None, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         elif method.server_streaming:
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _stream(metrics, budget, impl, decoded, name),
+                _stream(metrics, budget, copies, impl, decoded, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )
         else:
             assert inspect.iscoroutinefunction(impl)
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(metrics, budget, impl, request_class, name),
+                _unary(metrics, budget, copies, impl, request_class, name),
                 request_deserializer=None,
                 response_serializer=serializer,
             )

@@ -12,7 +12,7 @@ from bidi_responses.codec.aio_wakeups import drain_completion_wakeups
 from grpc_health.v1 import health
 
 from ...config import ServerConfig, TlsConfig
-from ...core.service import ResponsesCore
+from ...core import TransportPort
 from ...tracing import grpc_interceptors
 from ..connections import connection_caps
 from .client_gone_log import quiet_client_gone_sends
@@ -82,20 +82,26 @@ class GrpcServer:
 
 
 async def start_grpc_server(
-    core: ResponsesCore, host: str, port: int, options: list[tuple[str, Any]] | None = None
+    core: TransportPort,
+    config: ServerConfig,
+    host: str,
+    port: int,
+    options: list[tuple[str, Any]] | None = None,
 ) -> GrpcServer:
-    """Start the gRPC server: the API, grpc.health.v1 and server reflection (``port`` 0 picks
-    a free one)."""
-    config = core.config
+    """Start the gRPC server over what the application hands it (``core``): the API,
+    grpc.health.v1 and server reflection (``port`` 0 picks a free one)."""
     quiet_client_gone_sends()
     server = grpc.aio.server(
         options=server_options(config) + list(options or ()),
         interceptors=grpc_interceptors(config.tracing),
     )
-    add_servicer(ResponsesServicer(core, StreamsPerConnection(core)), server)
+    per_connection = StreamsPerConnection(
+        config.tenant_limits.max_streams_per_connection, core.metrics
+    )
+    add_servicer(ResponsesServicer(core, per_connection), server)
     health_servicer = await add_health_service(server)
     # NOT_SERVING as soon as a drain begins, while the listener is still open.
-    core.drain_hooks.append(lambda: mark_draining(health_servicer))
+    core.on_drain(lambda: mark_draining(health_servicer))
     enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
     address = f"{host}:{port}"
     if config.tls.enabled:

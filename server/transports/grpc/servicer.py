@@ -14,8 +14,8 @@ from bidi_responses.schema import JSONObject
 from bidi_responses.v1 import responses_pb2 as pb
 from bidi_responses.v1 import responses_pb2_grpc as pb_grpc
 
-from ...core.api.errors import ApiError
-from ...core.service import ResponsesCore
+from ...core import TransportPort
+from ...core.api import ApiError
 from ..admission import Caller
 from .connect import StreamsPerConnection, connect_stream
 from .context import Context, caller_of
@@ -25,12 +25,13 @@ from .create import create_response
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """One method per RPC, each a conversion around one core call."""
 
-    def __init__(self, core: ResponsesCore, streams: StreamsPerConnection) -> None:
-        self.core = core
+    def __init__(self, port: TransportPort, streams: StreamsPerConnection) -> None:
+        self.port = port
+        self.one_shot = port.one_shot
         self._streams = streams
 
     def _caller(self, context: Context) -> Caller:
-        return caller_of(self.core.keys, context)
+        return caller_of(self.port.keys, context)
 
     # Pre-serialized (see registration.PRE_SERIALIZED): these send encoded bytes.
     async def Connect(  # type: ignore[override]
@@ -39,7 +40,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """The stateful stream (``connect.py``). Its messages go out through
         ``context.write`` (the stream driver's writer task), so this generator yields none:
         a generator is the shape interceptors (OpenTelemetry's) expect of a streaming call."""
-        await connect_stream(self.core, self._streams, request_iterator, context)
+        await connect_stream(self.port, self._streams, request_iterator, context)
         return
         yield  # makes this a generator
 
@@ -47,14 +48,14 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: bytes, context: Context
     ) -> AsyncGenerator[bytes, None]:
         """The stateless baseline: one call per turn (``create.py``)."""
-        return create_response(self.core, request, context)
+        return create_response(self.port, request, context)
 
     async def GetResponse(
         self, request: pb.GetResponseRequest, context: Context
     ) -> pb.GetResponseResponse:
         """A stored response."""
         tenant = self._caller(context).tenant
-        response = await self.core.get_response(request.response_id, tenant)
+        response = await self.one_shot.get_response(request.response_id, tenant)
         return pb.GetResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def DeleteResponse(
@@ -62,7 +63,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> pb.DeleteResponseResponse:
         """Delete a stored response."""
         tenant = self._caller(context).tenant
-        result = await self.core.delete_response(request.response_id, tenant)
+        result = await self.one_shot.delete_response(request.response_id, tenant)
         return pb.DeleteResponseResponse(
             id=result["id"], object=result["object"], deleted=result["deleted"]
         )
@@ -72,7 +73,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> pb.ListInputItemsResponse:
         """Page through a stored response's input items."""
         tenant = self._caller(context).tenant
-        page = await self.core.list_input_items(
+        page = await self.one_shot.list_input_items(
             request.response_id,
             limit=request.limit or 20,
             order=request.order or "desc",
@@ -96,13 +97,13 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> pb.CancelResponseResponse:
         """Cancel an in-flight response by id."""
         tenant = self._caller(context).tenant
-        response = await self.core.cancel_response(request.response_id, tenant)
+        response = await self.one_shot.cancel_response(request.response_id, tenant)
         return pb.CancelResponseResponse(response=ProtoEncoder().response_to_pb(response))
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Context) -> pb.GetStatsResponse:
         """Cumulative counters."""
         self._caller(context)
-        return pb.GetStatsResponse(**self.core.stats())
+        return pb.GetStatsResponse(**self.one_shot.stats())
 
     async def CompactResponse(
         self, request: pb.CompactResponseRequest, context: Context
@@ -115,7 +116,8 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         for name in ("instructions", "previous_response_id", "safety_identifier"):
             if request.HasField(name):
                 body[name] = getattr(request, name)
-        result = await self.core.one_shot.compact(body, "grpc-unary", self._caller(context))
+        caller = self._caller(context)
+        result = await self.one_shot.compact(body, self.port.naming.one_shot, caller)
         compacted = pb.CompactResponseResponse(
             id=result["id"],
             object=result["object"],
@@ -134,7 +136,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """Count a create's prompt tokens (``POST /v1/responses/input_tokens``)."""
         tenant = self._caller(context).tenant
         body = ProtoDecoder().params_to_dict(request.params)
-        count = await self.core.one_shot.count_input_tokens(body, tenant)
+        count = await self.one_shot.count_input_tokens(body, tenant)
         return pb.CountInputTokensResponse(**count)
 
     async def ListModels(
@@ -142,7 +144,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     ) -> pb.ListModelsResponse:
         """The configured models (``GET /v1/models``)."""
         self._caller(context)
-        listing = self.core.one_shot.list_models()
+        listing = self.one_shot.list_models()
         return pb.ListModelsResponse(
             object=listing["object"], data=[pb.Model(**m) for m in listing["data"]]
         )
@@ -150,7 +152,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     async def GetModel(self, request: pb.GetModelRequest, context: Context) -> pb.GetModelResponse:
         """One configured model (``GET /v1/models/{model}``)."""
         self._caller(context)
-        return pb.GetModelResponse(model=pb.Model(**self.core.one_shot.get_model(request.model)))
+        return pb.GetModelResponse(model=pb.Model(**self.one_shot.get_model(request.model)))
 
     async def StreamResponse(
         self, request: pb.StreamResponseRequest, context: Context
@@ -160,7 +162,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         starting_after = request.starting_after if request.HasField("starting_after") else -1
         if starting_after < -1:
             raise ApiError("Invalid 'starting_after': expected >= 0.", param="starting_after")
-        events = self.core.background.events(request.response_id, starting_after, tenant)
+        events = self.one_shot.background_events(request.response_id, starting_after, tenant)
         encoder = ProtoEncoder()
         async for data in events:
             yield pb.StreamResponseResponse(event=encoder.connect_response("", data))

@@ -19,7 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc._cython.cygrpc import ExecuteBatchError
 from grpc_status import rpc_status
 
-from ...core.api.errors import ApiError
+from ...core.api import ApiError
 from .context import Context
 
 DOMAIN = "bidi-responses"

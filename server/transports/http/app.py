@@ -15,8 +15,8 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from ...core.api.errors import ApiError
-from ...core.service import ResponsesCore
+from ...core import TransportPort
+from ...core.api import ApiError
 from ..connections import ConnectionAccount
 from .errors import error_response, exception_handlers
 from .ops import ops_routes
@@ -33,7 +33,12 @@ class HttpTransport:
     and connection handlers so that a stop can wait for their cleanup.
     """
 
-    def __init__(self, core: ResponsesCore, account: ConnectionAccount | None = None) -> None:
+    def __init__(
+        self,
+        core: TransportPort,
+        metrics_path: str,
+        account: ConnectionAccount | None = None,
+    ) -> None:
         self._core = core
         #: The listener's connections; a connection it refused is answered with the reason.
         self.account = account
@@ -48,7 +53,7 @@ class HttpTransport:
                 # Fixed paths under /v1/responses/ before /v1/responses/{response_id}.
                 *surface_routes(core),
                 *stored_response_routes(core),
-                *ops_routes(core),
+                *ops_routes(core, metrics_path),
             ],
             exception_handlers=exception_handlers(core.metrics),
             lifespan=self._lifespan,
@@ -80,7 +85,8 @@ class HttpTransport:
     async def _refuse(self, refusal: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a connection past a connection limit with the reason, then close it (a
         WebSocket upgrade is denied with the same status and body)."""
-        transport = "websocket" if scope["type"] == "websocket" else "http"
+        naming = self._core.naming
+        transport = naming.stream.transport if scope["type"] == "websocket" else naming.one_shot
         self._core.metrics.error(transport, refusal.status, refusal.code)
         response = error_response(refusal, {"connection": "close", "retry-after": "1"})
         if scope["type"] == "websocket":

@@ -16,8 +16,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
-from ...core.api.errors import ApiError, server_error, shown
-from ...core.observability.metrics import Metrics
+from ...core.api import ApiError, server_error, shown
+from ...core.observability import Metrics
 
 
 def json_response(

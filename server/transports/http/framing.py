@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue
 
-from ...core.runs.record import OutEvent
+from ...core.runs import OutEvent
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 

@@ -24,9 +24,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from ...core.api.errors import ApiError
-from ...core.observability.metrics import Metrics
-from ...core.observability.ratelimit import CLIENT_FAULTS
+from ...core.api import ApiError
+from ...core.observability import CLIENT_FAULTS, Metrics
 from ..connections import ConnectionAccount
 
 log = logging.getLogger("bidi_responses.http")

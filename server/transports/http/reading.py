@@ -8,14 +8,14 @@ import orjson
 from bidi_responses.schema import JSONValue
 from starlette.requests import HTTPConnection, Request
 
-from ...core.api.errors import ApiError
-from ...core.service import ResponsesCore
-from ...core.tenancy.request_budget import HTTP_COPIES, over_budget
+from ...core import TransportPort
+from ...core.api import ApiError
+from ...core.tenancy import over_budget
 from ..admission import Caller, identify
 from .errors import invalid_json, too_large
 
 
-def caller(core: ResponsesCore, headers: Mapping[str, str], peer: str | None = None) -> Caller:
+def caller(core: TransportPort, headers: Mapping[str, str], peer: str | None = None) -> Caller:
     """The caller named by ``Authorization``; ApiError 401 when keys are on and it is missing
     or wrong."""
     return identify(core.keys, headers.get("authorization"), peer)
@@ -27,16 +27,16 @@ def peer_of(connection: HTTPConnection) -> str | None:
     return f"{client.host}:{client.port}" if client is not None else None
 
 
-async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
+async def read_json(core: TransportPort, request: Request) -> JSONValue:
     """The request body as JSON, refusing bodies over the configured message limit.
 
     A body with a ``Content-Encoding`` (gzip, ...) is refused with a 415 naming it.
 
     The body counts against the server-wide budget (``core.request_bytes``) while it is read
-    and parsed, as ``HTTP_COPIES`` times its bytes (the growing buffer, then its parsed
-    form), charged as they arrive (a declared length reserves nothing, so a client that
-    declares much and sends little holds little); a declared length the budget cannot take
-    now is refused before anything is read.
+    and parsed, as the transport's copies of a one-shot request times its bytes (the growing
+    buffer, then its parsed form), charged as they arrive (a declared length reserves
+    nothing, so a client that declares much and sends little holds little); a declared length
+    the budget cannot take now is refused before anything is read.
     """
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
@@ -49,15 +49,16 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
             param="content-encoding",
             status=415,
         )
-    limit = core.config.limits.max_message_bytes
+    limit = core.limits.max_message_bytes
     budget = core.request_bytes
+    copies = core.naming.one_shot_copies
     length = request.headers.get("content-length")
     declared = int(length) if length is not None and length.isdigit() else 0
     if declared > limit:
         raise too_large(limit)
-    if budget.limit and budget.held + declared * HTTP_COPIES > budget.limit:
+    if budget.limit and budget.held + declared * copies > budget.limit:
         budget.refused += 1
-        raise over_budget(budget.limit, declared * HTTP_COPIES)
+        raise over_budget(budget.limit, declared * copies)
     held = 0
     try:
         body = bytearray()
@@ -65,8 +66,8 @@ async def read_json(core: ResponsesCore, request: Request) -> JSONValue:
             body += chunk
             if len(body) > limit:
                 raise too_large(limit)
-            budget.take(len(chunk) * HTTP_COPIES)
-            held += len(chunk) * HTTP_COPIES
+            budget.take(len(chunk) * copies)
+            held += len(chunk) * copies
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:

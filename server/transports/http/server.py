@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
-from ...core.observability.ratelimit import CLIENT_FAULTS, RateLimitFilter
-from ...core.service import ResponsesCore
+from ...config import ServerConfig
+from ...core import TransportPort
+from ...core.observability import CLIENT_FAULTS, RateLimitFilter
 from ...sockets import bound_socket
 from ...tracing import wrap_asgi
 from ..connections import ConnectionAccount, connection_caps
@@ -63,10 +64,12 @@ def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
-    tls = core.config.tls
+def _config(
+    transport: HttpTransport, core: TransportPort, settings: ServerConfig
+) -> uvicorn.Config:
+    tls = settings.tls
     return uvicorn.Config(
-        wrap_asgi(transport.asgi, core.config.tracing),
+        wrap_asgi(transport.asgi, settings.tracing),
         ssl_certfile=tls.cert_file if tls.enabled else None,
         ssl_keyfile=tls.key_file if tls.enabled else None,
         ssl_ca_certs=tls.client_ca_file if tls.enabled else None,
@@ -78,13 +81,13 @@ def _config(transport: HttpTransport, core: ResponsesCore) -> uvicorn.Config:
         access_log=False,
         http="auto",
         interface="asgi3",
-        ws=WebSocketProtocol.bound_to(core.request_bytes),
+        ws=WebSocketProtocol.bound_to(core.request_bytes, core.naming.stream_copies),
         # Refused from the frame header (close 1009), before the payload is buffered; for a
         # compressed message, before it inflates past the limit.
-        ws_max_size=core.config.limits.max_message_bytes,
+        ws_max_size=core.limits.max_message_bytes,
         # Off by default: a compressed message is small on the wire and large in memory
         # (see WebSocketProtocol for how inflated bytes are charged when it is on).
-        ws_per_message_deflate=core.config.limits.websocket_compression,
+        ws_per_message_deflate=core.limits.websocket_compression,
         server_header=False,
     )
 
@@ -126,15 +129,17 @@ def _quiet_uvicorn_logs() -> None:
         asyncio_log.addFilter(_ASYNCIO_ACCEPT_FILTER)
 
 
-def _guarded(sock: socket.socket, core: ResponsesCore) -> tuple[GuardedListener, ConnectionAccount]:
+def _guarded(
+    sock: socket.socket, core: TransportPort, *, tls: bool
+) -> tuple[GuardedListener, ConnectionAccount]:
     """``sock`` as a listener that accounts for its connections (``connections.py``)."""
-    caps = connection_caps(core.config.limits)
+    caps = connection_caps(core.limits)
     account = ConnectionAccount(caps)
     metrics = core.metrics
     metrics.connection_limit.labels("http", "server").set(caps.http)
     metrics.connection_limit.labels("http", "peer").set(caps.per_peer)
     metrics.descriptor_limit.set(caps.descriptors)
-    listener = GuardedListener.wrap(sock, account, metrics, tls=core.config.tls.enabled)
+    listener = GuardedListener.wrap(sock, account, metrics, tls=tls)
     loop = asyncio.get_running_loop()
 
     def silence_refused(conn: socket.socket) -> None:
@@ -165,17 +170,25 @@ async def _started(serving: asyncio.Task[None], transport: HttpTransport) -> Non
 
 
 async def start_http_server(
-    core: ResponsesCore, host: str, port: int, *, reuse_port: bool = False
+    core: TransportPort,
+    settings: ServerConfig,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool = False,
 ) -> tuple[StopHttp, int]:
-    """Serve HTTP+SSE and WebSocket mode; returns an async ``stop(grace)`` and the bound port.
+    """Serve HTTP+SSE and WebSocket mode over what the application hands this transport
+    (``core``) and the server's ``settings`` (TLS, tracing, the metrics path); returns an
+    async ``stop(grace)`` and the bound port.
 
     ``port`` 0 picks a free port. ``stop`` lets in-flight work finish for up to ``grace``
     seconds, then cancels what is left.
     """
-    sock, account = _guarded(_listen(host, port, reuse_port=reuse_port), core)
-    transport = HttpTransport(core, account)
+    listening = _listen(host, port, reuse_port=reuse_port)
+    sock, account = _guarded(listening, core, tls=settings.tls.enabled)
+    transport = HttpTransport(core, settings.metrics_path, account)
     try:
-        config = _config(transport, core)
+        config = _config(transport, core, settings)
     except BaseException:
         sock.close()
         raise

@@ -11,7 +11,7 @@ from bidi_responses.schema import JSONValue, ServerEvent
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from ...core.service import ResponsesCore
+from ...core import TransportPort
 from ..streams import WatchedWrites, WriteWatch
 from .framing import SSE_HEADERS, flat_sse_error, sse_frame
 
@@ -45,7 +45,7 @@ class SseResponse(StreamingResponse):
     def __init__(
         self,
         content: AsyncIterator[bytes],
-        core: ResponsesCore,
+        core: TransportPort,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(
@@ -62,7 +62,7 @@ class SseResponse(StreamingResponse):
     async def stream_response(self, send: Send) -> None:
         """Stream the events under the stream driver's write watch; a write pending for the
         write timeout stops the stream (the connection drops, counted once)."""
-        limits = self._core.config.limits
+        limits = self._core.limits
 
         async def writes(watch: WriteWatch) -> None:
             async def watched_send(message: Message) -> None:

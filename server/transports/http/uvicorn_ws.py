@@ -24,8 +24,8 @@ from websockets.frames import Frame
 from websockets.http11 import Request
 from websockets.protocol import Protocol, State
 
-from ...core.api.errors import ApiError
-from ...core.tenancy.request_budget import WEBSOCKET_COPIES, RequestBytes
+from ...core.api import ApiError
+from ...core.tenancy import RequestBytes
 
 # After closing a stalled client, how long the close frame may wait for it before the socket
 # is dropped.
@@ -53,7 +53,7 @@ class _ChargedInflate(Extension):
         budget = protocol.budget
         if budget is None or not budget.limit:
             return self.inner.decode(frame, max_size=max_size)
-        room = max(budget.limit - budget.held, 0) // WEBSOCKET_COPIES
+        room = max(budget.limit - budget.held, 0) // protocol.copies
         bound = room if max_size is None else min(max_size, room)
         try:
             decoded = self.inner.decode(frame, max_size=bound)
@@ -62,7 +62,7 @@ class _ChargedInflate(Extension):
                 raise  # the message limit itself (close 1009)
             protocol.refuse_while_inflating()
             raise
-        extra = (len(decoded.data) - len(frame.data)) * WEBSOCKET_COPIES
+        extra = (len(decoded.data) - len(frame.data)) * protocol.copies
         if extra > 0:
             try:
                 budget.take(extra)
@@ -85,6 +85,9 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
 
     #: The server-wide budget (``bound_to`` sets it; None: no budget).
     budget: ClassVar[RequestBytes | None] = None
+    #: Copies of a message held at once while it is read and decoded: charged that many
+    #: times its bytes (``bound_to`` sets it).
+    copies: ClassVar[int] = 1
     #: Bytes of the message being read, charged to ``budget``.
     _reading = 0
     #: A message was refused: what else arrives is dropped until the connection ends.
@@ -96,9 +99,10 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self._queued_charges: collections.deque[int] = collections.deque()
 
     @classmethod
-    def bound_to(cls, budget: RequestBytes) -> type[WebSocketProtocol]:
-        """This protocol, charging ``budget`` (a subclass, since uvicorn takes a class)."""
-        return type("BudgetedWebSocketProtocol", (cls,), {"budget": budget})
+    def bound_to(cls, budget: RequestBytes, copies: int) -> type[WebSocketProtocol]:
+        """This protocol, charging ``budget`` ``copies`` times the bytes it reads (a subclass,
+        since uvicorn takes a class)."""
+        return type("BudgetedWebSocketProtocol", (cls,), {"budget": budget, "copies": copies})
 
     def data_received(self, data: bytes) -> None:
         """Charge the bytes of a message being read; refuse it past the budget."""
@@ -107,11 +111,11 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         budget = self.budget
         if budget is not None and self.handshake_complete and not self.close_sent:
             try:
-                budget.take(len(data) * WEBSOCKET_COPIES)
+                budget.take(len(data) * self.copies)
             except ApiError:
                 self._refuse_over_budget()
                 return
-            self._reading += len(data) * WEBSOCKET_COPIES
+            self._reading += len(data) * self.copies
         super().data_received(data)
 
     def handle_connect(self, event: Request) -> None:

@@ -1,6 +1,6 @@
 """WebSocket mode: ``GET /v1/responses`` with ``Upgrade: websocket``.
 
-One ``Session`` per connection, run by the stream driver exactly like one gRPC Connect call;
+One core session per connection, run by the stream driver exactly like one gRPC Connect call;
 this adapter (``WebSocketWire``) only translates framing: JSON text frames in, typed by the
 core's JSON parser; the session's events out as JSON text frames, with ``stream_id`` added
 for named lanes. Errors are the nested ``error`` event on the socket.
@@ -18,13 +18,9 @@ from starlette.routing import WebSocketRoute
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
-from ...config import Limits
-from ...core.api.client_events import EventRefused, parse_json_event
-from ...core.api.errors import ApiError
-from ...core.lanes.session import Session
-from ...core.runs.record import OutEvent, answers_to
-from ...core.service import ResponsesCore
-from ...core.tenancy.request_budget import WEBSOCKET_COPIES
+from ...core import StreamSession, TransportPort
+from ...core.api import ApiError, EventRefused, parse_json_event
+from ...core.runs import OutEvent, answers_to
 from ..streams import (
     Incoming,
     Refusal,
@@ -55,10 +51,11 @@ class WebSocketWire:
 
     half_close = False  # a client's close ends the connection
 
-    def __init__(self, websocket: WebSocket, session: Session, limits: Limits) -> None:
+    def __init__(self, websocket: WebSocket, session: StreamSession, core: TransportPort) -> None:
         self.websocket = websocket
         self.session = session
-        self._limits = limits
+        self._limits = core.limits
+        self._copies = core.naming.stream_copies
         self.close_code = WS_CLOSE_NORMAL
         self.close_reason = "connection age limit reached"
         # Non-standard batched frames (``?batch_frames=1``), for benchmark comparisons only.
@@ -72,7 +69,7 @@ class WebSocketWire:
     def size(self, message: Message) -> int:
         # The text, its parsed form and what the protocol still holds.
         text = message.get("text")
-        return WEBSOCKET_COPIES * (
+        return self._copies * (
             len(text) if isinstance(text, str) else len(message.get("bytes") or b"")
         )
 
@@ -138,7 +135,7 @@ class WebSocketWire:
 class WebSocketMode:
     """The WebSocket-mode endpoint; keeps only the set of open connections, for the drain."""
 
-    def __init__(self, core: ResponsesCore) -> None:
+    def __init__(self, core: TransportPort) -> None:
         self._core = core
         self._connections: set[WebSocketWire] = set()
 
@@ -154,17 +151,17 @@ class WebSocketMode:
         core = self._core
         try:
             who = caller(core, websocket.headers, peer_of(websocket))
-            session = open_stream(core, "websocket", who, refused="requests")
+            session = open_stream(core, who, refused="requests")
         except ApiError as error:
-            core.metrics.error("websocket", error.status, error.code)
+            core.metrics.error(core.naming.stream.transport, error.status, error.code)
             await websocket.send_denial_response(error_response(error, auth_headers(error)))
             return
         try:
             await websocket.accept()
         except BaseException:
-            await core.close_session(session)
+            await core.streams.close_session(session)
             raise
-        conn = WebSocketWire(websocket, session, core.config.limits)
+        conn = WebSocketWire(websocket, session, core)
         self._connections.add(conn)
         try:
             # The reader ends when the client goes; the writer when the session ends (age
@@ -189,7 +186,7 @@ class WebSocketMode:
         if grace <= 0 or not connections:
             return
         finishing = []
-        if not self._core.draining:
+        if not self._core.streams.draining:
             finishing = [asyncio.ensure_future(c.session.finish()) for c in connections]
         await asyncio.wait([conn.closed for conn in connections], timeout=grace)
         for task in finishing:

@@ -1,4 +1,4 @@
-"""The stream driver: one Connect call or WebSocket connection, run as one core ``Session``.
+"""The stream driver: one Connect call or WebSocket connection, run as one core session.
 
 Written once for every streaming transport, over its ``Wire``:
 
@@ -8,7 +8,7 @@ Written once for every streaming transport, over its ``Wire``:
   decoded becomes an ``error`` event on the stream, and the stream goes on;
 - the writer: what the session has ready, as the wire's frames, under the one write-timeout
   watch (``writes.py``);
-- the end: the server's reason (``Session.end_error``: age limit, drain) as the wire's abort,
+- the end: the server's reason (``StreamSession.end_error``: age limit, drain) as the wire's abort,
   else a clean close; a write timeout as its own abort;
 - cleanup in ``finally``: the tasks cancelled and the session closed, which cancels in-flight
   engine work.
@@ -22,12 +22,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic
 
-from ...core.api.errors import ApiError
-from ...core.lanes.session import Session
-from ...core.runs.worker_thread import off_loop_from
-from ...core.service import ResponsesCore
-from ...core.tenancy.caller import Caller
-from ...core.uncancelled import uncancelled
+from ...core import StreamSession, TransportPort
+from ...core.api import ApiError
+from ...core.ports import off_loop_from
+from ...core.process import uncancelled
+from ...core.tenancy import Caller
 from ..admission import shutting_down
 from .wire import Frame, Message, Refusal, Wire
 from .writes import (
@@ -37,43 +36,47 @@ from .writes import (
 )
 
 log = logging.getLogger("bidi_responses.streams")
+# The core's logger: a client event that cannot be read is reported as the core reports its
+# own faults.
+core_log = logging.getLogger("bidi_responses")
 
 
 def open_stream(
-    core: ResponsesCore,
-    transport: str,
+    port: TransportPort,
     caller: Caller,
     *,
     refused: str = "streams",
     check: Callable[[], None] | None = None,
-) -> Session:
+) -> StreamSession:
     """A new stream's session; ApiError when it cannot be admitted: the server is draining
     (``refused`` names what it takes no more of), ``check`` refuses it (a transport's own
     limit), or the caller has too many streams open."""
-    if core.draining:
+    if port.streams.draining:
         raise shutting_down(refused)
     if check is not None:
         check()
-    return core.open_session(transport, caller=caller)
+    return port.streams.open_session(port.naming.stream, caller=caller)
 
 
 class StreamDriver(Generic[Message, Frame]):
     """Runs one admitted session over one wire until either side ends it."""
 
-    def __init__(self, core: ResponsesCore, session: Session, wire: Wire[Message, Frame]) -> None:
-        self.core = core
+    def __init__(
+        self, port: TransportPort, session: StreamSession, wire: Wire[Message, Frame]
+    ) -> None:
+        self.port = port
         self.session = session
         self.wire = wire
 
     async def run(self) -> None:
         """Serve the stream; always closes the session. The wire's abort may raise (a gRPC
         abort does, to end the call)."""
-        core, session, wire = self.core, self.session, self.wire
-        limits = core.config.limits
+        port, session, wire = self.port, self.session, self.wire
+        limits = port.limits
         loop = asyncio.get_running_loop()
         reader = loop.create_task(self._read(), name=f"{session.transport}-reader")
         writes = WatchedWrites(
-            self._write, limits.write_timeout_s, core.counters, f"{session.transport}-writer"
+            self._write, limits.write_timeout_s, port.counters, f"{session.transport}-writer"
         )
         session.start_age_limit()
         try:
@@ -86,7 +89,7 @@ class StreamDriver(Generic[Message, Frame]):
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if writes.watch.done():
                 await writes.cut_off()
-                await core.close_session(session)  # cancels in-flight engine work
+                await port.streams.close_session(session)  # cancels in-flight engine work
                 await wire.abort(write_timeout_error(writes.timeout))
             elif writes.writer.done():
                 problem = writes.writer.exception()
@@ -112,7 +115,7 @@ class StreamDriver(Generic[Message, Frame]):
             await writes.stop()
             await asyncio.gather(reader, return_exceptions=True)
         finally:
-            await self.core.close_session(self.session)
+            await self.port.streams.close_session(self.session)
 
     async def _read(self) -> None:
         """Feed the client's messages to the session until it sends no more; then, if the
@@ -127,8 +130,8 @@ class StreamDriver(Generic[Message, Frame]):
 
     async def _read_messages(self) -> None:
         session, wire = self.session, self.wire
-        budget = self.core.request_bytes
-        offload_bytes = self.core.config.limits.offload_chars
+        budget = self.port.request_bytes
+        offload_bytes = self.port.limits.offload_chars
         while True:
             message = await wire.receive()
             if message is None:
@@ -169,7 +172,7 @@ class StreamDriver(Generic[Message, Frame]):
     async def _refuse(self, refusal: Refusal) -> None:
         session = self.session
         if refusal.fault is not None:
-            session.deps.log.error(
+            core_log.error(
                 "client event unreadable on a %s stream", session.transport, exc_info=refusal.fault
             )
         await session.emit(refusal.lane, refusal.event())
@@ -186,7 +189,7 @@ class StreamDriver(Generic[Message, Frame]):
                 await _send_all(frames([out]), send, begin, end)
                 del out
             return
-        async for ready in session.event_batches(self.core.config.streaming.max_batch_events):
+        async for ready in session.event_batches(self.port.streaming.max_batch_events):
             await _send_all(frames(ready), send, begin, end)
             del ready
 

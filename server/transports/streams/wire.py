@@ -13,9 +13,8 @@ from typing import Protocol, TypeVar
 
 from bidi_responses.schema import ErrorEvent, JSONValue
 
-from ...core.api.client_events import ClientEvent
-from ...core.api.errors import ApiError
-from ...core.runs.record import OutEvent, error_event
+from ...core.api import ApiError, ClientEvent
+from ...core.runs import OutEvent, error_event
 
 
 @dataclass(frozen=True, slots=True)

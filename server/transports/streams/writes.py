@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ...core.api.errors import ApiError
-from ...core.observability.counters import Counters
+from ...core.api import ApiError
+from ...core.observability import Counters
 
 
 def write_timeout_error(seconds: float) -> ApiError:
