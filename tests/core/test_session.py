@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 from bidi_responses.schema import ServerEvent
+from bidi_responses.server.core.lanes import StreamNaming
 from bidi_responses.server.core.lanes.session import Session
 
 from tests.core.fake_engine import Call, ScriptedEngine, Turn
@@ -265,7 +266,7 @@ async def test_closing_the_session_cancels_engine_work_and_keeps_its_usage(
 ) -> None:
     engine, core = engine_and_core
     engine.turns.append(Turn(("partial",), hold=asyncio.Event()))
-    session = core.open_session("test")
+    session = core.open_session(StreamNaming("test"))
     async with asyncio.timeout(TIMEOUT_S):
         await session.handle(_create())
         started = await _until_holding(session, engine)

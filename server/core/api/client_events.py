@@ -6,6 +6,11 @@ error goes to; Connect's protobuf messages become the same typed events in the g
 (``transports/grpc/connect_events.py``), with the same checks. A steer is the exception: its
 problems are answered with ``response.steer.failed`` rather than an ``error`` event, so
 ``parse_steer`` returns them as data (``SteerEvent.problem``).
+
+Each event says what an error answering it names (``answers``: the event's type, the client's
+``event_id`` and the response it concerns). A create's ``event_id`` is in its body (the run's
+own errors answer it too); an append's or a cancel's is in what its transport hands the
+session beside it (``handle_event``'s ``raw``); a steer or an inject takes none.
 """
 
 from __future__ import annotations
@@ -34,17 +39,33 @@ _STEER_MESSAGE_KEYS = frozenset({"type", "role", "content"})
 _STEER_PART_TYPES = frozenset({"input_text", "input_image", "input_file"})
 
 
+#: What an error answering a client event names: ``request_type`` (the event's type), the
+#: client's ``event_id`` and the ``response_id`` concerned; None where the event has none.
+Answers: TypeAlias = dict[str, str | None]
+
+
+def _answers(kind: str, event_id: str | None, response_id: str | None) -> Answers:
+    return {"request_type": kind, "event_id": event_id, "response_id": response_id}
+
+
 @dataclass(frozen=True, slots=True)
 class CreateEvent:
-    """``response.create``: ``body`` is the create body without ``type`` and ``stream_id``."""
+    """``response.create``: ``body`` is the create body without ``type`` and ``stream_id``
+    (its ``event_id`` stays in it: the run's own errors answer it too)."""
 
     lane: str
     body: JSONObject
 
     @property
-    def previous_response_id(self) -> str | None:
+    def event_id(self) -> str | None:
+        event_id = self.body.get("event_id")
+        return event_id if isinstance(event_id, str) else None
+
+    @property
+    def answers(self) -> Answers:
         previous = self.body.get("previous_response_id")
-        return previous if isinstance(previous, str) and previous else None
+        parent = previous if isinstance(previous, str) else None
+        return _answers("response.create", self.event_id, parent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +76,10 @@ class AppendEvent:
     response_id: str
     input: JSONValue
 
+    @property
+    def answers(self) -> Answers:
+        return _answers("response.append", None, self.response_id)
+
 
 @dataclass(frozen=True, slots=True)
 class CancelEvent:
@@ -62,6 +87,10 @@ class CancelEvent:
 
     lane: str
     response_id: str | None
+
+    @property
+    def answers(self) -> Answers:
+        return _answers("response.cancel", None, self.response_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +114,10 @@ class SteerEvent:
     items: tuple[JSONObject, ...]
     problem: SteerProblem | None = None
 
+    @property
+    def answers(self) -> Answers:
+        return _answers("response.steer", None, self.previous_response_id)
+
 
 @dataclass(frozen=True, slots=True)
 class InjectEvent:
@@ -92,6 +125,10 @@ class InjectEvent:
 
     response_id: str
     input: JSONValue
+
+    @property
+    def answers(self) -> Answers:
+        return _answers("response.inject", None, self.response_id)
 
 
 ClientEvent: TypeAlias = CreateEvent | AppendEvent | CancelEvent | SteerEvent | InjectEvent

@@ -1,10 +1,13 @@
 """The lanes of one stream as a sans-I/O state machine.
 
-``LaneMachine`` owns the rules of WebSocket mode's lanes (``stream_id``) and of steering, and
-nothing else: no tasks, queues, clocks or sockets. It is fed client events (``create``,
-``steer``) and what the runs report (``created``, ``waiting``, ``resumed``, ``ended``), and it
-answers with actions for its driver (``session.Session``) to carry out: ``Start`` a create,
-``Emit`` a server event, ``StopAtBoundary`` a steered response. Unit tests drive it directly,
+``LaneMachine`` owns the rules and the state of WebSocket mode's lanes (``stream_id``) and of
+steering, and nothing else: no tasks, queues, clocks or sockets. It is generic over the typed
+request of a create (``actions.LaneRequest``). It is fed the client's events (``create``,
+``steer``, ``append``, ``inject``, ``cancel``, ``end_of_input``) and what the runs report
+(``created``, ``waiting``, ``resumed``, ``ending``, ``done``), and it answers with actions for
+its driver (``session.Session``) to carry out (``actions.py``): ``Start`` a create, ``Emit`` a
+server event, ``Refuse`` the event with an error, ``StopAtBoundary`` a steered run, ``Offer``
+tool outputs to a run, ``CancelRun``. It never raises a refusal. Unit tests drive it directly,
 without an event loop (``tests/core/test_lifecycle.py``).
 
 The rules, as the hosted WebSocket mode has them:
@@ -17,38 +20,47 @@ The rules, as the hosted WebSocket mode has them:
 - a steer is accepted for a response that is running (after its ``response.created``), at
   most ``max_pending_steers`` per response. The steered response stops at its next safe
   output boundary; when it ends (completed or incomplete), an automatic successor runs next on
-  its lane with the queued input. If it ended with client tool calls, the steers wait for the
-  client's next create on that parent and lane (``response.steer.pending``), which gets the
-  input before its own. In append mode the response waits instead of ending, and the append
-  that answers its calls takes the input (``resumed``).
+  its lane with the queued input (its request: the steered one's, continued with that input).
+  If it ended with client tool calls, the steers wait for the client's next create on that
+  parent and lane (``response.steer.pending``), which gets the input before its own. In append
+  mode the response waits instead of ending, and the append that answers its calls takes the
+  input (``resumed``).
 - every accepted steer is committed (a successor's or explicit continuation's
-  ``response.created``) or answered with ``response.steer.failed`` carrying its id.
+  ``response.created``) or answered with ``response.steer.failed`` carrying its id;
+- an append or cancel goes to the lane's running response, an inject to the response it
+  names; once the client sends nothing more, a response waiting for tool outputs ends.
+- what follows a run's end (the lane's next create, a successor, ``steer.pending``) is held
+  until the run's task is done, so it comes after the run's own last event.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypeAlias
+from typing import Generic
 
-from bidi_responses.schema import (
-    FailedSteer,
-    JSONObject,
-    JSONValue,
-    RequiredInputStub,
-    ResponseSteerAcceptedEvent,
-    ResponseSteerFailedEvent,
-    ResponseSteerPendingEvent,
-    ServerEvent,
-)
+from bidi_responses.schema import JSONObject, JSONValue, RequiredInputStub
 
 from ..api.errors import ApiError
-
-# Responses that ended on a stream, remembered so that a steer for one gets
-# ``response_already_completed`` rather than ``response_not_found``.
-_ENDED_REMEMBERED = 4096
+from .actions import (
+    Action,
+    CancelRun,
+    Emit,
+    LaneLimits,
+    Offer,
+    Refuse,
+    Request,
+    RunEnd,
+    RunStatus,
+    Start,
+    Steer,
+    StopAtBoundary,
+    Ticket,
+)
+from .control_events import inject_created, inject_failed
+from .steering import SteerBook
 
 
 class LanePhase(StrEnum):
@@ -66,104 +78,30 @@ class LanePhase(StrEnum):
     SUCCESSOR = "successor"
 
 
-@dataclass(frozen=True, slots=True)
-class LaneLimits:
-    """The stream's lane bounds (hosted values by default)."""
-
-    max_active: int = 16
-    max_queued: int = 256
-    max_named_lanes: int = 32
-    max_pending_steers: int = 16
-    # The error code past ``max_named_lanes`` (WebSocket mode's own name on that wire).
-    lane_limit_code: str = "websocket_stream_limit_reached"
-
-
 @dataclass(slots=True)
-class Steer:
-    """An accepted steering submission, owned by the server until committed or failed."""
-
+class _Lane(Generic[Request]):
     id: str
-    target: str
-    input: JSONValue
-    items: tuple[JSONObject, ...]
-    # ``response.steer.pending`` was sent (at most once per steer).
-    announced: bool = False
-
-
-@dataclass(slots=True)
-class Ticket:
-    """One create on its way through a lane, from arrival to its end."""
-
-    number: int
-    lane: str
-    previous_response_id: str | None
-    # The driver's own data for the create (its body); None for an automatic successor.
-    payload: object = None
-    # The response an automatic successor continues.
-    successor_of: str | None = None
-    # Steering input this create commits at its ``response.created``, in submission order.
-    steers: list[Steer] = field(default_factory=list)
-    response_id: str | None = None
-    waiting: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    """Run ``ticket`` now (its input: the steers' items, then its own)."""
-
-    ticket: Ticket
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """Send ``event`` on ``lane``."""
-
-    lane: str
-    event: ServerEvent
-
-
-@dataclass(frozen=True, slots=True)
-class StopAtBoundary:
-    """Stop ``response_id`` once its current output item is done."""
-
-    response_id: str
-
-
-Action: TypeAlias = Start | Emit | StopAtBoundary
-
-#: How a run ended: ``refused`` = an error event before its ``response.created``;
-#: ``cancelled`` = cancelled by the client, or its stream went away.
-RunStatus: TypeAlias = Literal["refused", "completed", "incomplete", "failed", "cancelled"]
-
-
-@dataclass(slots=True)
-class _Lane:
-    id: str
-    queue: deque[Ticket] = field(default_factory=deque)
-    running: Ticket | None = None
+    queue: deque[Ticket[Request]] = field(default_factory=deque)
+    running: Ticket[Request] | None = None
     # Steers waiting for the client's explicit create on a parent (by parent id).
     parked: dict[str, list[Steer]] = field(default_factory=dict)
 
 
-class LaneMachine:
+class LaneMachine(Generic[Request]):
     """The lanes of one stream: what runs, what waits, and where steering input goes."""
 
     def __init__(self, limits: LaneLimits, new_steer_id: Callable[[], str]) -> None:
         self.limits = limits
-        self._new_steer_id = new_steer_id
-        self._lanes: dict[str, _Lane] = {}
+        self._steers = SteerBook(limits, new_steer_id)
+        self._lanes: dict[str, _Lane[Request]] = {}
         self._named = 0
         self._tickets = 0
-        self._running: dict[int, Ticket] = {}
+        self._running: dict[int, Ticket[Request]] = {}
         self._queued = 0
-        # Running responses by id (after their response.created), and their pending steers.
-        self._by_response: dict[str, Ticket] = {}
-        self._pending: dict[str, list[Steer]] = {}
-        # What a waiting append-mode response needs from the client.
-        self._stubs: dict[str, list[RequiredInputStub]] = {}
-        # Ended responses: id -> (lane, completed or incomplete), for steer answers.
-        self._ended: OrderedDict[str, tuple[str, bool]] = OrderedDict()
-        self._seq = 0
+        # Running responses by id (after their response.created).
+        self._by_response: dict[str, Ticket[Request]] = {}
+        # What the machine answered to the end of a run whose task is not done yet.
+        self._held: dict[int, list[Action[Request]]] = {}
 
     # -- observation ------------------------------------------------------------------------
 
@@ -193,18 +131,22 @@ class LaneMachine:
             return LanePhase.SUCCESSOR
         if run.waiting:
             return LanePhase.WAITING_FOR_TOOL_OUTPUTS
-        if run.response_id is not None and self._pending.get(run.response_id):
+        if run.response_id is not None and self._steers.has_pending(run.response_id):
             return LanePhase.STEERING
         return LanePhase.ACTIVE
 
-    def running(self, lane_id: str) -> Ticket | None:
+    def running(self, lane_id: str) -> Ticket[Request] | None:
         """The lane's running create, if any."""
         lane = self._lanes.get(lane_id)
         return lane.running if lane is not None else None
 
+    def responding(self, response_id: str) -> Ticket[Request] | None:
+        """The create running as ``response_id`` (after its ``response.created``), if any."""
+        return self._by_response.get(response_id)
+
     def outstanding(self) -> list[Steer]:
         """Accepted steers not yet committed or failed (pending, parked or being committed)."""
-        steers = [steer for pending in self._pending.values() for steer in pending]
+        steers = self._steers.pending()
         for lane in self._lanes.values():
             for parked in lane.parked.values():
                 steers.extend(parked)
@@ -216,113 +158,129 @@ class LaneMachine:
 
     def has_pending(self, response_id: str) -> bool:
         """Whether ``response_id`` has accepted steers waiting for it to end."""
-        return bool(self._pending.get(response_id))
+        return self._steers.has_pending(response_id)
 
     def has_ended(self, response_id: str) -> bool:
         """Whether ``response_id`` ran on this stream and has ended."""
-        return response_id in self._ended
-
-    def next_seq(self) -> int:
-        """The next ``sequence_number`` of the stream's control events (steer, inject)."""
-        self._seq += 1
-        return self._seq
+        return self._steers.ended_on(response_id) is not None
 
     # -- client events ----------------------------------------------------------------------
 
-    def create(self, lane_id: str, previous: str | None, payload: object) -> list[Action]:
-        """A ``response.create`` on ``lane_id``: starts now, or waits its turn.
-
-        ApiError (nothing changes) past the lane or queue limits."""
+    def admit(self, lane_id: str) -> list[Action[Request]]:
+        """Whether a create on ``lane_id`` may wait for its turn: nothing (the lane is opened
+        and counted), or its refusal past the lane or queue limits. Judged before the create's
+        own request, as the hosted mode does."""
         lane = self._lanes.get(lane_id)
         if lane is None:
             if lane_id and self._named >= self.limits.max_named_lanes:
-                raise ApiError(
+                error = ApiError(
                     f"Invalid 'stream_id': at most {self.limits.max_named_lanes} distinct "
                     "named streams per connection.",
                     code=self.limits.lane_limit_code,
                     param="stream_id",
                 )
+                return [Refuse(lane_id, error)]
             lane = self._lanes[lane_id] = _Lane(lane_id)
             self._named += bool(lane_id)
         if (lane.running is not None or lane.queue or self.active >= self.limits.max_active) and (
             self._queued >= self.limits.max_queued
         ):
-            raise ApiError(
+            error = ApiError(
                 f"Too many queued responses on this connection (at most "
                 f"{self.limits.max_queued}); wait for some to finish before creating more.",
                 code="too_many_queued_responses",
                 status=429,
             )
+            return [Refuse(lane_id, error)]
+        return []
+
+    def create(self, lane_id: str, request: Request) -> list[Action[Request]]:
+        """A ``response.create`` on ``lane_id``: starts now, or waits its turn; refused
+        (nothing changes) past the lane or queue limits (``admit``)."""
+        refused = self.admit(lane_id)
+        if refused:
+            return refused
         self._tickets += 1
-        lane.queue.append(Ticket(self._tickets, lane_id, previous, payload))
+        self._lanes[lane_id].queue.append(Ticket(self._tickets, lane_id, request))
         self._queued += 1
         return self._pump()
 
     def steer(
         self, target: str, raw_input: JSONValue, items: tuple[JSONObject, ...]
-    ) -> list[Action]:
+    ) -> list[Action[Request]]:
         """A valid ``response.steer`` for ``target``: accepted, or failed with its code."""
         ticket = self._by_response.get(target)
         if ticket is None:
-            ended = self._ended.get(target)
-            if ended is None:
-                return [
-                    self._refuse(
-                        "",
-                        target,
-                        raw_input,
-                        "response_not_found",
-                        f"No response '{target}' is active on this connection.",
-                    )
-                ]
-            lane_id, completed = ended
-            code = "response_already_completed" if completed else "response_not_active"
-            return [
-                self._refuse(
-                    lane_id,
-                    target,
-                    raw_input,
-                    code,
-                    f"Response '{target}' has ended and takes no more steering input.",
-                )
-            ]
-        pending = self._pending.setdefault(target, [])
-        if len(pending) >= self.limits.max_pending_steers:
-            return [
-                self._refuse(
-                    ticket.lane,
-                    target,
-                    raw_input,
-                    "too_many_pending_steers",
-                    f"Response '{target}' already has {len(pending)} pending steering inputs "
-                    f"(at most {self.limits.max_pending_steers}).",
-                )
-            ]
-        steer = Steer(self._new_steer_id(), target, raw_input, items)
-        pending.append(steer)
-        accepted: ResponseSteerAcceptedEvent = {
-            "type": "response.steer.accepted",
-            "steer": {"id": steer.id, "previous_response_id": target},
-            "sequence_number": self.next_seq(),
-        }
-        actions: list[Action] = [Emit(ticket.lane, accepted)]
-        if ticket.waiting:
-            actions += self._announce(ticket.lane, [steer], self._stubs.get(target, []))
-        elif len(pending) == 1:
-            actions.append(StopAtBoundary(target))
+            return [self._steers.refuse_unknown(target, raw_input)]
+        answers, stop = self._steers.accept(ticket.lane, target, raw_input, items, ticket.waiting)
+        actions: list[Action[Request]] = [*answers]
+        if stop:
+            actions.append(StopAtBoundary(ticket.number))
         return actions
 
     def refuse_steer(self, target: str, raw_input: JSONValue, code: str, message: str) -> Emit:
         """``response.steer.failed`` for a steer refused before it got an id (bad input); on
         the target's lane when the target is known."""
         ticket = self._by_response.get(target)
-        ended = self._ended.get(target)
-        lane = ticket.lane if ticket is not None else ended[0] if ended is not None else ""
-        return self._refuse(lane, target, raw_input, code, message)
+        lane = ticket.lane if ticket is not None else self._steers.ended_on(target) or ""
+        return self._steers.refuse(lane, target, raw_input, code, message)
+
+    def append(self, lane_id: str, response_id: str, raw_input: JSONValue) -> list[Action[Request]]:
+        """``response.append``: tool outputs for the lane's running response."""
+        ticket = self._started(self._lanes.get(lane_id))
+        if ticket is None:
+            error = ApiError(
+                f"Response '{response_id}' is not waiting for tool outputs.",
+                code="response_not_waiting",
+                param="response_id",
+                status=409,
+            )
+            return [Refuse(lane_id, error)]
+        return [Offer(ticket.number, ticket.lane, response_id, raw_input)]
+
+    def inject(
+        self, response_id: str, raw_input: JSONValue, *, waiting: bool
+    ) -> list[Action[Request]]:
+        """``response.inject`` (beta): tool outputs for ``response_id`` (``waiting``: its run
+        waits for them now); refused with ``response.inject.failed`` otherwise."""
+        ticket = self._by_response.get(response_id)
+        if ticket is None or not waiting:
+            known = ticket is not None or self.has_ended(response_id)
+            failed = inject_failed(response_id, raw_input, known, self._steers.next_seq())
+            return [Emit(ticket.lane if ticket is not None else "", failed)]
+        return [Offer(ticket.number, ticket.lane, response_id, raw_input, inject=True)]
+
+    def injected(self, response_id: str) -> list[Action[Request]]:
+        """The run took the injected tool outputs: acknowledge them."""
+        ticket = self._by_response.get(response_id)
+        lane_id = ticket.lane if ticket is not None else ""
+        return [Emit(lane_id, inject_created(response_id, self._steers.next_seq()))]
+
+    def cancel(self, lane_id: str, response_id: str | None) -> list[Action[Request]]:
+        """``response.cancel``: the lane's running response (``response_id``, if given)."""
+        ticket = self._started(self._lanes.get(lane_id))
+        if ticket is None or (response_id is not None and response_id != ticket.response_id):
+            error = ApiError(
+                f"No in-flight response '{response_id or ''}' on this stream to cancel.",
+                code="response_not_found",
+                param="response_id",
+                status=404,
+            )
+            return [Refuse(lane_id, error)]
+        return [CancelRun(ticket.number)]
+
+    def end_of_input(self) -> list[Action[Request]]:
+        """The client sends nothing more: a response waiting for tool outputs can get none,
+        so it ends at once."""
+        return [
+            CancelRun(ticket.number, "client_gone", if_waiting=True)
+            for ticket in self._running.values()
+            if not ticket.held
+        ]
 
     # -- what the runs report ---------------------------------------------------------------
 
-    def created(self, number: int, response_id: str) -> list[Action]:
+    def created(self, number: int, response_id: str) -> list[Action[Request]]:
         """Run ``number`` sent its ``response.created``: it can be steered from now on, and
         the steering input it carries is committed."""
         ticket = self._running[number]
@@ -331,118 +289,113 @@ class LaneMachine:
         self._by_response[response_id] = ticket
         return []
 
-    def waiting(self, response_id: str, stubs: list[RequiredInputStub]) -> list[Action]:
+    def waiting(self, response_id: str, stubs: list[RequiredInputStub]) -> list[Action[Request]]:
         """An append-mode response waits for client tool outputs (``response.done``)."""
         ticket = self._by_response[response_id]
         ticket.waiting = True
-        self._stubs[response_id] = stubs
-        return self._announce(ticket.lane, self._pending.get(response_id, []), stubs)
+        return [*self._steers.waiting(ticket.lane, response_id, stubs)]
 
     def resumed(self, response_id: str) -> list[Steer]:
         """The client's tool outputs were accepted: the waiting response goes on, and takes
         the pending steering input (committed now), returned in submission order."""
         ticket = self._by_response[response_id]
         ticket.waiting = False
-        self._stubs.pop(response_id, None)
-        return self._pending.pop(response_id, [])
+        return self._steers.resumed(response_id)
 
-    def ended(
-        self,
-        number: int,
-        status: RunStatus,
-        required: list[RequiredInputStub] | None = None,
-        *,
-        parent_lost: bool = False,
-    ) -> list[Action]:
-        """Run ``number`` ended (``required``: the client tool calls it ended with;
-        ``parent_lost``: it was refused because its ``previous_response_id`` is gone)."""
+    def ending(self, number: int, end: RunEnd) -> None:
+        """Run ``number`` is about to send its terminal event: from now on a steer finds it
+        ended; what follows it (a successor, steer.pending) waits for ``done``."""
+        actions = self._held[number] = self._end(number, end)
+        for action in actions:
+            if isinstance(action, Start):
+                action.ticket.held = True
+
+    def done(self, number: int, end: RunEnd) -> list[Action[Request]]:
+        """Run ``number``'s task is done, however it ended (even cancelled before it ran): the
+        actions that follow it, after its own last event."""
+        actions = self._held.pop(number, None)
+        if actions is None:
+            return self._end(number, end)
+        for action in actions:
+            if isinstance(action, Start):
+                action.ticket.held = False
+        return actions
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _started(self, lane: _Lane[Request] | None) -> Ticket[Request] | None:
+        """The lane's running create, once its run was started."""
+        ticket = lane.running if lane is not None else None
+        return ticket if ticket is not None and not ticket.held else None
+
+    def _end(self, number: int, end: RunEnd) -> list[Action[Request]]:
         ticket = self._running.pop(number)
         lane = self._lanes[ticket.lane]
         lane.running = None
-        actions: list[Action] = []
+        actions: list[Action[Request]] = []
         response_id = ticket.response_id
         if ticket.steers:  # never reached its response.created: nothing was committed
             if ticket.successor_of is not None:
-                actions += [
-                    self._fail(
-                        ticket.lane,
-                        steer,
-                        "successor_creation_failed",
-                        "The automatic successor response could not be created.",
-                    )
-                    for steer in ticket.steers
-                ]
-            elif parent_lost:
+                message = "The automatic successor response could not be created."
+                actions += self._steers.fail(
+                    ticket.lane, ticket.steers, "successor_creation_failed", message
+                )
+            elif end.parent_lost:
                 # Nothing can continue that parent any more: the input comes back.
-                actions += [
-                    self._fail(
-                        ticket.lane,
-                        steer,
-                        "response_not_found",
-                        f"Response '{steer.target}' is no longer available to continue.",
-                    )
-                    for steer in ticket.steers
-                ]
+                target = ticket.previous_response_id
+                message = f"Response '{target}' is no longer available to continue."
+                actions += self._steers.fail(
+                    ticket.lane, ticket.steers, "response_not_found", message
+                )
             elif ticket.previous_response_id is not None:
                 # The explicit continuation failed: the input waits for the next one.
                 lane.parked.setdefault(ticket.previous_response_id, [])[:0] = ticket.steers
         if response_id is not None:
             del self._by_response[response_id]
-            self._stubs.pop(response_id, None)
-            self._ended[response_id] = (ticket.lane, status in ("completed", "incomplete"))
-            while len(self._ended) > _ENDED_REMEMBERED:
-                self._ended.popitem(last=False)
-            pending = self._pending.pop(response_id, [])
+            completed = end.status in ("completed", "incomplete")
+            pending = self._steers.ended(ticket.lane, response_id, completed)
             if pending:
-                actions += self._after_steered(lane, response_id, status, pending, required or [])
+                actions += self._after_steered(lane, ticket, response_id, end, pending)
         return actions + self._pump()
-
-    # -- internals --------------------------------------------------------------------------
 
     def _after_steered(
         self,
-        lane: _Lane,
+        lane: _Lane[Request],
+        ticket: Ticket[Request],
         response_id: str,
-        status: RunStatus,
+        end: RunEnd,
         pending: list[Steer],
-        required: list[RequiredInputStub],
-    ) -> list[Action]:
+    ) -> list[Action[Request]]:
+        status: RunStatus = end.status
         if status == "cancelled":
-            return [
-                self._fail(
-                    lane.id,
-                    steer,
-                    "response_not_active",
-                    "The response was cancelled before the steering input was applied.",
-                )
-                for steer in pending
-            ]
+            message = "The response was cancelled before the steering input was applied."
+            return [*self._steers.fail(lane.id, pending, "response_not_active", message)]
         if status != "completed" and status != "incomplete":
-            return [
-                self._fail(
-                    lane.id,
-                    steer,
-                    "successor_creation_failed",
-                    f"Response '{response_id}' failed; no successor can continue it.",
-                )
-                for steer in pending
-            ]
-        if required:
+            message = f"Response '{response_id}' failed; no successor can continue it."
+            return [*self._steers.fail(lane.id, pending, "successor_creation_failed", message)]
+        if end.required:
             lane.parked.setdefault(response_id, []).extend(pending)
-            return self._announce(lane.id, pending, required)
+            return [*self._steers.announce(lane.id, pending, end.required)]
+        # The successor: the steered response's request, continued with the queued input.
+        steering = [dict(item) for steer in pending for item in steer.items]
         self._tickets += 1
-        successor = Ticket(self._tickets, lane.id, response_id, successor_of=response_id)
-        successor.steers = pending
+        successor = Ticket(
+            self._tickets,
+            lane.id,
+            ticket.request.successor(response_id, steering),
+            successor_of=response_id,
+            steers=pending,
+        )
         lane.queue.appendleft(successor)
         self._queued += 1
         return []
 
-    def _pump(self) -> list[Action]:
+    def _pump(self) -> list[Action[Request]]:
         """Start what can start: each idle lane's next create, successors first, then in
         arrival order, while the stream has slots."""
         ready = [lane for lane in self._lanes.values() if lane.running is None and lane.queue]
         ready.sort(key=lambda lane: (lane.queue[0].successor_of is None, lane.queue[0].number))
-        actions: list[Action] = []
+        actions: list[Action[Request]] = []
         for lane in ready:
             if self.active >= self.limits.max_active:
                 break
@@ -454,81 +407,3 @@ class LaneMachine:
             self._running[ticket.number] = ticket
             actions.append(Start(ticket))
         return actions
-
-    def _announce(
-        self, lane_id: str, steers: list[Steer], required: list[RequiredInputStub]
-    ) -> list[Action]:
-        actions: list[Action] = []
-        for steer in steers:
-            if steer.announced:
-                continue
-            steer.announced = True
-            event: ResponseSteerPendingEvent = {
-                "type": "response.steer.pending",
-                "steer": {"id": steer.id, "previous_response_id": steer.target},
-                "reason": "waiting_for_required_input",
-                "required_input": list(required),
-                "sequence_number": self.next_seq(),
-            }
-            actions.append(Emit(lane_id, event))
-        return actions
-
-    def _fail(self, lane_id: str, steer: Steer, code: str, message: str) -> Emit:
-        return self._refuse(lane_id, steer.target, steer.input, code, message, steer.id)
-
-    def _refuse(
-        self,
-        lane_id: str,
-        target: str,
-        raw_input: JSONValue,
-        code: str,
-        message: str,
-        steer_id: str | None = None,
-    ) -> Emit:
-        steer: FailedSteer = {"previous_response_id": target, "input": _echoed(raw_input)}
-        if steer_id is not None:
-            steer["id"] = steer_id
-        event: ResponseSteerFailedEvent = {
-            "type": "response.steer.failed",
-            "steer": steer,
-            "error": {"code": code, "message": message, "type": "invalid_request_error"},
-            "sequence_number": self.next_seq(),
-        }
-        return Emit(lane_id, event)
-
-
-#: The most characters of a failed steer's input echoed back in ``response.steer.failed``.
-#: The echo lets a client resend the input elsewhere; a larger one costs the writer seconds of
-#: encoding on the event loop and is refused by stock gRPC clients (4 MiB per message), which
-#: would end the whole stream over one refused steer. The client has the input it sent.
-ECHO_MAX_CHARS = 1_048_576
-
-
-def _echoed(raw_input: JSONValue) -> JSONValue:
-    """``raw_input`` as echoed in ``response.steer.failed``: as sent, or, past
-    ``ECHO_MAX_CHARS``, empty of its kind (``""`` for a string, ``[]`` otherwise)."""
-    if _chars_within(raw_input, ECHO_MAX_CHARS) is not None:
-        return raw_input
-    return "" if isinstance(raw_input, str) else []
-
-
-def _chars_within(value: JSONValue, budget: int) -> int | None:
-    """What is left of ``budget`` after the characters of ``value``'s strings and keys (and
-    one for every other value); None once it is spent. Iterative, and it stops where the
-    budget runs out, so any depth or size of input costs at most ``budget`` steps."""
-    stack: list[JSONValue] = [value]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, str):
-            budget -= len(top)
-        elif isinstance(top, dict):
-            budget -= 1 + sum(len(key) for key in top)
-            stack.extend(top.values())
-        elif isinstance(top, list):
-            budget -= 1
-            stack.extend(top)
-        else:
-            budget -= 1
-        if budget < 0:
-            return None
-    return budget

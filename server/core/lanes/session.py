@@ -6,9 +6,10 @@ and writes out what it produces (``events``, ``event_batches``). The session nev
 the transport: a bad event becomes an ``error`` (or ``response.steer.failed``) event and the
 stream goes on.
 
-The lane rules live in ``lifecycle.LaneMachine`` (sans-I/O); the session feeds it the client's
-events and what its runs report, and carries out its actions: start a run as a task, emit an
-event, stop a steered run at its next output boundary.
+The lanes' rules and state live in ``lifecycle.LaneMachine`` (sans-I/O); the session keeps
+only I/O: the runs' tasks, the runs by ticket, the outbox. It types each create when it arrives
+(``LaneCreate``), feeds the machine the client's events and what its runs report
+(``run_link.RunLink``), and carries out the machine's actions (``apply``).
 """
 
 from __future__ import annotations
@@ -16,25 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import partial
 from typing import cast
 
-from bidi_responses.schema import (
-    FunctionCallItem,
-    Item,
-    JSONObject,
-    JSONValue,
-    ResponseInjectCreatedEvent,
-    ResponseInjectFailedEvent,
-    ServerEvent,
-    WarningEvent,
-)
+from bidi_responses.schema import Item, JSONValue, ServerEvent
 
 from ...config import StreamingConfig
 from ..api.client_events import (
     AppendEvent,
-    CancelEvent,
     ClientEvent,
     CreateEvent,
     EventRefused,
@@ -44,39 +35,43 @@ from ..api.client_events import (
 )
 from ..api.errors import ApiError, server_error
 from ..api.ids import new_id
+from ..conversation.state import ResponseCache
+from ..runs import continuation
 from ..runs.deps import RunDeps
+from ..runs.lane import Lane
 from ..runs.record import OutEvent, answers_to, error_event
 from ..runs.runner import ResponseRun
 from ..tenancy.caller import ANONYMOUS, Caller
-from . import continuation
-from .lane import Lane
-from .lifecycle import (
+from .actions import (
     Action,
+    CancelRun,
     Emit,
     LaneLimits,
-    LaneMachine,
-    RunStatus,
+    Offer,
+    Refuse,
     Start,
     StopAtBoundary,
     Ticket,
 )
+from .lane_create import LaneCreate
+from .lifecycle import LaneMachine
+from .naming import StreamNaming
 from .outbound import Outbox
-from .state import ResponseCache
-
-# Settings an automatic successor does not take from the response it continues.
-_NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate", "event_id")
+from .run_link import RunLink, end_of
+from .stream_end import age_limit_reached, age_limit_warning, draining_warning, shutting_down
 
 
 class Session:
     """One stream (Connect call or WebSocket connection); a one-shot create has none
     (``runs/one_shot.py``)."""
 
-    def __init__(self, deps: RunDeps, transport: str, *, caller: Caller = ANONYMOUS) -> None:
+    def __init__(self, deps: RunDeps, naming: StreamNaming, *, caller: Caller = ANONYMOUS) -> None:
         self.deps = deps
         # Who opened the stream: its tenant owns what the stream creates.
         self.caller = caller
         self.quota_key = caller.quota_key
-        self.transport = transport
+        self.naming = naming
+        self.transport = naming.transport
         # The authenticated tenant (None on an open server).
         self.tenant = caller.tenant
         # Why the server ended the stream (age limit, drain), for the transport's final status.
@@ -93,27 +88,18 @@ class Session:
         self.cache = ResponseCache(
             cache_config.max_responses, cache_config.max_bytes, deps.cache_budget
         )
-        self.machine = LaneMachine(
+        self.machine: LaneMachine[LaneCreate] = LaneMachine(
             LaneLimits(
                 max_active=limits.max_active_responses,
                 max_queued=limits.max_queued_responses,
                 max_named_lanes=limits.max_lanes,
                 max_pending_steers=limits.max_pending_steers,
-                # WebSocket mode keeps the hosted code; other transports get a neutral name.
-                lane_limit_code="websocket_stream_limit_reached"
-                if transport == "websocket"
-                else "stream_limit_reached",
+                lane_limit_code=naming.lane_limit_code,
             ),
             lambda: new_id("steer"),
         )
-        # Started runs by ticket, and by response id once they sent response.created.
+        # The runs the machine started, by ticket number, until their tasks are done.
         self._started: dict[int, ResponseRun] = {}
-        self._by_response: dict[str, ResponseRun] = {}
-        self._ticket_of: dict[ResponseRun, Ticket] = {}
-        # What the machine answered to the end of a run whose task is not done yet.
-        self._settled: dict[int, list[Action]] = {}
-        # The create body of each steered response whose successor has yet to start.
-        self._successor_settings: dict[str, JSONObject] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
         self._stopping = False
@@ -122,7 +108,7 @@ class Session:
         # may set a coarser delta window its client asked for).
         self.streaming: StreamingConfig = deps.config.streaming
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- the stream's life ------------------------------------------------------------------
 
     def start_age_limit(self) -> None:
         """Warn before, and end the stream at, the configured connection age limit."""
@@ -130,51 +116,22 @@ class Session:
 
     async def _age_limit(self) -> None:
         limits = self.deps.config.limits
+        prefix = self.naming.age_limit_prefix
         warn_after = max(limits.connection_max_age_s - limits.connection_warning_s, 0)
-        # WebSocket mode keeps the hosted API's codes; other transports get neutral names.
-        prefix = (
-            "websocket_connection_limit"
-            if self.transport == "websocket"
-            else "connection_age_limit"
-        )
         await asyncio.sleep(warn_after)
-        warning: WarningEvent = {
-            "type": "warning",
-            "code": f"{prefix}_approaching",
-            "message": f"This connection will be closed in "
-            f"{limits.connection_warning_s:g} s (limit {limits.connection_max_age_s:g} s). "
-            "Open a new one to continue.",
-        }
-        await self._out.put(OutEvent("", warning))
+        await self._out.put(OutEvent("", age_limit_warning(limits, prefix)))
         await asyncio.sleep(limits.connection_max_age_s - warn_after)
-        error = ApiError(
-            f"The connection reached its limit of {limits.connection_max_age_s:g} s; "
-            "open a new connection to continue.",
-            code=f"{prefix}_reached",
-        )
-        self.end_error = error
+        error = self.end_error = age_limit_reached(limits, prefix)
         await self._out.put(OutEvent("", error_event(400, error.to_error_object())))
         await self.finish(wait_for_runs=False)
 
     def warn_draining(self, grace_s: float) -> None:
         """Tell the client that this server is draining: finish the turn in flight here, send
-        the next one on a new stream (through the proxy, to another replica)."""
-        event: WarningEvent = {
-            "type": "warning",
-            "code": "server_draining",
-            "message": "This server is shutting down: responses in flight finish within "
-            f"{grace_s:g} s, then the stream ends. Send new turns on a new connection.",
-        }
-        # The stream then ends UNAVAILABLE (gRPC) / 1012 (WebSocket), never OK.
-        self.end_error = ApiError(
-            "The server is shutting down; open a new stream to continue.",
-            code="server_shutting_down",
-            status=503,
-            type="server_error",
-        )
+        the next one on a new stream."""
+        self.end_error = shutting_down()
         # A client that reads nothing (a full queue) gets the stream's end as its signal.
         with contextlib.suppress(asyncio.QueueFull):
-            self._out.put_nowait(OutEvent("", event))
+            self._out.put_nowait(OutEvent("", draining_warning(grace_s)))
 
     async def finish(self, *, wait_for_runs: bool = True) -> None:
         """No more client events: let in-flight responses end (or stop them), then end.
@@ -183,9 +140,7 @@ class Session:
         """
         for lane in self._lanes.values():
             lane.input_closed = True
-        for run in list(self._started.values()):
-            if run.waiting_for_append:
-                run.cancel("client_gone")
+        await self.apply(self.machine.end_of_input())
         if wait_for_runs:
             while self._runs:
                 await asyncio.gather(*list(self._runs), return_exceptions=True)
@@ -230,6 +185,8 @@ class Session:
         if runs:
             await asyncio.gather(*runs, return_exceptions=True)
 
+    # -- what the transport reads ------------------------------------------------------------
+
     @property
     def quiet(self) -> bool:
         """Nothing runs or waits, and every event was taken by the transport."""
@@ -271,24 +228,13 @@ class Session:
         writer waits for it (``Outbox.hold``)."""
         self._out.hold(lane)
 
-    # -- client events -----------------------------------------------------------------------
-
-    def _lane(self, lane_id: str) -> Lane:
-        """The I/O side of a lane the machine admitted (its tools, route, engine affinity)."""
-        lane = self._lanes.get(lane_id)
-        if lane is None:
-            lane = self._lanes[lane_id] = Lane(lane_id, self.cache)
-            self.deps.metrics.open_lanes.inc()
-        return lane
-
     async def emit(self, lane: str, data: ServerEvent) -> None:
         """Queue a server event for the transport (waits while the client is slow)."""
         if data["type"] == "error":
             self.deps.metrics.error(self.transport, data["status"], data["error"]["code"])
         await self._out.put(OutEvent(lane, data))
 
-    async def _error(self, lane: str, error: ApiError, event: JSONValue = None) -> None:
-        await self.emit(lane, error_event(error.status, error.to_error_object(), answers_to(event)))
+    # -- client events -----------------------------------------------------------------------
 
     async def handle(self, event: JSONValue, received: float | None = None) -> None:
         """Act on one client event (JSON-shaped); problems become error events on the stream."""
@@ -308,251 +254,183 @@ class Session:
                 self.transport,
                 exc_info=refused.__cause__,
             )
-        await self._error(refused.lane, refused.error, event)
+        await self._error(refused.lane, refused.error, answers_to(event))
 
     async def handle_event(
         self, event: ClientEvent, received: float | None = None, raw: JSONValue = None
     ) -> None:
         """Act on one typed client event (``raw``: the event as sent, for error answers)."""
         received = time.perf_counter() if received is None else received
-        lane_id = getattr(event, "lane", "")
-        if isinstance(event, InjectEvent) and event.response_id in self._by_response:
-            lane_id = self._by_response[event.response_id].lane.id  # its errors go there
+        answers = answers_to(raw) if raw is not None else event.answers
+        machine = self.machine
         try:
             if isinstance(event, CreateEvent):
-                await self._create(event, received)
+                await self._create(event, received, answers)
             elif isinstance(event, SteerEvent):
                 await self._steer(event)
             elif isinstance(event, AppendEvent):
-                self._append(event)
+                actions = machine.append(event.lane, event.response_id, event.input)
+                await self.apply(actions, answers)
             elif isinstance(event, InjectEvent):
-                await self._inject(event)
+                await self._inject(event, answers)
             else:
-                self._cancel(event)
-        except ApiError as error:
-            await self._error(lane_id, error, raw if raw is not None else _answers_for(event))
+                await self.apply(machine.cancel(event.lane, event.response_id), answers)
         except Exception:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
             self.deps.log.exception("client event failed on a %s stream", self.transport)
-            answering = raw if raw is not None else _answers_for(event)
-            await self._error(lane_id, server_error(), answering)
+            await self._error(self._lane_of(event), server_error(), answers)
 
-    async def _create(self, event: CreateEvent, received: float) -> None:
-        actions = self.machine.create(
-            event.lane, event.previous_response_id, (dict(event.body), received)
+    def _lane_of(self, event: ClientEvent) -> str:
+        """The lane an event's errors go to (an inject's: its response's)."""
+        if isinstance(event, InjectEvent):
+            ticket = self.machine.responding(event.response_id)
+            return ticket.lane if ticket is not None else ""
+        return "" if isinstance(event, SteerEvent) else event.lane
+
+    async def _create(
+        self, event: CreateEvent, received: float, answers: Mapping[str, object]
+    ) -> None:
+        refused = self.machine.admit(event.lane)
+        if refused:
+            await self.apply(refused, answers)
+            return
+        lane = self._lane(event.lane)
+        body = dict(event.body)
+        try:
+            # Typed now, with the lane's tools: an invalid create is refused at once.
+            request = lane.parse(body, self.deps.config.limits)
+        except ApiError:
+            self._refuse_create(lane, body, received)
+            return
+        await self.apply(self.machine.create(event.lane, LaneCreate(request, body, received)))
+
+    def _refuse_create(self, lane: Lane, body: dict[str, JSONValue], received: float) -> None:
+        """Refuse an invalid create now, out of its lane's turn, through its run's own checks
+        (a server shutting down or a spent rate limit is said first, as for any create), so
+        it is counted and answered as every refused create is."""
+        run = ResponseRun(
+            self.deps,
+            lane,
+            body,
+            RunLink(self, lane.id, 0),
+            self.transport,
+            received,
+            caller=self.caller,
+            streaming=self.streaming,
         )
-        self._lane(event.lane)
-        await self._apply(actions)
+        self._track(asyncio.get_running_loop().create_task(run.run(), name=f"refusal {run.id}"))
 
     async def _steer(self, event: SteerEvent) -> None:
+        machine = self.machine
+        target = event.previous_response_id
         if event.problem is not None:
             problem = event.problem
-            refused = self.machine.refuse_steer(
-                event.previous_response_id, event.input, problem.code, problem.message
+            await self.apply(
+                [machine.refuse_steer(target, event.input, problem.code, problem.message)]
             )
-            await self._apply([refused])
             return
-        await self._apply(self.machine.steer(event.previous_response_id, event.input, event.items))
+        await self.apply(machine.steer(target, event.input, event.items))
 
-    def _append(self, event: AppendEvent) -> None:
-        ticket = self.machine.running(event.lane)
-        run = self._started.get(ticket.number) if ticket is not None else None
-        if run is None:
-            raise ApiError(
-                f"Response '{event.response_id}' is not waiting for tool outputs.",
-                code="response_not_waiting",
-                param="response_id",
-                status=409,
-            )
-        run.offer_append(event.response_id, event.input)
-
-    async def _inject(self, event: InjectEvent) -> None:
+    async def _inject(self, event: InjectEvent, answers: Mapping[str, object]) -> None:
         """``response.inject`` (beta): in append mode, the tool outputs a waiting response
         needs, committed as an append would; acknowledged either way."""
-        run = self._by_response.get(event.response_id)
-        lane = run.lane.id if run is not None else ""
-        if run is None or not run.waiting_for_append:
-            known = run is not None or self.machine.has_ended(event.response_id)
-            failed: ResponseInjectFailedEvent = {
-                "type": "response.inject.failed",
-                "response_id": event.response_id,
-                "input": list(event.input) if isinstance(event.input, list) else [],
-                "error": {
-                    "code": "response_already_completed" if known else "response_not_found",
-                    "message": f"Response '{event.response_id}' is not waiting for tool outputs."
-                    if known
-                    else f"No response '{event.response_id}' is active on this connection.",
-                },
-                "sequence_number": self.machine.next_seq(),
-            }
-            await self.emit(lane, failed)
-            return
-        run.offer_append(event.response_id, event.input)
-        created: ResponseInjectCreatedEvent = {
-            "type": "response.inject.created",
-            "response_id": event.response_id,
-            "sequence_number": self.machine.next_seq(),
-        }
-        await self.emit(lane, created)
-
-    def _cancel(self, event: CancelEvent) -> None:
-        ticket = self.machine.running(event.lane)
+        ticket = self.machine.responding(event.response_id)
         run = self._started.get(ticket.number) if ticket is not None else None
-        if run is None or (event.response_id is not None and event.response_id != run.id):
-            raise ApiError(
-                f"No in-flight response '{event.response_id or ''}' on this stream to cancel.",
-                code="response_not_found",
-                param="response_id",
-                status=404,
-            )
-        run.cancel()
+        waiting = run is not None and run.waiting_for_append
+        await self.apply(
+            self.machine.inject(event.response_id, event.input, waiting=waiting), answers
+        )
 
     # -- carrying out the machine's actions --------------------------------------------------
 
-    async def _apply(self, actions: list[Action]) -> None:
+    async def apply(
+        self, actions: list[Action[LaneCreate]], answers: Mapping[str, object] | None = None
+    ) -> None:
+        """Carry out the machine's actions (``answers``: what a refusal answers)."""
         for action in actions:
             if isinstance(action, Start):
                 self._start(action.ticket)
             elif isinstance(action, Emit):
                 await self.emit(action.lane, action.event)
+            elif isinstance(action, Refuse):
+                await self._error(action.lane, action.error, answers)
             elif isinstance(action, StopAtBoundary):
-                run = self._by_response.get(action.response_id)
+                run = self._started.get(action.number)
                 if run is not None:
                     run.stop_at_boundary()
+            elif isinstance(action, Offer):
+                await self._offer(action, answers)
+            elif isinstance(action, CancelRun):
+                run = self._started.get(action.number)
+                if run is not None and (run.waiting_for_append or not action.if_waiting):
+                    run.cancel(action.reason)
 
-    def _start(self, ticket: Ticket) -> None:
+    async def _offer(self, offer: Offer, answers: Mapping[str, object] | None) -> None:
+        run = self._started[offer.number]
+        try:
+            run.offer_append(offer.response_id, offer.input)
+        except ApiError as error:  # not waiting, or outputs that do not fit
+            await self._error(offer.lane, error, answers)
+            return
+        if offer.inject:
+            await self.apply(self.machine.injected(offer.response_id))
+
+    async def _error(
+        self, lane: str, error: ApiError, answers: Mapping[str, object] | None = None
+    ) -> None:
+        await self.emit(lane, error_event(error.status, error.to_error_object(), answers))
+
+    def _lane(self, lane_id: str) -> Lane:
+        """The I/O side of a lane the machine admitted (its tools, route, engine affinity)."""
+        lane = self._lanes.get(lane_id)
+        if lane is None:
+            lane = self._lanes[lane_id] = Lane(lane_id, self.cache)
+            self.deps.metrics.open_lanes.inc()
+        return lane
+
+    def _start(self, ticket: Ticket[LaneCreate]) -> None:
         lane = self._lane(ticket.lane)
-        steering = [dict(item) for steer in ticket.steers for item in steer.items]
-        explicit_steering: list[Item] = []
-        if ticket.successor_of is not None:
-            # Inherits the steered response's settings; continues it with the queued input.
-            settings = self._successor_settings.pop(ticket.successor_of)
-            body = {k: v for k, v in settings.items() if k not in _NOT_INHERITED}
-            body["previous_response_id"] = ticket.successor_of
-            body["input"] = cast(JSONValue, steering)
-            received = time.perf_counter()
-        else:
-            payload = ticket.payload
-            assert isinstance(payload, tuple)
-            body, received = payload
-            # The queued steering input goes before the explicit continuation's own.
-            explicit_steering = cast(list[Item], steering)
+        create = ticket.request
+        # An explicit continuation commits the queued steering input before its own (a
+        # successor's input is that steering input already).
+        steering = (
+            []
+            if ticket.successor_of is not None
+            else [cast(Item, dict(item)) for steer in ticket.steers for item in steer.items]
+        )
+        link = RunLink(self, ticket.lane, ticket.number)
         run = ResponseRun(
             self.deps,
             lane,
-            body,
-            _LaneEmit(self, ticket.lane),
+            create.body,
+            link,
             self.transport,
-            received,
+            time.perf_counter() if create.received is None else create.received,
             caller=self.caller,
-            hooks=self,
-            steering=explicit_steering,
+            hooks=link,
+            steering=steering,
             streaming=self.streaming,
         )
         self._started[ticket.number] = run
-        self._ticket_of[run] = ticket
         lane.inflight = run
         task = asyncio.get_running_loop().create_task(run.run(), name=f"response {run.id}")
         run.task = task
+        self._track(task)
+        # Called however the task ends, even when cancelled before it ever ran.
+        task.add_done_callback(partial(self._done, run, ticket.number))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
-        # Called however the task ends, even when cancelled before it ever ran.
-        task.add_done_callback(partial(self._ended, run, ticket))
 
-    def _ended(self, run: ResponseRun, ticket: Ticket, task: asyncio.Task[None]) -> None:
+    def _done(self, run: ResponseRun, number: int, task: asyncio.Task[None]) -> None:
         """A run's task is done (however it ended, even cancelled before it ever ran): act on
         what the machine answered to its end, after the run's own last event."""
-        actions = self._settle(run, ticket)
-        self._out.release(ticket.lane)  # a step held by the run ends with it
-        del self._started[ticket.number]
-        del self._ticket_of[run]
-        if actions and not self._stopping:
-            follow_up = asyncio.get_running_loop().create_task(self._apply(actions))
-            self._runs.add(follow_up)
-            follow_up.add_done_callback(self._runs.discard)
-
-    def _settle(self, run: ResponseRun, ticket: Ticket) -> list[Action]:
-        """Tell the machine how ``run`` ended (once); the actions it answered."""
-        if ticket.number in self._settled:
-            return self._settled.pop(ticket.number)
-        status = _status_of(run)
-        required = run.required_input
-        if (
-            status in ("completed", "incomplete")
-            and not required
-            and self.machine.has_pending(run.id)
-        ):
-            # The machine starts its automatic successor, with these settings.
-            self._successor_settings[run.id] = dict(run.body)
-        # A parent that is gone (neither cached nor stored) can take no continuation any more.
-        lost = run.refusal == "previous_response_not_found"
-        actions = self.machine.ended(ticket.number, status, required, parent_lost=lost)
-        self._by_response.pop(run.id, None)
+        actions = self.machine.done(number, end_of(run))
+        self._out.release(run.lane.id)  # a step held by the run ends with it
+        del self._started[number]
         if run.lane.inflight is run:
             run.lane.inflight = None
-        return actions
-
-    # -- what runs report (runner.RunHooks) --------------------------------------------------
-
-    def created(self, run: ResponseRun) -> None:
-        self._by_response[run.id] = run
-        self.machine.created(self._ticket_of[run].number, run.id)
-
-    def ending(self, run: ResponseRun) -> None:
-        # Its terminal event goes out next: from now on a steer finds it finished, and what
-        # follows it (a successor, steer.pending) is sent once the run's task is done.
-        ticket = self._ticket_of[run]
-        self._settled[ticket.number] = self._settle(run, ticket)
-
-    async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
-        stubs = [
-            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
-            for call in calls
-        ]
-        await self._apply(self.machine.waiting(run.id, stubs))  # type: ignore[arg-type]
-
-    def resumed(self, run: ResponseRun) -> list[Item]:
-        steers = self.machine.resumed(run.id)
-        return [item for steer in steers for item in steer.items]  # type: ignore[misc]
-
-
-class _LaneEmit:
-    """A run's way to emit on its lane; ``hold`` marks that more of the step follows at once
-    (streaming.py calls it when an engine segment finished)."""
-
-    __slots__ = ("_lane", "_session")
-
-    def __init__(self, session: Session, lane: str) -> None:
-        self._session = session
-        self._lane = lane
-
-    async def __call__(self, data: ServerEvent) -> None:
-        await self._session.emit(self._lane, data)
-
-    def hold(self) -> None:
-        self._session.hold(self._lane)
-
-
-def _status_of(run: ResponseRun) -> RunStatus:
-    """How a run ended, as the lane machine counts it."""
-    record = run.record
-    if not run.created_sent or record is None:
-        return "refused"
-    status = record.status
-    if status == "completed" or status == "incomplete" or status == "failed":
-        return status
-    return "cancelled"  # by the client, or cut short with its stream
-
-
-def _answers_for(event: ClientEvent) -> JSONObject:
-    """The ``answers_to`` shape of a typed event (for a decoder that has no JSON form)."""
-    if isinstance(event, CreateEvent):
-        return {"type": "response.create", **event.body}
-    if isinstance(event, AppendEvent):
-        return {"type": "response.append", "response_id": event.response_id}
-    if isinstance(event, CancelEvent):
-        return {"type": "response.cancel", "response_id": event.response_id}
-    if isinstance(event, InjectEvent):
-        return {"type": "response.inject", "response_id": event.response_id}
-    return {"type": "response.steer", "previous_response_id": event.previous_response_id}
+        if actions and not self._stopping:
+            self._track(asyncio.get_running_loop().create_task(self.apply(actions)))
