@@ -2,18 +2,23 @@
 
 ``AppendWait`` owns the calls a paused response waits on and the future an append resolves.
 The session offers appends from its reader task (``offer``); the response's own task waits
-(``next``) and then checks and renders the items like any other input.
+(``wait``) and checks and renders the items like any other input.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from bidi_responses.schema import FunctionCallItem, Item
+from bidi_responses.schema import FunctionCallItem, Item, JSONValue, ResponseEvent
 
+from ...config import Limits
 from ..api.errors import ApiError, shown
+from ..api.ids import assign_ids
+from ..api.input_items import parse_input
+from .prompt import Prompt
+from .record import error_event
 
 
 class AppendWait:
@@ -33,11 +38,25 @@ class AppendWait:
         self.pending_calls = {call["call_id"]: call for call in calls}
 
     def offer(
-        self, response_id: str, items: list[Item], before: Callable[[], list[Item]] | None = None
+        self,
+        response_id: str,
+        offered_to: str,
+        raw_input: JSONValue,
+        limits: Limits,
+        before: Callable[[], list[Item]],
     ) -> None:
-        """Hand parsed items to the waiting response; ApiError unless they answer each pending
-        call exactly once. ``before``: called once the items are accepted, for items to put
-        in front of them (steering input)."""
+        """Hand an append's input, sent to response ``offered_to``, to this waiting response
+        (``response_id``); ApiError unless it waits and the items answer each pending call
+        exactly once. ``before``: called once the items are accepted, for items to put in
+        front of them (steering input)."""
+        if not self.waiting or offered_to != response_id:
+            raise ApiError(
+                f"Response '{offered_to}' is not waiting for tool outputs.",
+                code="response_not_waiting",
+                param="response_id",
+                status=409,
+            )
+        items, _ = parse_input(raw_input, limits)
         assert self._waiter is not None
         outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]
         answered = [it["call_id"] for _, it in outputs]
@@ -58,7 +77,7 @@ class AppendWait:
                 code="call_id_mismatch",
                 param="input",
             )
-        self._waiter.set_result((before() if before is not None else []) + items)
+        self._waiter.set_result(before() + items)
 
     async def next(self, deadline: float) -> list[Item] | None:
         """The next offered append, or None (and no pending calls) once ``deadline``
@@ -72,3 +91,29 @@ class AppendWait:
             return None
         finally:
             self._waiter = None
+
+    async def wait(
+        self,
+        response_id: str,
+        prompt: Prompt,
+        emit: Callable[[ResponseEvent], Awaitable[None]],
+        deadline: float,
+    ) -> list[Item] | None:
+        """The append that answers the pending calls, checked and rendered onto ``prompt``;
+        None once ``deadline`` passes. An append the checks refuse gets its error event, and
+        the response waits on."""
+        while True:
+            items = await self.next(deadline)
+            if items is None:
+                return None
+            assign_ids(items)
+            paths = [f"input[{i}]" for i in range(len(items))]
+            try:
+                await prompt.examine(items, paths)
+            except ApiError as error:
+                answers = {"request_type": "response.append", "response_id": response_id}
+                await emit(error_event(error.status, error.to_error_object(), answers))
+                continue  # still waiting for an acceptable append
+            await prompt.add_append(items)
+            self.expect([])
+            return items

@@ -1,5 +1,5 @@
 """What a run and a stream get from the core: one typed bundle, built by the composition root
-(``core/root.py``), instead of the whole core.
+(``server/assembly.py``), instead of the whole core.
 
 ``RunDeps`` holds the long-lived parts (store, post-inference queue, limits, metrics, router,
 renderer, pipeline, compaction codec, the shared state tier); ``ServerState`` is the little
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...config import ServerConfig
+from ..api.errors import ApiError
 from ..conversation.recent import RecentStates
 from ..conversation.state import MemoryBudget
 from ..observability.counters import Counters
@@ -67,6 +68,17 @@ class ServerState:
     prompt_rerenders: int = 0
     # The states of recent stored responses made without a stream (``RunDeps.recent``).
     recent: RecentStates | None = None
+
+    def admit(self) -> None:
+        """ApiError 503 once a drain began: a new response is refused."""
+        if self.draining:
+            raise ApiError(
+                "The server is shutting down and takes no new responses; "
+                "retry on a new connection.",
+                code="server_shutting_down",
+                status=503,
+                type="server_error",
+            )
 
 
 @dataclass(frozen=True, slots=True)

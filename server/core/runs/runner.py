@@ -5,8 +5,9 @@ classifies and renders only the new input and appends the tokens to the cached o
 one (a stateless request, or a continuation resolved from the durable store) the same stages
 run over the whole history. Both paths share this code, so the comparison measures only what
 the state changes. The steps live beside it: ``continuation`` (the base state and prefix),
-``streaming`` (the engine segment), ``append`` (append mode), ``account`` (what the run
-counts), ``terminal`` (its end: cache, durable rows, terminal event). A run gets the core's
+``prompt`` (checking and rendering what joins the conversation), ``streaming`` (the engine
+segment), ``append`` (append mode), ``account`` (what the run counts), ``terminal`` (its end:
+cache, durable rows, terminal event). A run gets the core's
 parts it uses as one typed bundle (``deps.RunDeps``), never the core itself.
 """
 
@@ -33,17 +34,11 @@ from bidi_responses.schema import (
 
 from ...config import StreamingConfig
 from ..api.errors import ApiError
-from ..api.ids import assign_ids, new_id
-from ..api.input_items import parse_input
+from ..api.ids import new_id
 from ..api.requests import CreateRequest
-from ..conversation.state import (
-    ConversationState,
-    object_bytes,
-    observe,
-)
+from ..conversation.state import ConversationState
 from ..observability.metrics import ResponseMetrics
-from ..ports import EngineError, EngineFinish, StageInput
-from ..rendering.render import Renderer, common_prefix
+from ..ports import EngineError, EngineFinish
 from ..storage.idempotency import find_replay
 from ..tenancy.caller import ANONYMOUS, Caller
 from . import continuation, terminal
@@ -51,7 +46,9 @@ from .account import RunAccount
 from .append import AppendWait
 from .deps import RunDeps
 from .lane import Lane
-from .offload import item_chars, offload, request_chars
+from .offload import item_chars, request_chars
+from .output_items import Emit, ItemStreamer
+from .prompt import Prompt
 from .record import (
     EventSequence,
     ResponseRecord,
@@ -59,13 +56,7 @@ from .record import (
     terminal_event,
 )
 from .routing import Route
-from .streaming import (
-    BoundaryStop,
-    Emit,
-    ItemStreamer,
-    engine_request_for,
-    stream_segment,
-)
+from .streaming import BoundaryStop, engine_request_for, stream_segment
 
 
 class RunHooks(Protocol):
@@ -136,7 +127,8 @@ class ResponseRun:
         self._cancel_reason: str | None = None
         self.account = RunAccount(received, caller, transport)
         self.route: Route | None = None
-        self.renderer: Renderer = deps.renderer
+        # The conversation it renders, once its base and route are known (``_prepare``).
+        self.prompt: Prompt | None = None
         # The structured-output format in canonical form, taken once for every segment.
         self.output_format: JSONObject | None = None
         self.metrics = ResponseMetrics(deps.metrics, transport, body.get("model"), received)
@@ -160,15 +152,8 @@ class ResponseRun:
 
     def offer_append(self, response_id: str, raw_input: JSONValue) -> None:
         """Hand tool outputs to the waiting response; ApiError if they do not fit."""
-        if not self.waiting_for_append or response_id != self.id:
-            raise ApiError(
-                f"Response '{response_id}' is not waiting for tool outputs.",
-                code="response_not_waiting",
-                param="response_id",
-                status=409,
-            )
-        items, _ = parse_input(raw_input, self.deps.config.limits)
-        self.appends.offer(self.id, items, self._take_steering)
+        limits = self.deps.config.limits
+        self.appends.offer(self.id, response_id, raw_input, limits, self._take_steering)
 
     def _take_steering(self) -> list[Item]:
         """The steering input an accepted append commits, put before the tool outputs."""
@@ -208,14 +193,7 @@ class ResponseRun:
         self.metrics.arrived()
         try:
             try:
-                if deps.state.draining:
-                    raise ApiError(
-                        "The server is shutting down and takes no new responses; "
-                        "retry on a new connection.",
-                        code="server_shutting_down",
-                        status=503,
-                        type="server_error",
-                    )
+                deps.state.admit()
                 deps.limiter.admit_request(self.quota_key)
                 request = self.lane.parse(self.body, deps.config.limits)
                 if request.idempotency_key is not None and await self._replayed(request):
@@ -340,85 +318,18 @@ class ResponseRun:
             request.previous_response_id,
             request.toolset.function_names,
         )
-        state = self.state = base.state
+        self.state = base.state
         history = base.history
-        reused = 0
         limits = deps.config.limits
         size = request_chars(request, limits) + (item_chars(history) if history else 0)
 
         self.route, stats.route_resolved = self.lane.route(deps.router, request.model)
 
         # The route's engine may need its model's own prompt format (e.g. Harmony for gpt-oss).
-        self.renderer = getattr(self.route.engine, "renderer", None) or deps.renderer
+        renderer = getattr(self.route.engine, "renderer", None) or deps.renderer
         self.output_format = request.output_format()
-        rendered = await offload(
-            size,
-            limits,
-            continuation.sync_prefix,
-            state,
-            self.renderer,
-            request,
-            self.output_format,
-        )
-
-        new_input = self.steering + request.input if self.steering else request.input
-        assign_ids(new_input)
-        items = history + new_input if history else new_input
-        paths = [f"history[{i}]" for i in range(len(history))]
-        paths += [f"steering[{i}]" for i in range(len(self.steering))]
-        paths += [f"input[{i}]" for i in range(len(request.input))]
-        stats.items_validated = len(items)
-        await self._examine(request, items, paths)
-        if base.previous_tokens is not None:
-            # Taken after the prefix is rebuilt: changed instructions or tools reuse only the
-            # tokens the old and new prompts still share.
-            stats.tokens_reused = len(state.tokens) - rendered  # kept without rendering
-            reused = common_prefix(base.previous_tokens, state.tokens)
-        history_rendered = (
-            await offload(size, limits, self._append_items, history) if history else 0
-        )
-        if base.previous_prefix is not None:
-            reused = continuation.stored_reuse(
-                self.renderer, state, base.previous_prefix, history_rendered
-            )
-        before = state.tokens
-        rendered += history_rendered + await offload(size, limits, self._append_items, new_input)
-        if self.renderer.whole_conversation:
-            # A chat template may render earlier turns anew once new ones join.
-            previous = base.previous_tokens
-            shared = common_prefix(previous if previous is not None else before, state.tokens)
-            reused = shared if previous is not None else min(reused, shared)
-            if previous is not None:
-                stats.tokens_reused = len(state.tokens) - rendered
-        stats.tokens_rendered += rendered
-        self.account.took_input(new_input, reused)
-
-    async def _examine(self, request: CreateRequest, items: list[Item], paths: list[str]) -> None:
-        assert self.record is not None and self.state is not None
-        for item, path in zip(items, paths, strict=True):
-            if item["type"] == "compaction":
-                self.deps.compaction.check(item, path)
-        declared = request.toolset.function_names
-        batch = StageInput(
-            items, paths, request, declared, self.state.call_names, self.state.answered_calls
-        )
-        counters = self.account.counters
-        flags = await self.deps.pipeline.run(batch, self.state.stage_state, counters)
-        self.record.safety_flags.extend(flag.to_dict() for flag in flags)
-        self.record.stats.stage_items = counters.items
-        self.record.stats.stage_ms = counters.ms
-
-    def _append_items(self, items: list[Item]) -> int:
-        """Render items onto the conversation's tokens and record them; returns tokens added."""
-        state = self.state
-        assert state is not None
-        if self.renderer.whole_conversation:
-            return continuation.render_whole(self.deps, self.renderer, state, items)
-        added = self.renderer.render_items(items, state.call_names, state.tokens)
-        for item in items:
-            observe(state, item)
-            state.item_bytes += object_bytes(item)
-        return added
+        self.prompt = Prompt(deps, self.record, self.account, base.state, renderer)
+        await self.prompt.build(base, size, self.steering, self.output_format)
 
     async def _respond(self, request: CreateRequest) -> None:
         assert self.record is not None and self.state is not None
@@ -479,7 +390,8 @@ class ResponseRun:
 
     async def _wait_for_append(self, calls: list[FunctionCallItem]) -> list[Item] | None:
         """Send response.done and wait for a matching append; None on timeout."""
-        assert self.record is not None and self.state is not None
+        prompt = self.prompt
+        assert self.record is not None and prompt is not None
         self.appends.expect(calls)
         timeout = 0.0 if self.lane.input_closed else self.deps.config.limits.append_timeout_s
         deadline = time.monotonic() + timeout
@@ -493,35 +405,13 @@ class ResponseRun:
         )
         if self.hooks is not None:
             await self.hooks.waiting(self, calls)
-        while True:
-            items = await self.appends.next(deadline)
-            if items is None:
-                return None
-            assign_ids(items)
-            paths = [f"input[{i}]" for i in range(len(items))]
-            try:
-                await self._examine(self.record.request, items, paths)
-            except ApiError as error:
-                answers = {"request_type": "response.append", "response_id": self.id}
-                await self.emit(error_event(error.status, error.to_error_object(), answers))
-                continue  # still waiting for an acceptable append
-            self.record.stats.items_validated += len(items)
-            previous = self.state.tokens
-            reused = len(previous)
-            limits = self.deps.config.limits
-            added = await offload(item_chars(items), limits, self._append_items, items)
-            self.record.stats.tokens_rendered += added
-            if self.renderer.whole_conversation:  # a new array: was the old one kept?
-                reused = common_prefix(previous, self.state.tokens)
-            self.account.took_input(items, reused)
-            self.appends.expect([])
-            return items
+        return await self.appends.wait(self.id, prompt, self.emit, deadline)
 
     async def _sample(
         self, budget: int | None, request: CreateRequest
     ) -> tuple[EngineFinish, list[FunctionCallItem]]:
         """Run one engine segment, streaming its items; returns the finish and its calls."""
-        assert self.record is not None and self.state is not None
+        assert self.record is not None and self.state is not None and self.prompt is not None
         state = self.state
         record = self.record
         stats = record.stats
@@ -546,7 +436,6 @@ class ResponseRun:
         self.account.segment_ends(stats, segment)
         self.metrics.engine_segment(segment.extra)
         items = streamer.items
-        limits = self.deps.config.limits
-        stats.tokens_rendered += await offload(item_chars(items), limits, self._append_items, items)
+        await self.prompt.add_output(items)
         calls = [item for item in items if item["type"] == "function_call"]
         return segment, calls

@@ -1,10 +1,11 @@
-"""Streaming one engine segment to the client: delta merging and the item streamer.
+"""Streaming one engine segment to the client: the engine's task, delta merging, and stops
+at an output boundary.
 
 The engine runs as its own task and hands its events over (``Handoff``); the consumer merges
 text deltas that are already waiting (or arrive within the configured window) into one event,
-and the ``ItemStreamer`` turns the engine's item events into Responses output events and
-items. A segment cut short (cancelled, disconnected, failed) keeps what was generated,
-closed as ``incomplete``.
+and the ``ItemStreamer`` (``output_items``) turns the engine's item events into Responses
+output events and items. A segment cut short (cancelled, disconnected, failed) keeps what was
+generated, closed as ``incomplete``.
 """
 
 from __future__ import annotations
@@ -12,27 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from bidi_responses.schema import (
-    ContentPartAddedEvent,
-    ContentPartDoneEvent,
-    FunctionCallArgumentsDeltaEvent,
-    FunctionCallArgumentsDoneEvent,
-    Item,
-    JSONObject,
-    OutputItem,
-    OutputItemAddedEvent,
-    OutputItemDoneEvent,
-    OutputTextDeltaEvent,
-    OutputTextDoneEvent,
-    OutputTextPart,
-    ResponseEvent,
-)
+from bidi_responses.schema import JSONObject
 
 from ...config import StreamingConfig
-from ..api.ids import new_id
 from ..api.requests import CreateRequest
 from ..conversation.state import ConversationState
 from ..ports import (
@@ -47,9 +32,7 @@ from ..ports import (
     ItemStart,
 )
 from .handoff import Handoff
-from .record import EventSequence, ResponseRecord
-
-Emit = Callable[[ResponseEvent], Awaitable[None]]
+from .output_items import Emit, ItemStreamer
 
 
 class _Failure:
@@ -203,7 +186,9 @@ async def stream_segment(
                 raise event.exc
     except BaseException:
         # Cancelled, cut off or failed mid-stream: the response keeps what was generated.
-        streamer.keep_partial(text, count, outputs)
+        if streamer.current is not None:
+            text, count = _waiting_deltas(outputs, text, count)
+        streamer.keep_partial(text, count)
         raise
     finally:
         if stop is not None:
@@ -243,6 +228,18 @@ async def _boundary(
         return EngineFinish("steered", streamer.tokens, 0, time.perf_counter() - started)
 
 
+def _waiting_deltas(outputs: Handoff[EngineOutput], text: str, count: int) -> tuple[str, int]:
+    """``text`` and ``count`` with the deltas already waiting after them (up to the first
+    other event, which is dropped: the segment is over)."""
+    while outputs:
+        event = outputs.pop()
+        if not isinstance(event, Delta):
+            break
+        text += event.text
+        count += len(event.token_ids)
+    return text, count
+
+
 async def _merge(
     outputs: Handoff[EngineOutput],
     text: str,
@@ -273,189 +270,3 @@ async def _merge(
         text += nxt.text
         count += len(nxt.token_ids)
     return text, count, None
-
-
-class ItemStreamer:
-    """Turns engine item events into Responses output events and items."""
-
-    def __init__(
-        self,
-        emit: Emit,
-        seq: EventSequence,
-        record: ResponseRecord,
-        on_first_delta: Callable[[], None],
-    ) -> None:
-        self.emit = emit
-        self.seq = seq
-        self.record = record
-        self.on_first_delta = on_first_delta
-        self.items: list[Item] = []
-        self.current: OutputItem | None = None
-        self.index = 0
-        self.parts: list[str] = []
-        # Output tokens handed to the client so far (the engine's count is authoritative when
-        # the segment finishes; this one is what a cut-short segment is charged).
-        self.tokens = 0
-
-    async def start(self, event: ItemStart) -> None:
-        self.parts = []
-        self.index = len(self.record.output)
-        item: OutputItem
-        if event.kind == "message":
-            item = {
-                "type": "message",
-                "id": new_id("msg"),
-                "status": "in_progress",
-                "role": "assistant",
-                "content": [],
-            }
-        elif event.kind == "reasoning":
-            # Reasoning is shown whole when it ends (the wire has no reasoning deltas).
-            item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
-        else:
-            item = {
-                "type": "function_call",
-                "id": new_id("fc"),
-                "call_id": event.call_id or new_id("call"),
-                "name": event.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
-        self.current = item
-        self.record.output.append(item)
-        await self.emit(
-            OutputItemAddedEvent(
-                type="response.output_item.added",
-                output_index=self.index,
-                item=_copy_item(item),
-                sequence_number=self.seq.take(),
-            )
-        )
-        if item["type"] == "message":
-            await self.emit(
-                ContentPartAddedEvent(
-                    type="response.content_part.added",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                    sequence_number=self.seq.take(),
-                )
-            )
-
-    async def delta(self, text: str, tokens: int) -> None:
-        item = self.current
-        assert item is not None
-        self.on_first_delta()
-        self.parts.append(text)
-        self.tokens += tokens
-        if item["type"] == "reasoning":
-            return
-        if item["type"] == "message":
-            await self.emit(
-                OutputTextDeltaEvent(
-                    type="response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    delta=text,
-                    sequence_number=self.seq.take(),
-                )
-            )
-        else:
-            await self.emit(
-                FunctionCallArgumentsDeltaEvent(
-                    type="response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    delta=text,
-                    sequence_number=self.seq.take(),
-                )
-            )
-
-    def keep_partial(self, text: str, tokens: int, outputs: Handoff[EngineOutput]) -> None:
-        """Close the item being streamed as ``incomplete`` with everything generated for it
-        (merged but unsent text, and deltas still waiting), counted in ``tokens``."""
-        if self.current is not None:
-            while outputs:
-                event = outputs.pop()
-                if not isinstance(event, Delta):
-                    break
-                text += event.text
-                tokens += len(event.token_ids)
-            self.parts.append(text)
-            self.tokens += tokens
-            self._close(self.current, "".join(self.parts))
-            self.current["status"] = "incomplete"
-            self.current = None
-
-    @staticmethod
-    def _close(item: OutputItem, text: str) -> OutputTextPart | None:
-        """Put the item's final text in place; returns the message's content part."""
-        if item["type"] == "reasoning":
-            item["summary"] = [{"type": "summary_text", "text": text}]
-            return None
-        if item["type"] == "message":
-            part: OutputTextPart = {"type": "output_text", "text": text, "annotations": []}
-            item["content"] = [part]
-            return part
-        item["arguments"] = text
-        return None
-
-    async def end(self, *, incomplete: bool = False) -> None:
-        item = self.current
-        assert item is not None
-        text = "".join(self.parts)
-        part = self._close(item, text)
-        if part is not None:
-            await self.emit(
-                OutputTextDoneEvent(
-                    type="response.output_text.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    text=text,
-                    sequence_number=self.seq.take(),
-                )
-            )
-            await self.emit(
-                ContentPartDoneEvent(
-                    type="response.content_part.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    content_index=0,
-                    part=part,
-                    sequence_number=self.seq.take(),
-                )
-            )
-        elif item["type"] == "function_call":
-            await self.emit(
-                FunctionCallArgumentsDoneEvent(
-                    type="response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=self.index,
-                    arguments=text,
-                    name=item["name"],
-                    sequence_number=self.seq.take(),
-                )
-            )
-        # A message cut short by max_output_tokens is incomplete, as the hosted API marks it.
-        item["status"] = "incomplete" if incomplete else "completed"
-        await self.emit(
-            OutputItemDoneEvent(
-                type="response.output_item.done",
-                output_index=self.index,
-                item=item,
-                sequence_number=self.seq.take(),
-            )
-        )
-        self.items.append(item)
-        self.current = None
-
-
-def _copy_item(item: OutputItem) -> OutputItem:
-    """The item as it is announced: later changes to the streamed item do not show in it."""
-    copy = item.copy()
-    if copy["type"] == "message":
-        copy["content"] = list(copy["content"])
-    return copy
