@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import pytest
 from bidi_responses.schema import ServerEvent
+from bidi_responses.server.core.lanes import StreamNaming
 from bidi_responses.server.core.lanes.outbound import Outbox
 from bidi_responses.server.core.runs.record import OutEvent
 from hypothesis import given, settings
@@ -199,7 +200,7 @@ async def test_an_unread_session_sends_one_merged_delta_per_item(
     engine, core = engine_and_core
     core.config.streaming.max_delta_chars = 1  # the engine stream merges nothing: one event each
     engine.turns.append(Turn(deltas=("Hel", "lo", " wor", "ld")))
-    session = core.open_session("test")
+    session = core.open_session(StreamNaming("test"))
     try:
         async with asyncio.timeout(20):
             await session.handle({"type": "response.create", "model": "sim-model", "input": "hi"})

@@ -18,7 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from . import sqlite_schema
+from .sqlite_schema import (
+    BUSY_TIMEOUT_S,
+    all_ledger_rows,
+    create_schema,
+    purge,
+    tombstone,
+    write_rows,
+)
 from .store import (
     RESPONSE_SELECT_COLUMNS,
     LedgerRow,
@@ -42,7 +49,7 @@ class Store(QueuedWrites):
         self._path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._local = threading.local()
-        self._run_sync(lambda: sqlite_schema.create_schema(self._conn()))
+        self._run_sync(lambda: create_schema(self._conn()))
 
     @property
     def path(self) -> Path:
@@ -58,7 +65,7 @@ class Store(QueuedWrites):
             # and a writer waits for another process's write instead of failing. FULL (below):
             # a commit is on disk when it returns, so the journal segment that held the job
             # can be deleted.
-            timeout = sqlite_schema.BUSY_TIMEOUT_S
+            timeout = BUSY_TIMEOUT_S
             conn = sqlite3.connect(self._path, timeout=timeout)
             conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
@@ -75,7 +82,7 @@ class Store(QueuedWrites):
     # -- the database work of QueuedWrites -------------------------------------------------
 
     async def _write_rows(self, jobs: list[WriteJob], needed: set[str | None]) -> None:
-        await self._run(lambda: sqlite_schema.write_rows(self._conn(), jobs, needed))
+        await self._run(lambda: write_rows(self._conn(), jobs, needed))
 
     async def _read(self, response_id: str, include_deleted: bool) -> StoredResponse | None:
         hidden = "" if include_deleted else " AND id NOT IN (SELECT id FROM deleted_responses)"
@@ -99,7 +106,7 @@ class Store(QueuedWrites):
         def work() -> None:
             conn = self._conn()
             with conn:
-                sqlite_schema.tombstone(conn, response_id, int(time.time()))
+                tombstone(conn, response_id, int(time.time()))
 
         await self._run(work)
 
@@ -118,8 +125,8 @@ class Store(QueuedWrites):
                 ).fetchone()
                 if found is None:
                     return False
-                sqlite_schema.tombstone(conn, response_id, int(time.time()))
-                sqlite_schema.purge(conn, response_id, needed)
+                tombstone(conn, response_id, int(time.time()))
+                purge(conn, response_id, needed)
             return True
 
         return await self._run(work)
@@ -128,7 +135,7 @@ class Store(QueuedWrites):
 
     async def ledger_rows(self) -> list[LedgerRow]:
         """Every ledger row, oldest first."""
-        return await self._run(lambda: sqlite_schema.all_ledger_rows(self._conn()))
+        return await self._run(lambda: all_ledger_rows(self._conn()))
 
     async def open(self) -> None:
         """Nothing to do: the schema was created when the file was opened."""
