@@ -45,7 +45,7 @@ def _object_body(body: JSONValue) -> JSONObject:
 
 
 class OneShotOps:
-    """The operations of this module, over the parts they use (built by ``core/root.py``)."""
+    """The operations of this module, over the parts they use (built by ``server/assembly.py``)."""
 
     def __init__(self, deps: RunDeps, started_at: int) -> None:
         self.config = deps.config

@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 from bidi_responses.codec import ProtoEncoder
 from bidi_responses.schema import Item
-from bidi_responses.server.core.lanes.state import ConversationState
+from bidi_responses.server.core.conversation.state import ConversationState
 from bidi_responses.server.core.rendering.render import Renderer
 from bidi_responses.server.core.rendering.tokenizer import load_encoding
 from pytest_benchmark.fixture import BenchmarkFixture

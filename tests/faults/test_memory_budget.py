@@ -13,7 +13,7 @@ import orjson
 import pytest
 from bidi_responses.client import AsyncResponsesClient, ResponsesError
 from bidi_responses.server.app import RunningServer
-from bidi_responses.server.core.lanes.state import object_bytes
+from bidi_responses.server.core.conversation.state import object_bytes
 
 from tests.conftest import ServerFactory, make_config, until
 from tests.workload import tool_output
