@@ -113,7 +113,8 @@ class ReasoningItem(TypedDict):
 
 
 class CompactionItem(TypedDict):
-    """A compacted stretch of conversation: a server-sealed token (``server.core.compaction``)."""
+    """A compacted stretch of conversation: a server-sealed token
+    (``server.core.runs.compaction``)."""
 
     type: Literal["compaction"]
     encrypted_content: str
