@@ -88,7 +88,7 @@ async def _refuse_after_first_message(request_iterator: AsyncIterator[bytes]) ->
 
 
 async def connect_stream(
-    port: TransportPort,
+    core: TransportPort,
     streams: StreamsPerConnection,
     request_iterator: AsyncIterator[bytes],
     context: Context,
@@ -101,8 +101,8 @@ async def connect_stream(
     """
     peer = context.peer()
     try:
-        caller = caller_of(port.keys, context)
-        session = open_stream(port, caller, check=lambda: streams.check(peer))
+        caller = caller_of(core.keys, context)
+        session = open_stream(core, caller, check=lambda: streams.check(peer))
     except ApiError:
         await _refuse_after_first_message(request_iterator)
         raise
@@ -112,10 +112,10 @@ async def connect_stream(
             # a large first message, or the status that cuts it off could not be sent.
             await context.send_initial_metadata(())
         except BaseException:
-            await port.streams.close_session(session)
+            await core.streams.close_session(session)
             raise
-        wire = ConnectWire(context, session, port)
-        await StreamDriver(port, session, wire).run()
+        wire = ConnectWire(context, session, core)
+        await StreamDriver(core, session, wire).run()
 
 
 class ConnectWire:
@@ -124,12 +124,12 @@ class ConnectWire:
     half_close = True  # the client may stop sending and still read its responses
     batched = True  # events ready together go out together (batched if the client asks)
 
-    def __init__(self, context: Context, session: StreamSession, port: TransportPort) -> None:
+    def __init__(self, context: Context, session: StreamSession, core: TransportPort) -> None:
         self._context = context
         self._session = session
-        self._limits = port.limits
-        self._streaming = port.streaming
-        self._copies = port.naming.stream_copies
+        self._limits = core.limits
+        self._streaming = core.streaming
+        self._copies = core.naming.stream_copies
         self._decoder = ProtoDecoder()
         self._outbound = Outbound()
         # Pre-serialized messages pass through the response serializer unchanged.

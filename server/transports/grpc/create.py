@@ -25,31 +25,31 @@ from .status import abort
 
 
 async def create_response(
-    port: TransportPort, raw: bytes, context: Context
+    core: TransportPort, raw: bytes, context: Context
 ) -> AsyncGenerator[bytes, None]:
     """Run one create and stream its events (background mode: follow its event log)."""
-    caller = caller_of(port.keys, context)
+    caller = caller_of(core.keys, context)
     create = decode_request(pb.CreateResponseRequest, raw, "CreateResponse")
-    if port.one_shot.draining:
+    if core.one_shot.draining:
         raise shutting_down("streams")
-    outbound = Outbound(Delivery.from_pb(create.delivery, port.streaming))
+    outbound = Outbound(Delivery.from_pb(create.delivery, core.streaming))
     body = ProtoDecoder.params_to_dict(create.params, ProtoDecoder.tool_keys(raw, unary=True))
     if body.get("background") is True:
-        events = _background(port, body, caller, context, outbound)
+        events = _background(core, body, caller, context, outbound)
     else:
-        events = _stateless(port, body, caller, context, outbound)
+        events = _stateless(core, body, caller, context, outbound)
     async with contextlib.aclosing(events):
         async for message in events:
             yield message
 
 
 async def _background(
-    port: TransportPort, body: JSONObject, caller: Caller, context: Context, out: Outbound
+    core: TransportPort, body: JSONObject, caller: Caller, context: Context, out: Outbound
 ) -> AsyncGenerator[bytes, None]:
     """The response runs on its own; this call only reads its event log, so dropping the call
     leaves it running (resume with StreamResponse)."""
-    one_shot = port.one_shot
-    first = await one_shot.start_background(body, port.naming.one_shot, caller)
+    one_shot = core.one_shot
+    first = await one_shot.start_background(body, core.naming.one_shot, caller)
     if first["type"] == "error":
         yield out.event_field(first)
         await abort(context, error_from_event(first))
@@ -60,10 +60,10 @@ async def _background(
 
 
 async def _stateless(
-    port: TransportPort, body: JSONObject, caller: Caller, context: Context, out: Outbound
+    core: TransportPort, body: JSONObject, caller: Caller, context: Context, out: Outbound
 ) -> AsyncGenerator[bytes, None]:
     """One stateless create: one message per event, or batched if the delivery asks."""
-    one_shot, transport = port.one_shot, port.naming.one_shot
+    one_shot, transport = core.one_shot, core.naming.one_shot
     failure: ApiError | None = None
     ended = False
     if out.delivery.max_events <= 1:

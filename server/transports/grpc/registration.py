@@ -109,8 +109,8 @@ def _stream(
 
 def add_servicer(servicer: ResponsesServicer, server: grpc.aio.Server) -> None:
     """Register every method of ``ResponsesService`` with a raw-bytes request deserializer."""
-    port = servicer.port
-    metrics, budget, copies = port.metrics, port.request_bytes, port.naming.one_shot_copies
+    core = servicer.core
+    metrics, budget, copies = core.metrics, core.request_bytes, core.naming.one_shot_copies
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         name = method.name

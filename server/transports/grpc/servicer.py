@@ -25,13 +25,13 @@ from .create import create_response
 class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
     """One method per RPC, each a conversion around one core call."""
 
-    def __init__(self, port: TransportPort, streams: StreamsPerConnection) -> None:
-        self.port = port
-        self.one_shot = port.one_shot
+    def __init__(self, core: TransportPort, streams: StreamsPerConnection) -> None:
+        self.core = core
+        self.one_shot = core.one_shot
         self._streams = streams
 
     def _caller(self, context: Context) -> Caller:
-        return caller_of(self.port.keys, context)
+        return caller_of(self.core.keys, context)
 
     # Pre-serialized (see registration.PRE_SERIALIZED): these send encoded bytes.
     async def Connect(  # type: ignore[override]
@@ -40,7 +40,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         """The stateful stream (``connect.py``). Its messages go out through
         ``context.write`` (the stream driver's writer task), so this generator yields none:
         a generator is the shape interceptors (OpenTelemetry's) expect of a streaming call."""
-        await connect_stream(self.port, self._streams, request_iterator, context)
+        await connect_stream(self.core, self._streams, request_iterator, context)
         return
         yield  # makes this a generator
 
@@ -48,7 +48,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
         self, request: bytes, context: Context
     ) -> AsyncGenerator[bytes, None]:
         """The stateless baseline: one call per turn (``create.py``)."""
-        return create_response(self.port, request, context)
+        return create_response(self.core, request, context)
 
     async def GetResponse(
         self, request: pb.GetResponseRequest, context: Context
@@ -117,7 +117,7 @@ class ResponsesServicer(pb_grpc.ResponsesServiceServicer):
             if request.HasField(name):
                 body[name] = getattr(request, name)
         caller = self._caller(context)
-        result = await self.one_shot.compact(body, self.port.naming.one_shot, caller)
+        result = await self.one_shot.compact(body, self.core.naming.one_shot, caller)
         compacted = pb.CompactResponseResponse(
             id=result["id"],
             object=result["object"],

@@ -42,7 +42,7 @@ core_log = logging.getLogger("bidi_responses")
 
 
 def open_stream(
-    port: TransportPort,
+    core: TransportPort,
     caller: Caller,
     *,
     refused: str = "streams",
@@ -51,32 +51,32 @@ def open_stream(
     """A new stream's session; ApiError when it cannot be admitted: the server is draining
     (``refused`` names what it takes no more of), ``check`` refuses it (a transport's own
     limit), or the caller has too many streams open."""
-    if port.streams.draining:
+    if core.streams.draining:
         raise shutting_down(refused)
     if check is not None:
         check()
-    return port.streams.open_session(port.naming.stream, caller=caller)
+    return core.streams.open_session(core.naming.stream, caller=caller)
 
 
 class StreamDriver(Generic[Message, Frame]):
     """Runs one admitted session over one wire until either side ends it."""
 
     def __init__(
-        self, port: TransportPort, session: StreamSession, wire: Wire[Message, Frame]
+        self, core: TransportPort, session: StreamSession, wire: Wire[Message, Frame]
     ) -> None:
-        self.port = port
+        self.core = core
         self.session = session
         self.wire = wire
 
     async def run(self) -> None:
         """Serve the stream; always closes the session. The wire's abort may raise (a gRPC
         abort does, to end the call)."""
-        port, session, wire = self.port, self.session, self.wire
-        limits = port.limits
+        core, session, wire = self.core, self.session, self.wire
+        limits = core.limits
         loop = asyncio.get_running_loop()
         reader = loop.create_task(self._read(), name=f"{session.transport}-reader")
         writes = WatchedWrites(
-            self._write, limits.write_timeout_s, port.counters, f"{session.transport}-writer"
+            self._write, limits.write_timeout_s, core.counters, f"{session.transport}-writer"
         )
         session.start_age_limit()
         try:
@@ -89,7 +89,7 @@ class StreamDriver(Generic[Message, Frame]):
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if writes.watch.done():
                 await writes.cut_off()
-                await port.streams.close_session(session)  # cancels in-flight engine work
+                await core.streams.close_session(session)  # cancels in-flight engine work
                 await wire.abort(write_timeout_error(writes.timeout))
             elif writes.writer.done():
                 problem = writes.writer.exception()
@@ -115,7 +115,7 @@ class StreamDriver(Generic[Message, Frame]):
             await writes.stop()
             await asyncio.gather(reader, return_exceptions=True)
         finally:
-            await self.port.streams.close_session(self.session)
+            await self.core.streams.close_session(self.session)
 
     async def _read(self) -> None:
         """Feed the client's messages to the session until it sends no more; then, if the
@@ -130,8 +130,8 @@ class StreamDriver(Generic[Message, Frame]):
 
     async def _read_messages(self) -> None:
         session, wire = self.session, self.wire
-        budget = self.port.request_bytes
-        offload_bytes = self.port.limits.offload_chars
+        budget = self.core.request_bytes
+        offload_bytes = self.core.limits.offload_chars
         while True:
             message = await wire.receive()
             if message is None:
@@ -189,7 +189,7 @@ class StreamDriver(Generic[Message, Frame]):
                 await _send_all(frames([out]), send, begin, end)
                 del out
             return
-        async for ready in session.event_batches(self.port.streaming.max_batch_events):
+        async for ready in session.event_batches(self.core.streaming.max_batch_events):
             await _send_all(frames(ready), send, begin, end)
             del ready
 
