@@ -14,10 +14,6 @@ from bidi_responses.schema import Item, JSONObject, JSONValue
 
 from ..api.requests import CreateRequest
 
-# Settings an automatic successor does not take from the response it continues: its own
-# input, parent and retry key, and the client's event id (it answers no client event).
-_NOT_INHERITED = ("input", "previous_response_id", "idempotency_key", "generate", "event_id")
-
 
 @dataclass(frozen=True, slots=True)
 class LaneCreate:
@@ -35,7 +31,8 @@ class LaneCreate:
 
     def successor(self, response_id: str, steering: list[JSONObject]) -> LaneCreate:
         """The automatic successor of ``response_id``: this request's settings, continuing
-        it with ``steering`` as its input."""
+        it with ``steering`` as its input; no retry key of its own, and it answers no client
+        event."""
         request = replace(
             self.request,
             input=cast(list[Item], steering),
@@ -43,7 +40,13 @@ class LaneCreate:
             idempotency_key=None,
             generate=True,
         )
-        body = {key: value for key, value in self.body.items() if key not in _NOT_INHERITED}
-        body["previous_response_id"] = response_id
-        body["input"] = cast(JSONValue, steering)
+        # The same, as the body its run is given.
+        body: JSONObject = {
+            **self.body,
+            "input": cast(JSONValue, steering),
+            "previous_response_id": response_id,
+            "idempotency_key": None,
+            "generate": True,
+            "event_id": None,
+        }
         return LaneCreate(request, body, None)

@@ -169,7 +169,7 @@ class LaneMachine(Generic[Request]):
     def admit(self, lane_id: str) -> list[Action[Request]]:
         """Whether a create on ``lane_id`` may wait for its turn: nothing (the lane is opened
         and counted), or its refusal past the lane or queue limits. Judged before the create's
-        own request, as the hosted mode does."""
+        own request is checked, so these limits are said first."""
         lane = self._lanes.get(lane_id)
         if lane is None:
             if lane_id and self._named >= self.limits.max_named_lanes:

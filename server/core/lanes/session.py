@@ -308,7 +308,8 @@ class Session:
     def _refuse_create(self, lane: Lane, body: dict[str, JSONValue], received: float) -> None:
         """Refuse an invalid create now, out of its lane's turn, through its run's own checks
         (a server shutting down or a spent rate limit is said first, as for any create), so
-        it is counted and answered as every refused create is."""
+        it is counted and answered as every refused create is. It takes no ticket (no turn on
+        its lane, no hooks): its link only emits."""
         run = ResponseRun(
             self.deps,
             lane,
@@ -403,7 +404,7 @@ class Session:
         run = ResponseRun(
             self.deps,
             lane,
-            create.body,
+            dict(create.body),  # the run's own (it takes the event_id out)
             link,
             self.transport,
             time.perf_counter() if create.received is None else create.received,
