@@ -359,3 +359,15 @@ def test_a_waiting_response_is_in_its_phase_until_resumed() -> None:
     assert machine.phase("a") is LanePhase.WAITING_FOR_TOOL_OUTPUTS
     assert machine.resumed("resp_1") == []
     assert machine.phase("a") is LanePhase.ACTIVE
+
+
+def test_admission_opens_and_counts_a_lane_before_its_create_is_checked() -> None:
+    machine = _machine(max_named_lanes=1, max_active=1, max_queued=0)
+    # Admitted, not yet created (its request is checked next): the lane counts already.
+    assert machine.admit("a") == []
+    assert machine.lanes == ["a"]
+    (over,) = _refused(machine.admit("b"))
+    assert over.error.code == "websocket_stream_limit_reached"
+    _run(machine, "a", "resp_1")
+    (full,) = _refused(machine.admit("a"))
+    assert (full.error.code, full.error.status) == ("too_many_queued_responses", 429)

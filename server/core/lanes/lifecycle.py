@@ -2,9 +2,9 @@
 
 ``LaneMachine`` owns the rules and the state of WebSocket mode's lanes (``stream_id``) and of
 steering, and nothing else: no tasks, queues, clocks or sockets. It is generic over the typed
-request of a create (``actions.LaneRequest``). It is fed the client's events (``create``,
-``steer``, ``append``, ``inject``, ``cancel``, ``end_of_input``) and what the runs report
-(``created``, ``waiting``, ``resumed``, ``ending``, ``done``), and it answers with actions for
+request of a create (``actions.LaneRequest``). It is fed the client's events (``admit`` and
+``create``, ``steer``, ``append``, ``inject``, ``cancel``, ``end_of_input``), what the runs report
+(``created``, ``waiting``, ``resumed``, ``ending``, ``done``); it answers with actions for
 its driver (``session.Session``) to carry out (``actions.py``): ``Start`` a create, ``Emit`` a
 server event, ``Refuse`` the event with an error, ``StopAtBoundary`` a steered run, ``Offer``
 tool outputs to a run, ``CancelRun``. It never raises a refusal. Unit tests drive it directly,
