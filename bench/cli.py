@@ -177,6 +177,12 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "client process, modes 4 and 7 (default 20:0,80:10; empty: none)",
     )
     p.add_argument(
+        "--network-lanes",
+        default="20:0,80:10",
+        help="network sweep: links RTT_MS:MBIT measured with --network-agents agents on one "
+        "connection, a lane each, modes 4 and 7 (default 20:0,80:10; empty: none)",
+    )
+    p.add_argument(
         "--network-large",
         default="80:100",
         help="network sweep: links RTT_MS:MBIT measured with 5 tool turns of 50k-token "
@@ -356,6 +362,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         network_tls=not args.network_no_tls,
         network_mesh=_links(args.network_mesh),
         network_multiplex=_links(args.network_multiplex),
+        network_lanes=_links(args.network_lanes),
         network_agents=args.network_agents,
         network_large=_links(args.network_large),
         network_llama=_links(args.network_llama),
@@ -429,6 +436,7 @@ def _smoke(config: CompareConfig) -> None:
     config.network_repeats = 1
     config.network_mesh = [(20.0, None)]
     config.network_multiplex = [(20.0, None)]
+    config.network_lanes = [(20.0, None)]
     config.network_agents = 3
     config.network_large = [(20.0, None)]
     config.network_large_turns = 1

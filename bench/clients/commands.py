@@ -54,6 +54,8 @@ class AgentsCommand(TypedDict, total=False):
     nonce: str
     #: Added to each agent's index in the turn records (several processes per mode).
     agent_base: int
+    #: The agents share one connection (a Connect stream, a WebSocket), each on its own lane.
+    lanes: bool
 
 
 class KeepupCommand(TypedDict):

@@ -22,16 +22,27 @@ __all__ = ["GrpcConnectConn", "GrpcCreateConn"]
 class GrpcConnectConn:
     """One Connect stream of our gRPC client."""
 
-    def __init__(self, client: AsyncResponsesClient, wire: WireCounter | None) -> None:
+    def __init__(
+        self, client: AsyncResponsesClient, wire: WireCounter | None, lane: str = ""
+    ) -> None:
         self._client = client
         self._wire = wire
         self._stack = contextlib.AsyncExitStack()
         self._stream: ConnectStream | None = None
+        #: The lane (``stream_id``) this connection's turns run on ("": the default lane).
+        self._lane = lane
 
     async def open(self) -> GrpcConnectConn:
         """Open the stream."""
         self._stream = await self._stack.enter_async_context(self._client.connect())
         return self
+
+    def lane(self, name: str) -> GrpcConnectConn:
+        """Another agent's view of this stream: its turns on lane ``name``; closing the view
+        leaves the stream to its owner."""
+        view = GrpcConnectConn(self._client, self._wire, name)
+        view._stream = self._open_stream
+        return view
 
     @property
     def _open_stream(self) -> ConnectStream:
@@ -53,12 +64,13 @@ class GrpcConnectConn:
     async def create(self, body: JSONObject) -> Exchange:
         """``response_create`` on the stream."""
         ex = Exchange(t_send=time.perf_counter())
-        return await self._drain(self._open_stream.create_events(**body), ex)
+        return await self._drain(self._open_stream.create_events(stream_id=self._lane, **body), ex)
 
     async def append(self, response_id: str, items: list[JSONObject]) -> Exchange:
         """``response_append`` on the stream."""
         ex = Exchange(t_send=time.perf_counter())
-        return await self._drain(self._open_stream.append_events(response_id, items), ex)
+        events = self._open_stream.append_events(response_id, items, stream_id=self._lane)
+        return await self._drain(events, ex)
 
     async def steer_round(self, body: JSONObject) -> SteerRound:
         """A create steered at its ``response.created``, followed to its successor's end."""
@@ -70,8 +82,8 @@ class GrpcConnectConn:
         A half-close lets in-flight responses finish, and an append-mode response that was
         left waiting for tool outputs would only finish at its append timeout.
         """
-        if abort and self._stream is not None:
-            self._stream.abort()
+        if abort and self._stream is not None and not self._lane:
+            self._stream.abort()  # a lane's view leaves the shared stream to its owner
         await self._stack.aclose()
 
 

@@ -12,6 +12,7 @@ from .grpc_conn import GrpcConnectConn, GrpcCreateConn
 from .http_conn import HttpConn
 from .modes import ModeInfo
 from .ws_conn import WsConn
+from .ws_lanes import WsLanes
 
 if TYPE_CHECKING:
     import aiohttp
@@ -83,6 +84,15 @@ class ClientKit:
             await self._session.close()
         if self._grpc is not None:
             await self._grpc.close()
+
+    async def shared(self) -> GrpcConnectConn | WsLanes:
+        """One connection for agents on lanes: a Connect stream or a WebSocket connection
+        (its owner closes it; each agent takes a view with ``lane``)."""
+        if self.mode.transport == "ws":
+            return await WsLanes.open(self.base, ssl=self.ssl)
+        if self._grpc is None or self.mode.transport != "grpc" or self.mode.history != "chain":
+            raise RuntimeError(f"mode {self.mode.key} has no lanes on one connection")
+        return await GrpcConnectConn(self._grpc, self.wire).open()
 
     async def conn(self) -> Conn:
         """A connection for one agent."""

@@ -32,6 +32,7 @@ from .grpc_conn import GrpcConnectConn
 from .kit import ClientKit
 from .modes import MODES
 from .ws_conn import WsConn
+from .ws_lanes import WsLanes
 
 __all__ = ["worker_main"]
 
@@ -60,8 +61,8 @@ async def _cmd_agents(cmd: AgentsCommand, progress: Callable[[], None]) -> Agent
     first_input = cmd.get("first_input") or []
     base = _base_body(cmd)
 
-    async def one(kit: ClientKit, index: int) -> AgentRun:
-        conn = await kit.conn()
+    async def one(kit: ClientKit, index: int, shared: GrpcConnectConn | WsLanes | None) -> AgentRun:
+        conn = shared.lane(f"agent-{index}") if shared is not None else await kit.conn()
         run: AgentRun | None = None
         try:
             first = list(first_input) or [
@@ -92,10 +93,15 @@ async def _cmd_agents(cmd: AgentsCommand, progress: Callable[[], None]) -> Agent
     if agents == 1:
         # Each rollout opens its own clients, so it pays its own connection setup.
         async with ClientKit(mode, server, wire) as kit:
-            runs = [await one(kit, 0)]
+            runs = [await one(kit, 0, None)]
     else:
         async with ClientKit(mode, server, None) as kit:
-            runs = list(await asyncio.gather(*(one(kit, i) for i in range(agents))))
+            shared = await kit.shared() if cmd.get("lanes") else None
+            try:
+                runs = list(await asyncio.gather(*(one(kit, i, shared) for i in range(agents))))
+            finally:
+                if shared is not None:
+                    await shared.aclose()
     t1 = time.perf_counter()
     cpu1 = os.times()
     return {

@@ -84,8 +84,6 @@ and they flatter the modes that open connections (mode 1) the most.
 
 ## What this run does not measure
 
-- Lanes: several conversations on one Connect stream or one WebSocket connection; the agents
-  above each have their own stream.
 - A lossy or congested path (see above), and TLS session resumption (every new connection
   here makes a full TLS 1.3 handshake, as a client without a session cache does).
 """
@@ -203,26 +201,49 @@ def network_figures(report: Report) -> dict[str, str]:
 
 
 def _multiplex(net: JSONObject) -> str:
-    """Connect's agents on one channel against WebSocket mode's connection each, per link."""
+    """Many agents on one link: Connect's on one channel against WebSocket mode's connection
+    each; then each mode's agents on one connection, a lane each."""
     params = net["params"]
-    rows = [r for r in net["rows"] if r.get("path") == "multiplex"]
-    if not rows:
-        return "*(no multiplexed link in this run)*"
     workload = params.get("multiplex_workload") or {}
     agents = params.get("multiplex_agents", "?")
-    lines = [
+    intro = (
         f"{agents} agents at once in one client process, each running "
         f"{workload.get('tool_turns', '?')} tool turns of "
-        f"~{workload.get('tool_output_tokens', '?')}-token outputs: Connect's agents share one "
-        "gRPC channel (one HTTP/2 connection: its flow-control windows and one TCP stream), "
-        "WebSocket mode's have a connection each; both share the link's rate. A rollout's "
-        "end to end is per agent (median over agents and repeats).",
+        f"~{workload.get('tool_output_tokens', '?')}-token outputs; every agent shares the "
+        "link's rate. A rollout's end to end is per agent (median over agents and repeats)."
+    )
+    apart = _agents_table(
+        net,
+        "multiplex",
+        "**An agent per stream or connection.** Connect's agents share one gRPC channel (one "
+        "HTTP/2 connection: its flow-control windows and one TCP stream), each on its own "
+        "stream; WebSocket mode's have a connection each.",
+    )
+    lanes = _agents_table(
+        net,
+        "lanes",
+        "**An agent per lane of one connection.** Each mode's agents share one connection, "
+        "each on its own lane (`stream_id`): one Connect stream, against one WebSocket "
+        "connection whose lanes' events interleave in one TCP stream.",
+    )
+    if apart is None and lanes is None:
+        return "*(no multiplexed link in this run)*"
+    return "\n\n".join(part for part in (intro, apart, lanes) if part)
+
+
+def _agents_table(net: JSONObject, path: str, intro: str) -> str | None:
+    params = net["params"]
+    rows = [r for r in net["rows"] if r.get("path") == path]
+    if not rows:
+        return None
+    lines = [
+        intro,
         "",
         "| link | Connect e2e s | WebSocket e2e s | Connect/WebSocket | overhead p50 ms "
         "(Connect / WebSocket) | server CPU ms/turn (Connect / WebSocket) |",
         "|---|---|---|---|---|---|",
     ]
-    for rtt, mbit in params.get("multiplex") or []:
+    for rtt, mbit in params.get(path) or []:
         here = {r["mode"]: r for r in rows if r["rtt_ms"] == rtt and r["mbit"] == mbit}
         g, w = here.get("grpc_connect"), here.get("ws_cache")
         if not g or not w:

@@ -229,6 +229,7 @@ def _network_summary(cell: CellResult) -> JSONObject:
     ]
     conditions += [("envoy", rtt, mbit) for rtt, mbit in cell.params.get("mesh") or []]
     conditions += [("multiplex", rtt, mbit) for rtt, mbit in cell.params.get("multiplex") or []]
+    conditions += [("lanes", rtt, mbit) for rtt, mbit in cell.params.get("lanes") or []]
     conditions += [("large", rtt, mbit) for rtt, mbit in cell.params.get("large") or []]
     conditions += [("llama", rtt, mbit) for rtt, mbit in cell.params.get("llama") or []]
     for path, rtt, mbit in conditions:

@@ -410,6 +410,7 @@ _PATHS = {
     "direct": "direct",
     "envoy": "Envoy",
     "multiplex": "{agents} agents",
+    "lanes": "{agents} lanes",
     "large": "large outputs",
     "llama": "llama.cpp",
 }

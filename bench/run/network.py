@@ -118,6 +118,7 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
             "mesh": [[rtt, mbit or 0] for rtt, mbit in cfg.network_mesh],
             "multiplex": [[rtt, mbit or 0] for rtt, mbit in cfg.network_multiplex],
             "multiplex_agents": cfg.network_agents,
+            "lanes": [[rtt, mbit or 0] for rtt, mbit in cfg.network_lanes],
             "large": [[rtt, mbit or 0] for rtt, mbit in cfg.network_large],
             "large_workload": runner.workload(
                 cfg.workload_spec(cfg.network_large_turns, cfg.network_large_tokens)
@@ -134,7 +135,8 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
     mesh_modes = [m for m in modes if m.transport in ("grpc", "ws") or m.key == "http_new"]
     total = (spec.tool_turns + 1) * cfg.network_repeats
     total *= len(modes) * len(conditions) + len(mesh_modes) * len(cfg.network_mesh)
-    many_turns = cfg.network_agents * (cfg.concurrency_turns + 1) * len(cfg.network_multiplex)
+    many_turns = cfg.network_agents * (cfg.concurrency_turns + 1)
+    many_turns *= len(cfg.network_multiplex) + len(cfg.network_lanes)
     total += 2 * many_turns * cfg.network_repeats
     total += 2 * (cfg.network_large_turns + 1) * cfg.network_repeats * len(cfg.network_large)
     total += (
@@ -176,7 +178,9 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
                         )
         many = [m for m in modes if m.key in ("ws_cache", "grpc_connect")]
         if cfg.network_multiplex and many:
-            _multiplex_conditions(runner, cell, many, server, direct, bar)
+            _multiplex_conditions(runner, cell, many, server, direct, bar, lanes=False)
+        if cfg.network_lanes and many:
+            _multiplex_conditions(runner, cell, many, server, direct, bar, lanes=True)
         if cfg.network_large and many:
             _large_conditions(runner, cell, many, server, direct, bar)
         if cfg.network_mesh and mesh_modes:
@@ -195,10 +199,14 @@ def _multiplex_conditions(
     server: ServerProcess,
     direct: ServerAddress,
     bar: Progress,
+    *,
+    lanes: bool,
 ) -> None:
-    """Many agents in one client process across one link: Connect's agents share one
-    channel (one HTTP/2 connection, its flow control and its TCP stream), WebSocket mode's
-    agents each have their own connection; the link's rate is shared either way."""
+    """Many agents in one client process across one link. Without ``lanes``: Connect's agents
+    share one channel (one HTTP/2 connection, its flow control and its TCP stream), each on
+    its own stream, and WebSocket mode's have a connection each. With ``lanes``: each mode's
+    agents share one connection, a lane each (one Connect stream, one WebSocket). The link's
+    rate is shared either way."""
     cfg = runner.config
     spec = cfg.workload_spec(cfg.concurrency_turns, cfg.concurrency_output_tokens)
     base: AgentsCommand = {
@@ -207,6 +215,7 @@ def _multiplex_conditions(
         "bytes": False,  # the agents' sockets are not told apart per turn
         # The server's model calls tools for the main rollout's turns: stop at this one's.
         "max_tool_turns": spec.tool_turns,
+        "lanes": lanes,
     }
     relayed_rollouts(
         runner,
@@ -216,9 +225,9 @@ def _multiplex_conditions(
         direct,
         bar,
         base,
-        cfg.network_multiplex,
-        "multiplex",
-        f"{cfg.network_agents} agents",
+        cfg.network_lanes if lanes else cfg.network_multiplex,
+        "lanes" if lanes else "multiplex",
+        f"{cfg.network_agents} {'lanes' if lanes else 'agents'}",
     )
 
 

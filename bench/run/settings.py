@@ -230,6 +230,10 @@ class CompareConfig:
         default_factory=lambda: [(20.0, None), (80.0, 10.0)]
     )
     network_agents: int = 16
+    # The same agents on one connection, a lane each (one Connect stream, one WebSocket).
+    network_lanes: list[tuple[float, float | None]] = field(
+        default_factory=lambda: [(20.0, None), (80.0, 10.0)]
+    )
     # The links measured with large tool outputs (``network_large_tokens`` a turn), for
     # WebSocket mode and Connect: an upload larger than HTTP/2's initial window.
     network_large: list[tuple[float, float | None]] = field(default_factory=lambda: [(80.0, 100.0)])

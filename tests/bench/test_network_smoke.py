@@ -126,9 +126,11 @@ def test_every_transport_completes_its_turns_through_the_relay(
     # Several agents at once across one link: Connect's on one channel, WebSocket's apart.
     agents = cell["params"]["multiplex_agents"]
     for mode in ("ws_cache", "grpc_connect"):
-        runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "multiplex"]
-        assert runs and all(r["statuses"] == ["completed"] for r in runs), mode
-        assert sum(len(r["e2e_s"]) for r in runs) == agents, mode
+        # An agent per stream or connection, then an agent per lane of one connection.
+        for path in ("multiplex", "lanes"):
+            runs = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == path]
+            assert runs and all(r["statuses"] == ["completed"] for r in runs), (mode, path)
+            assert sum(len(r["e2e_s"]) for r in runs) == agents, (mode, path)
         # A tool output larger than HTTP/2's initial flow-control window, across the link.
         large = [r for r in cell["runs"] if r["mode"] == mode and r["path"] == "large"]
         assert large and all(r["statuses"] == ["completed"] for r in large), mode
