@@ -287,10 +287,11 @@ def test_what_follows_a_run_waits_until_its_task_is_done() -> None:
     # Its terminal event goes out now: a steer finds it ended, the next create is held.
     (late,) = _emitted(machine.steer("resp_1", "x", STEERING))
     assert late["error"]["code"] == "response_already_completed"
-    assert _refused(machine.cancel("a", None))[0].error.code == "response_not_found"
+    # Its run is still finishing; the next one has not started.
+    assert _refused(machine.cancel("a", None, run_id=None))[0].error.code == "response_not_found"
     (follows,) = _started(machine.done(first.number, RunEnd("completed")))
     assert follows.request.name == "next"
-    assert machine.cancel("a", None) == [CancelRun(follows.number)]
+    assert machine.cancel("a", None, run_id="resp_2") == [CancelRun(follows.number)]
 
 
 def test_appends_go_to_the_lanes_running_response_or_are_refused() -> None:
@@ -329,16 +330,20 @@ def test_an_inject_is_offered_to_a_waiting_response_and_acknowledged() -> None:
 
 def test_a_cancel_names_the_lanes_running_response_or_is_refused() -> None:
     machine = _machine()
-    (idle,) = _refused(machine.cancel("a", None))
+    (idle,) = _refused(machine.cancel("a", None, run_id=None))
     assert (idle.error.code, idle.error.status, idle.error.param) == (
         "response_not_found",
         404,
         "response_id",
     )
     ticket = _run(machine, "a", "resp_1")
-    assert _refused(machine.cancel("a", "resp_other"))[0].error.code == "response_not_found"
-    assert machine.cancel("a", "resp_1") == [CancelRun(ticket.number)]
-    assert machine.cancel("a", None) == [CancelRun(ticket.number)]
+    other = machine.cancel("a", "resp_other", run_id="resp_1")
+    assert _refused(other)[0].error.code == "response_not_found"
+    assert machine.cancel("a", "resp_1", run_id="resp_1") == [CancelRun(ticket.number)]
+    assert machine.cancel("a", None, run_id="resp_1") == [CancelRun(ticket.number)]
+    # Before its response.created, by the id its run already has (a retried key's).
+    (early,) = _started(_create(machine, "b"))
+    assert machine.cancel("b", "resp_keyed", run_id="resp_keyed") == [CancelRun(early.number)]
 
 
 def test_at_the_end_of_input_the_runs_waiting_for_tool_outputs_end() -> None:

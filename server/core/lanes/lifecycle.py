@@ -256,10 +256,15 @@ class LaneMachine(Generic[Request]):
         lane_id = ticket.lane if ticket is not None else ""
         return [Emit(lane_id, inject_created(response_id, self._steers.next_seq()))]
 
-    def cancel(self, lane_id: str, response_id: str | None) -> list[Action[Request]]:
-        """``response.cancel``: the lane's running response (``response_id``, if given)."""
+    def cancel(
+        self, lane_id: str, response_id: str | None, *, run_id: str | None
+    ) -> list[Action[Request]]:
+        """``response.cancel``: the lane's running response (``response_id``, if given).
+        ``run_id``: the id its run has now (before its ``response.created`` too: a retried
+        create takes the id its idempotency key names, which the client may know)."""
         ticket = self._started(self._lanes.get(lane_id))
-        if ticket is None or (response_id is not None and response_id != ticket.response_id):
+        named = response_id is not None and response_id != run_id
+        if ticket is None or run_id is None or named:
             error = ApiError(
                 f"No in-flight response '{response_id or ''}' on this stream to cancel.",
                 code="response_not_found",

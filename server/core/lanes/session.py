@@ -26,6 +26,7 @@ from bidi_responses.schema import Item, JSONValue, ServerEvent
 from ...config import StreamingConfig
 from ..api.client_events import (
     AppendEvent,
+    CancelEvent,
     ClientEvent,
     CreateEvent,
     EventRefused,
@@ -274,7 +275,7 @@ class Session:
             elif isinstance(event, InjectEvent):
                 await self._inject(event, answers)
             else:
-                await self.apply(machine.cancel(event.lane, event.response_id), answers)
+                await self._cancel(event, answers)
         except Exception:
             # A server fault, not the client's: logged with its traceback; the client gets a
             # generic 500 without exception text, and the stream goes on.
@@ -342,6 +343,12 @@ class Session:
         await self.apply(
             self.machine.inject(event.response_id, event.input, waiting=waiting), answers
         )
+
+    async def _cancel(self, event: CancelEvent, answers: Mapping[str, object]) -> None:
+        ticket = self.machine.running(event.lane)
+        run = self._started.get(ticket.number) if ticket is not None else None
+        run_id = run.id if run is not None else None
+        await self.apply(self.machine.cancel(event.lane, event.response_id, run_id=run_id), answers)
 
     # -- carrying out the machine's actions --------------------------------------------------
 
