@@ -1,4 +1,4 @@
-"""HTTP continuations from recent state (``server/core/lanes/recent.py``).
+"""HTTP continuations from recent state (``server/core/conversation/recent.py``).
 
 A stored response made over HTTP leaves its rendered state in the process; a continuation
 naming it (over HTTP or a new stream) starts from that state instead of the stored chain. The
