@@ -10,19 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import cast
 
-from bidi_responses.schema import Item, JSONObject, JSONValue
+from bidi_responses.schema import Item, JSONObject
 
 from ..api.requests import CreateRequest
 
 
 @dataclass(frozen=True, slots=True)
 class LaneCreate:
-    """A checked create and what its run is given: ``body`` (the run checks the body as
-    sent, ``runs.runner.ResponseRun``) and when it arrived (None: a successor, timed when it
-    starts)."""
+    """A checked create and what its run is given besides: the client event it answers
+    (``event_id``; None: a successor, which answers none) and when it arrived (None: a
+    successor, timed when it starts)."""
 
     request: CreateRequest
-    body: JSONObject
+    event_id: str | None
     received: float | None
 
     @property
@@ -40,13 +40,4 @@ class LaneCreate:
             idempotency_key=None,
             generate=True,
         )
-        # The same, as the body its run is given.
-        body: JSONObject = {
-            **self.body,
-            "input": cast(JSONValue, steering),
-            "previous_response_id": response_id,
-            "idempotency_key": None,
-            "generate": True,
-            "event_id": None,
-        }
-        return LaneCreate(request, body, None)
+        return LaneCreate(request, None, None)

@@ -304,7 +304,8 @@ class Session:
         except ApiError:
             self._refuse_create(lane, body, received)
             return
-        await self.apply(self.machine.create(event.lane, LaneCreate(request, body, received)))
+        create = LaneCreate(request, event.event_id, received)
+        await self.apply(self.machine.create(event.lane, create))
 
     def _refuse_create(self, lane: Lane, body: dict[str, JSONValue], received: float) -> None:
         """Refuse an invalid create now, out of its lane's turn, through its run's own checks
@@ -411,7 +412,7 @@ class Session:
         run = ResponseRun(
             self.deps,
             lane,
-            dict(create.body),  # the run's own (it takes the event_id out)
+            create.request,
             link,
             self.transport,
             time.perf_counter() if create.received is None else create.received,
@@ -419,6 +420,7 @@ class Session:
             hooks=link,
             steering=steering,
             streaming=self.streaming,
+            event_id=create.event_id,
         )
         self._started[ticket.number] = run
         lane.inflight = run

@@ -82,7 +82,7 @@ class ResponseRun:
         self,
         deps: RunDeps,
         lane: Lane,
-        body: JSONObject,
+        create: CreateRequest | JSONObject,
         emit: Emit,
         transport: str,
         received: float,
@@ -91,6 +91,7 @@ class ResponseRun:
         hooks: RunHooks | None = None,
         steering: list[Item] | None = None,
         streaming: StreamingConfig | None = None,
+        event_id: str | None = None,
     ) -> None:
         self.deps = deps
         # How engine output becomes deltas (the stream's delta window, if its client chose one).
@@ -112,10 +113,15 @@ class ResponseRun:
         self.caller = caller
         self.tenant = caller.tenant
         self.quota_key = caller.quota_key
+        # The create: typed when it arrived (a stream's lane checked it then), or the body as
+        # sent (checked by ``run``, after the admission checks, so those are said first).
+        self.request = create if isinstance(create, CreateRequest) else None
+        self.body: JSONObject = {} if isinstance(create, CreateRequest) else create
+        if self.request is None:
+            event_id = self.body.pop("event_id", None)
         # Client event id, echoed by an error about this request.
-        event_id = body.pop("event_id", None)
         self.event_id = event_id if isinstance(event_id, str) else None
-        self.body = body
+        model = self.request.model if self.request is not None else self.body.get("model")
         self.emit = emit
         self.transport = transport
         self.id = new_id("resp")
@@ -131,12 +137,16 @@ class ResponseRun:
         self.prompt: Prompt | None = None
         # The structured-output format in canonical form, taken once for every segment.
         self.output_format: JSONObject | None = None
-        self.metrics = ResponseMetrics(deps.metrics, transport, body.get("model"), received)
+        self.metrics = ResponseMetrics(deps.metrics, transport, model, received)
 
     @property
     def answers(self) -> dict[str, str | None]:
         """What an error about this create says it answers (see ``error_event``)."""
-        previous = self.body.get("previous_response_id")
+        previous = (
+            self.request.previous_response_id
+            if self.request is not None
+            else self.body.get("previous_response_id")
+        )
         return {
             "request_type": "response.create",
             "event_id": self.event_id,
@@ -195,7 +205,7 @@ class ResponseRun:
             try:
                 deps.state.admit()
                 deps.limiter.admit_request(self.quota_key)
-                request = self.lane.parse(self.body, deps.config.limits)
+                request = self.request or self.lane.parse(self.body, deps.config.limits)
                 if request.idempotency_key is not None and await self._replayed(request):
                     return
                 deps.post.admit(request.store)  # 503 storage_unavailable while the disk is down
