@@ -37,7 +37,16 @@ import tiktoken
 from bidi_responses.schema import Item, JSONObject, JSONValue, part_text
 
 from ..api.jsonshape import canonical_json
-from . import tokenizer
+from .tokenizer import (
+    CALL,
+    CHANNEL,
+    END,
+    MAX_PIECE_CHARS,
+    MESSAGE,
+    START,
+    bounded_encoder,
+    encode_parts,
+)
 
 TokenArray: TypeAlias = "array[int]"  # array('I') of token ids
 #: What ``common_prefix`` compares: token arrays, or rendered texts.
@@ -67,14 +76,14 @@ class Renderer:
         encoding: tiktoken.Encoding,
         open_compaction: Callable[[str], str] | None = None,
         *,
-        max_piece_chars: int = tokenizer.MAX_PIECE_CHARS,
+        max_piece_chars: int = MAX_PIECE_CHARS,
     ) -> None:
         self._encoding = encoding
         # Token -> summary text, for compaction items (None: they cannot be rendered).
         self._open_compaction = open_compaction
         # encode_ordinary in time linear in the text (tokenizer.encode_bounded): a long run
         # without a piece boundary costs no more than ordinary text.
-        self._encode = tokenizer.bounded_encoder(encoding, max_piece_chars)
+        self._encode = bounded_encoder(encoding, max_piece_chars)
         self._max_piece_chars = max_piece_chars
         self._header = lru_cache(maxsize=4096)(self._render_header)
 
@@ -84,10 +93,10 @@ class Renderer:
         return self._encoding
 
     def _render_header(self, header: str, channel: str | None) -> tuple[int, ...]:
-        ids = [tokenizer.START, *self._encode(header)]
+        ids = [START, *self._encode(header)]
         if channel is not None:
-            ids += [tokenizer.CHANNEL, *self._encode(channel)]
-        ids.append(tokenizer.MESSAGE)
+            ids += [CHANNEL, *self._encode(channel)]
+        ids.append(MESSAGE)
         return tuple(ids)
 
     def _block(self, out: TokenArray, header: str, channel: str | None, body: str, end: int) -> int:
@@ -96,7 +105,7 @@ class Renderer:
         if len(body) <= self._max_piece_chars:
             out.extend(self._encode(body))
         else:  # segment by segment: a huge body never becomes one list
-            for part in tokenizer.encode_parts(self._encoding, body, self._max_piece_chars):
+            for part in encode_parts(self._encoding, body, self._max_piece_chars):
                 out.extend(part)
         out.append(end)
         return len(out) - start
@@ -110,13 +119,13 @@ class Renderer:
         """The tokens before the first item: instructions, tool definitions, output format."""
         out: TokenArray = array("I")
         if instructions:
-            self._block(out, "system", None, instructions, tokenizer.END)
+            self._block(out, "system", None, instructions, END)
         if tools:
             spec = orjson.dumps(canonical_json(tools)).decode()
-            self._block(out, "developer", None, "# Tools\n" + spec, tokenizer.END)
+            self._block(out, "developer", None, "# Tools\n" + spec, END)
         if response_format:
             spec = orjson.dumps(canonical_json(response_format)).decode()
-            self._block(out, "developer", None, "# Response Formats\n" + spec, tokenizer.END)
+            self._block(out, "developer", None, "# Response Formats\n" + spec, END)
         return out
 
     def render_item(self, item: Item, call_names: Mapping[str, str], out: TokenArray) -> int:
@@ -125,38 +134,32 @@ class Renderer:
             text = "".join(part_text(part) for part in item["content"])
             role = item["role"]
             if role == "assistant":
-                return self._block(out, "assistant", "final", text, tokenizer.END)
-            return self._block(out, role, None, text, tokenizer.END)
+                return self._block(out, "assistant", "final", text, END)
+            return self._block(out, role, None, text, END)
         if item["type"] == "function_call":
             header = f"assistant to=functions.{item['name']}"
-            return self._block(out, header, "commentary json", item["arguments"], tokenizer.CALL)
+            return self._block(out, header, "commentary json", item["arguments"], CALL)
         if item["type"] == "function_call_output":
             name = call_names.get(item["call_id"], "unknown")
             header = f"functions.{name} to=assistant"
-            return self._block(out, header, "commentary", item["output"], tokenizer.END)
+            return self._block(out, header, "commentary", item["output"], END)
         if item["type"] == "reasoning":
             text = "\n".join(part["text"] for part in item.get("summary", ()))
-            return self._block(out, "assistant", "analysis", text, tokenizer.END)
+            return self._block(out, "assistant", "analysis", text, END)
         if item["type"] == "custom_tool_call":
             header = f"assistant to=functions.{item.get('name', '')}"
-            return self._block(
-                out, header, "commentary", str(item.get("input", "")), tokenizer.CALL
-            )
+            return self._block(out, header, "commentary", str(item.get("input", "")), CALL)
         if item["type"] == "custom_tool_call_output":
             name = call_names.get(str(item.get("call_id", "")), "unknown")
             header = f"functions.{name} to=assistant"
-            return self._block(
-                out, header, "commentary", str(item.get("output", "")), tokenizer.END
-            )
+            return self._block(out, header, "commentary", str(item.get("output", "")), END)
         if item["type"] == "compaction":
             if self._open_compaction is None:
                 raise ValueError("this renderer has no compaction key")
             summary = self._open_compaction(item["encrypted_content"])
-            return self._block(
-                out, "developer", None, "# Compacted conversation\n" + summary, tokenizer.END
-            )
+            return self._block(out, "developer", None, "# Compacted conversation\n" + summary, END)
         body = orjson.dumps(canonical_json(item)).decode()
-        return self._block(out, "developer", None, body, tokenizer.END)
+        return self._block(out, "developer", None, body, END)
 
     def render_whole(
         self,
