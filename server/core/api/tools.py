@@ -15,13 +15,12 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue, ToolChoice, ToolChoiceMode
 
 from ...config import Limits
-from ...engines.base import FunctionSpec
 from .errors import invalid, missing, shown
 from .jsonshape import canonical_json
 
@@ -30,7 +29,14 @@ if TYPE_CHECKING:
 
     from bidi_responses.v1.responses_pb2 import Tool
 
-    from ..rendering.render import Renderer
+
+class PrefixRenderer(Protocol):
+    """What ``ToolSet.prefix_tokens`` asks of a renderer (``core.rendering``'s ``Renderer``)."""
+
+    def render_prefix(self, instructions: str | None, tools: list[JSONObject]) -> array[int]:
+        """The tokens of the instructions and tool definitions."""
+        ...
+
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
@@ -39,6 +45,14 @@ _TOOL_CHOICE_MODES: dict[str, ToolChoiceMode] = {
     "auto": "auto",
     "required": "required",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    """A callable function tool as the engine sees it (name and JSON-schema parameters)."""
+
+    name: str
+    parameters: JSONObject
 
 
 class ToolList(list[JSONObject]):
@@ -76,7 +90,7 @@ class ToolSet:
     #: that gRPC (Struct) and JSON clients sample alike.
     functions: tuple[FunctionSpec, ...]
     #: Rendered tools per live renderer (one per chat format), see ``prefix_tokens``.
-    _prefix_tokens: weakref.WeakKeyDictionary[Renderer, array[int]] = field(
+    _prefix_tokens: weakref.WeakKeyDictionary[PrefixRenderer, array[int]] = field(
         default_factory=weakref.WeakKeyDictionary, compare=False, repr=False
     )
 
@@ -101,7 +115,7 @@ class ToolSet:
         """The tools as ``Tool`` messages (the gRPC echo), converted once."""
         return self.tools.protobuf()
 
-    def prefix_tokens(self, renderer: Renderer) -> array[int]:
+    def prefix_tokens(self, renderer: PrefixRenderer) -> array[int]:
         """The tokens ``renderer`` writes for these tools at the start of a prompt, rendered
         once per renderer: the tools section of the generic format, the developer message of
         harmony (which renders instructions and tools as one unit, here without instructions).
