@@ -71,9 +71,7 @@ class StreamSession(Protocol):
         """Warn before, and end the stream at, the connection age limit."""
         ...
 
-    async def handle_event(
-        self, event: ClientEvent, received: float | None = None, raw: JSONValue = None
-    ) -> None:
+    async def handle_event(self, event: ClientEvent, received: float | None = None) -> None:
         """Act on one client event."""
         ...
 

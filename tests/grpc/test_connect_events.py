@@ -4,6 +4,7 @@ builds, then the core's JSON parser), message by message."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,7 +19,6 @@ from bidi_responses.codec import (
 from bidi_responses.schema import JSONValue
 from bidi_responses.server.config import Limits
 from bidi_responses.server.core.api.client_events import (
-    CreateEvent,
     EventRefused,
     parse_json_event,
 )
@@ -111,7 +111,12 @@ def _json_path(request: pb.ConnectRequest, limits: Limits) -> tuple[str, Any]:
             refused.lane,
             error_event(error.status, error.to_error_object(), answers_to(event)),
         )
-    return "typed", (typed, answers_to(event))
+    return "typed", (typed, _shown(typed.answers))
+
+
+def _shown(answers: Mapping[str, object]) -> dict[str, object]:
+    """What an error event says it answers (``error_event`` drops what is unset)."""
+    return {key: value for key, value in answers.items() if isinstance(value, str) and value}
 
 
 def _direct(request: pb.ConnectRequest, limits: Limits) -> tuple[str, Any]:
@@ -121,12 +126,7 @@ def _direct(request: pb.ConnectRequest, limits: Limits) -> tuple[str, Any]:
         return "refused", (decoded.lane, decoded.event())
     assert isinstance(decoded, Incoming)
     typed = decoded.event
-    answering = decoded.raw
-    if answering is None:
-        # The session answers for a typed create from its body (Session._answers_for).
-        assert isinstance(typed, CreateEvent)
-        answering = {"type": "response.create", **typed.body}
-    return "typed", (typed, answers_to(answering))
+    return "typed", (typed, _shown(typed.answers))
 
 
 @pytest.mark.parametrize("name", list(REQUESTS))

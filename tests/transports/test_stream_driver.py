@@ -65,7 +65,7 @@ class MemoryWire:
 
     def decode(self, message: JSONValue) -> Incoming | Refusal | None:
         try:
-            return Incoming(parse_json_event(message, self.limits), message)
+            return Incoming(parse_json_event(message, self.limits))
         except EventRefused as refused:
             return Refusal(refused.lane, refused.error, answers_to(message))
 

@@ -8,6 +8,7 @@ from .client_events import (
     ClientEvent,
     CreateEvent,
     EventRefused,
+    answering,
     lane_named,
     parse_json_event,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "ClientEvent",
     "CreateEvent",
     "EventRefused",
+    "answering",
     "check_json_shape",
     "lane_named",
     "not_found",

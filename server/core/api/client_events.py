@@ -9,8 +9,8 @@ problems are answered with ``response.steer.failed`` rather than an ``error`` ev
 
 Each event says what an error answering it names (``answers``: the event's type, the client's
 ``event_id`` and the response it concerns). A create's ``event_id`` is in its body (the run's
-own errors answer it too); an append's or a cancel's is in what its transport hands the
-session beside it (``handle_event``'s ``raw``); a steer or an inject takes none.
+own errors answer it too); an append or a cancel carries its own; a steer or an inject takes
+none (their answers name their target).
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ _STEER_PART_TYPES = frozenset({"input_text", "input_image", "input_file"})
 Answers: TypeAlias = dict[str, str | None]
 
 
-def _answers(kind: str, event_id: str | None, response_id: str | None) -> Answers:
+def answering(kind: str, event_id: str | None, response_id: str | None) -> Answers:
+    """What an error answering a ``kind`` event names (also for an event refused before it
+    could be typed)."""
     return {"request_type": kind, "event_id": event_id, "response_id": response_id}
 
 
@@ -65,7 +67,7 @@ class CreateEvent:
     def answers(self) -> Answers:
         previous = self.body.get("previous_response_id")
         parent = previous if isinstance(previous, str) else None
-        return _answers("response.create", self.event_id, parent)
+        return answering("response.create", self.event_id, parent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +77,11 @@ class AppendEvent:
     lane: str
     response_id: str
     input: JSONValue
+    event_id: str | None = None
 
     @property
     def answers(self) -> Answers:
-        return _answers("response.append", None, self.response_id)
+        return answering("response.append", self.event_id, self.response_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +90,11 @@ class CancelEvent:
 
     lane: str
     response_id: str | None
+    event_id: str | None = None
 
     @property
     def answers(self) -> Answers:
-        return _answers("response.cancel", None, self.response_id)
+        return answering("response.cancel", self.event_id, self.response_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,7 @@ class SteerEvent:
 
     @property
     def answers(self) -> Answers:
-        return _answers("response.steer", None, self.previous_response_id)
+        return answering("response.steer", None, self.previous_response_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,7 @@ class InjectEvent:
 
     @property
     def answers(self) -> Answers:
-        return _answers("response.inject", None, self.response_id)
+        return answering("response.inject", None, self.response_id)
 
 
 ClientEvent: TypeAlias = CreateEvent | AppendEvent | CancelEvent | SteerEvent | InjectEvent
@@ -195,11 +199,11 @@ def parse_client_event(event: JSONObject, limits: Limits) -> ClientEvent:
     if kind == "response.create":
         return CreateEvent(lane, {k: v for k, v in event.items() if k not in ("type", "stream_id")})
     if kind == "response.append":
-        return AppendEvent(lane, _response_id(event), event.get("input"))
+        return AppendEvent(lane, _response_id(event), event.get("input"), _event_id(event))
     if kind == "response.cancel":
         response_id = event.get("response_id")
         given = response_id if isinstance(response_id, str) and response_id else None
-        return CancelEvent(lane, given)
+        return CancelEvent(lane, given, _event_id(event))
     if kind is None:
         raise ApiError(
             "Missing required parameter: 'type'.", code="missing_required_parameter", param="type"
@@ -318,3 +322,9 @@ def _steer_input_problem(raw: JSONValue) -> str | None:
                     "input_image or input_file."
                 )
     return None
+
+
+def _event_id(event: JSONObject) -> str | None:
+    """The client's ``event_id`` (echoed by errors that answer the event), if a string."""
+    event_id = event.get("event_id")
+    return event_id if isinstance(event_id, str) and event_id else None

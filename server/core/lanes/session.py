@@ -245,7 +245,7 @@ class Session:
         except EventRefused as refused:
             await self.refuse(refused, event)
             return
-        await self.handle_event(typed, received, event)
+        await self.handle_event(typed, received)
 
     async def refuse(self, refused: EventRefused, event: JSONValue = None) -> None:
         """Answer a client event that could not be typed (``event``: as sent, if known)."""
@@ -257,12 +257,10 @@ class Session:
             )
         await self._error(refused.lane, refused.error, answers_to(event))
 
-    async def handle_event(
-        self, event: ClientEvent, received: float | None = None, raw: JSONValue = None
-    ) -> None:
-        """Act on one typed client event (``raw``: the event as sent, for error answers)."""
+    async def handle_event(self, event: ClientEvent, received: float | None = None) -> None:
+        """Act on one typed client event (which says what an error about it answers)."""
         received = time.perf_counter() if received is None else received
-        answers = answers_to(raw) if raw is not None else event.answers
+        answers = event.answers
         machine = self.machine
         try:
             if isinstance(event, CreateEvent):

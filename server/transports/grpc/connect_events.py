@@ -11,6 +11,7 @@ that sets no event are rarer, and take WebSocket mode's shape through the one JS
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import cast
 
 from bidi_responses.codec import inject_to_dict, item_to_dict, params_to_dict, steer_to_dict
@@ -24,6 +25,7 @@ from ...core.api import (
     CancelEvent,
     CreateEvent,
     EventRefused,
+    answering,
     check_json_shape,
     lane_named,
     parse_json_event,
@@ -60,39 +62,39 @@ def _create(request: pb.ConnectRequest, tool_keys: Sequence[bytes] | None) -> In
         check_json_shape(body)
         lane = lane_named(request.stream_id)
     except ApiError as error:
-        return Refusal("", error, answers_to({"type": "response.create", **body}))
-    # Its errors answer the body's event_id and previous_response_id (Session._answers_for).
+        return Refusal("", error, CreateEvent("", body).answers)
+    # Its errors answer the body's event_id and previous_response_id (CreateEvent.answers).
     return Incoming(CreateEvent(lane, body))
 
 
 def _append(request: pb.ConnectRequest) -> Incoming | Refusal:
     append = request.response_append
-    answering = _answering(request, "response.append", append.response_id)
+    event_id = request.event_id or None
+    answers = answering("response.append", event_id, append.response_id or None)
     items: list[JSONValue] = [cast(JSONValue, item_to_dict(i)) for i in append.input]
     try:
         # As the JSON event nests them: the items at level 2, named input[i].
         check_json_shape({"input": items})
         lane = lane_named(request.stream_id)
     except ApiError as error:
-        return Refusal("", error, answers_to(answering))
+        return Refusal("", error, answers)
     if not append.response_id:
         missing = ApiError(
             "Missing required parameter: 'response_id'.",
             code="missing_required_parameter",
             param="response_id",
         )
-        return Refusal(lane, missing, answers_to(answering))
-    return Incoming(AppendEvent(lane, append.response_id, items), answering)
+        return Refusal(lane, missing, answers)
+    return Incoming(AppendEvent(lane, append.response_id, items, event_id))
 
 
 def _cancel(request: pb.ConnectRequest) -> Incoming | Refusal:
-    response_id = request.response_cancel.response_id
-    answering = _answering(request, "response.cancel", response_id)
+    event = CancelEvent("", request.response_cancel.response_id or None, request.event_id or None)
     try:
         lane = lane_named(request.stream_id)
     except ApiError as error:
-        return Refusal("", error, answers_to(answering))
-    return Incoming(CancelEvent(lane, response_id or None), answering)
+        return Refusal("", error, event.answers)
+    return Incoming(replace(event, lane=lane))
 
 
 def _as_json(request: pb.ConnectRequest, kind: str | None, limits: Limits) -> Incoming | Refusal:
@@ -112,17 +114,9 @@ def _as_json(request: pb.ConnectRequest, kind: str | None, limits: Limits) -> In
     if kind is None and request.event_id:
         event["event_id"] = request.event_id
     try:
-        return Incoming(parse_json_event(event, limits), event)
+        return Incoming(parse_json_event(event, limits))
     except EventRefused as refused:
         return Refusal(refused.lane, refused.error, answers_to(event), refused.__cause__)
-
-
-def _answering(request: pb.ConnectRequest, kind: str, response_id: str) -> JSONObject:
-    """The fields of an append or cancel that its errors answer (``record.answers_to``)."""
-    answering: JSONObject = {"type": kind, "response_id": response_id}
-    if request.event_id:
-        answering["event_id"] = request.event_id
-    return answering
 
 
 def _answers(request: pb.ConnectRequest, kind: str | None) -> dict[str, object]:

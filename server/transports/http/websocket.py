@@ -85,7 +85,7 @@ class WebSocketWire:
             # The socket always streams; clients (Codex, the SDK examples) still send it.
             event.pop("stream", None)
         try:
-            return Incoming(parse_json_event(event, self._limits), event)
+            return Incoming(parse_json_event(event, self._limits))
         except EventRefused as refused:
             return Refusal(refused.lane, refused.error, answers_to(event), refused.__cause__)
 

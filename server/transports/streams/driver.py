@@ -164,7 +164,7 @@ class StreamDriver(Generic[Message, Frame]):
                     await self._refuse(decoded)
                 continue
             try:
-                await session.handle_event(decoded.event, received, decoded.raw)
+                await session.handle_event(decoded.event, received)
             finally:
                 budget.release(size)
             del decoded

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from bidi_responses.schema import ErrorEvent, JSONValue
+from bidi_responses.schema import ErrorEvent
 
 from ...core.api import ApiError, ClientEvent
 from ...core.runs import OutEvent, error_event
@@ -19,11 +19,9 @@ from ...core.runs import OutEvent, error_event
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A decoded client message: the typed event, and what its errors answer (the event as
-    sent, or the few fields ``record.answers_to`` reads; None: the typed event says it)."""
+    """A decoded client message: the typed event (which says what its errors answer)."""
 
     event: ClientEvent
-    raw: JSONValue = None
 
 
 @dataclass(frozen=True, slots=True)
