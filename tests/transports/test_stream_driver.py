@@ -18,6 +18,7 @@ from bidi_responses.server.config import Limits
 from bidi_responses.server.core import TransportNaming, TransportPort
 from bidi_responses.server.core.api import ApiError, EventRefused, parse_json_event
 from bidi_responses.server.core.lanes import StreamNaming
+from bidi_responses.server.core.lanes.session import Session
 from bidi_responses.server.core.observability import Counters
 from bidi_responses.server.core.runs import OutEvent, answers_to
 from bidi_responses.server.core.tenancy import ANONYMOUS
@@ -267,6 +268,7 @@ async def test_an_idle_stream_keeps_no_event_it_sent(
     )
     await wire.inbox.put(create())
     await wire.until("response.completed")
+    assert isinstance(session, Session)
     assert session.quiet  # idle: the writer waits for the next event
     assert _live_terminal_events() == []
     await wire.inbox.put(None)
