@@ -139,7 +139,7 @@ def read_prompt(prompt: Sequence[int], encoding: tiktoken.Encoding) -> PromptFac
                         facts.response_format = value
                     continue
         in_prefix = False
-        # One conversation item: update the counts as ``core.lanes.state`` does.
+        # One conversation item: update the counts as ``core.conversation.state`` does.
         is_call = role.startswith("assistant to=functions.") and channel == "commentary json"
         is_model = role.startswith("assistant")
         if is_model and not last_model:

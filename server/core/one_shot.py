@@ -77,7 +77,7 @@ class OneShotOps:
     # -- POST /v1/responses/compact ------------------------------------------------------------
 
     async def compact(
-        self, raw: JSONValue, transport: str = "http", caller: Caller = ANONYMOUS
+        self, raw: JSONValue, transport: str, caller: Caller = ANONYMOUS
     ) -> CompactionResponse:
         """Compact a conversation: its user messages, then one sealed ``compaction`` item.
 

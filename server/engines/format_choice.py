@@ -28,7 +28,7 @@ def build_format(
     settings: TemplateSettings | None = None,
 ) -> ChatFormat:
     """The chat format called ``name`` over the tiktoken ``encoding``; ``open_compaction``
-    turns a compaction item's sealed content back into its summary (``core.compaction``).
+    turns a compaction item's sealed content back into its summary (``core.runs.compaction``).
     ``"template"`` needs ``settings``: where the model's tokenizer and template are."""
     if name == "template":
         from .template_format import build_template_format

@@ -2,8 +2,8 @@
 
 The token-level completions API takes the whole prompt with every request, and a conversation's
 prompt only grows: each turn appends its new input (and the model's output) to the same token
-array (``core.lanes.state``). Writing it as JSON from scratch boxes every id into a Python int
-first (orjson cannot read an ``array``): at 18k tokens that is ~0.3 ms of every turn,
+array (``core.conversation.state``). Writing it as JSON from scratch boxes every id into a
+Python int first (orjson cannot read an ``array``): at 18k tokens that is ~0.3 ms of every turn,
 proportional to the history. ``PromptJson`` keeps, per token array, a copy of the ids it wrote
 and their text; the next prompt whose beginning equals that copy (one ``memcmp``) writes only
 its new ids and joins them to the kept text. Any other prompt is written in full, so the text

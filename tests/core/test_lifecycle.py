@@ -125,7 +125,7 @@ def test_named_lanes_are_counted_as_the_hosted_mode_counts_them() -> None:
     _ended(machine, _run(machine, "", "resp_default").number, "completed")
     _ended(machine, _run(machine, "a", "resp_a2").number, "completed")
     (refused,) = _refused(_create(machine, "c"))
-    assert refused.error.code == "websocket_stream_limit_reached"
+    assert refused.error.code == "stream_limit_reached"
     assert refused.error.param == "stream_id"
     assert "c" not in machine.lanes
 
@@ -372,7 +372,7 @@ def test_admission_opens_and_counts_a_lane_before_its_create_is_checked() -> Non
     assert machine.admit("a") == []
     assert machine.lanes == ["a"]
     (over,) = _refused(machine.admit("b"))
-    assert over.error.code == "websocket_stream_limit_reached"
+    assert over.error.code == "stream_limit_reached"
     _run(machine, "a", "resp_1")
     (full,) = _refused(machine.admit("a"))
     assert (full.error.code, full.error.status) == ("too_many_queued_responses", 429)

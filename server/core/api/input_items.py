@@ -35,7 +35,7 @@ _PART_TYPES = ("input_text", "output_text", "refusal", "input_image")
 # Item kinds that real clients send and the server carries along without a typed case.
 _PASSTHROUGH_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "additional_tools"})
 # Opaque items: their only content is a server-sealed token, which the core checks against the
-# server key before the item is rendered (``core.compaction``).
+# server key before the item is rendered (``core.runs.compaction``).
 _OPAQUE_ITEMS = frozenset({"compaction"})
 # Closed sets of the hosted API: anything else is refused, never carried along silently.
 _ITEM_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
@@ -107,7 +107,7 @@ def normalize_opaque_item(
     """A ``compaction`` item: ``encrypted_content`` (required) and an optional ``id``.
 
     The token's integrity is checked against the server key before the item is rendered
-    (``core.compaction``); here only its shape.
+    (``core.runs.compaction``); here only its shape.
     """
     max_chars = limits.max_item_chars
     content = text(entry.get("encrypted_content"), f"{where}.encrypted_content", max_chars)

@@ -1,6 +1,6 @@
-"""A stream's conversations: the session (one per stream) and its lanes, the sans-I/O lane
-machine that orders their creates and steers, the per-stream cache, and what a continuation
-resumes from."""
+"""A stream's conversations: the session (one per stream, its I/O) and the sans-I/O lane
+machine that owns its lanes' rules (the order of their creates, steers, appends, injects and
+cancels), with the outbound queue the transport reads."""
 
 from .naming import StreamNaming
 

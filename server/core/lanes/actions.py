@@ -21,8 +21,8 @@ class LaneLimits:
     max_queued: int = 256
     max_named_lanes: int = 32
     max_pending_steers: int = 16
-    # The error code past ``max_named_lanes`` (WebSocket mode's own name on that wire).
-    lane_limit_code: str = "websocket_stream_limit_reached"
+    # The error code past ``max_named_lanes`` (each transport names it: ``StreamNaming``).
+    lane_limit_code: str = "stream_limit_reached"
 
 
 class LaneRequest(Protocol):

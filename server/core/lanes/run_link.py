@@ -32,7 +32,7 @@ class Stream(Protocol):
 
 
 class RunLink:
-    """One run's emit (``runs.streaming.Emit``) and hooks, bound to its lane and ticket."""
+    """One run's emit (``runs.output_items.Emit``) and hooks, bound to its lane and ticket."""
 
     __slots__ = ("_lane", "_number", "_session")
 

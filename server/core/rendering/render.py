@@ -12,7 +12,7 @@ The format (special tokens in angle brackets, everything else ordinary text)::
     <|start|>developer<|message|># Compacted conversation\n{summary}<|end|>     compaction item
     <|start|>developer<|message|># Response Formats\n{format as JSON}<|end|>  structured output
 
-A ``compaction`` item renders as the summary its sealed token carries (``core.compaction``);
+A ``compaction`` item renders as the summary its sealed token carries (``core.runs.compaction``);
 a structured-output format renders in the prefix, after the tools.
 
 The engine appends ``<|start|>assistant`` itself before sampling.
@@ -68,7 +68,7 @@ class Renderer:
     #: The chat format this renderer writes; tokens of different formats never mix.
     format_name = "generic"
     #: Whether the format renders a conversation whole (a model's own chat template) rather
-    #: than item by item; the core then calls ``render_whole`` (see ``core.lanes.continuation``).
+    #: than item by item; the core then calls ``render_whole`` (see ``core.runs.continuation``).
     whole_conversation = False
 
     def __init__(
