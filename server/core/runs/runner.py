@@ -121,7 +121,7 @@ class ResponseRun:
             event_id = self.body.pop("event_id", None)
         # Client event id, echoed by an error about this request.
         self.event_id = event_id if isinstance(event_id, str) else None
-        model = self.request.model if self.request is not None else self.body.get("model")
+        model = self.request.model if self.request else self.body.get("model")
         self.emit = emit
         self.transport = transport
         self.id = new_id("resp")
@@ -142,10 +142,9 @@ class ResponseRun:
     @property
     def answers(self) -> dict[str, str | None]:
         """What an error about this create says it answers (see ``error_event``)."""
+        request = self.request
         previous = (
-            self.request.previous_response_id
-            if self.request is not None
-            else self.body.get("previous_response_id")
+            request.previous_response_id if request else self.body.get("previous_response_id")
         )
         return {
             "request_type": "response.create",
