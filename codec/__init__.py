@@ -9,8 +9,9 @@ One module per concept, each converting both ways (``X_to_pb`` from JSON, ``X_to
 ``params`` (create parameters), ``responses``, ``steering`` and ``injection`` (the requests
 and their acknowledgements); and per direction of the stream:
 ``request_decoder`` (the server's), ``event_encoder`` (the server's, writing a turn's events
-by hand with ``turn_bytes``), ``event_decoder`` (the client's), over ``events`` (the event
-table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits). Both sides'
+by hand with ``turn_bytes``, their items and snapshots with ``item_bytes`` and
+``response_bytes``, over ``proto3_fields``), ``event_decoder`` (the client's), over ``events``
+(the event table both share), ``wire`` (framing by hand) and ``depth`` (nesting limits). Both sides'
 event loops also share ``aio_wakeups``: grpc.aio's completion wake-ups, drained.
 """
 

@@ -37,13 +37,14 @@ from .steering import (
     steer_failed_to_pb,
     steer_pending_to_pb,
 )
-from .turn_bytes import TurnWriter, varint
+from .turn_bytes import TurnWriter
 from .wire import (
     LENGTH_DELIMITED,
     VARINT,
     field_bytes,
     field_number,
     tag,
+    varint,
 )
 
 _STREAM_ID_FIELD = field_number(pb.ConnectResponse, "stream_id")

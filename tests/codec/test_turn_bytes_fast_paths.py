@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 from bidi_responses.codec import JSONObject, ProtoEncoder, unbatch
-from bidi_responses.codec.turn_bytes import varint
-from bidi_responses.codec.wire import batch_messages
+from bidi_responses.codec.wire import batch_messages, varint
 from bidi_responses.v1 import responses_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
