@@ -20,11 +20,12 @@ Conventions, so every number means one thing:
   to its acknowledgement and to the automatic successor's first text delta, p50 and p10-p90
   over every round of every repeat.
 
-The package, one job per module: ``summaries`` (cells
-to per-mode figures), ``targets`` (the verdicts), ``network`` (the projection on paper),
-``tables`` (text tables), ``assembly`` (the ``Report``), ``plots`` (PNG), ``files`` (every
-output file), ``document`` (docs/results.md: ``results_template.md`` filled in with the run's
-figures) and ``machine`` (what the run was measured on).
+The package, one job per module: ``summaries`` (cells to per-mode figures), ``targets`` (the
+verdicts), ``network`` (the projection on paper), ``tables`` (text tables, one per kind of
+cell), ``network_tables`` (the network's), ``table_cells`` (the table type and its cell
+formats), ``assembly`` (the ``Report``), ``plots`` (PNG), ``files`` (every output file),
+``document`` (docs/results.md: ``results_template.md`` filled in with the run's figures) and
+``machine`` (what the run was measured on).
 """
 
 from __future__ import annotations

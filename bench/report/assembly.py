@@ -8,7 +8,8 @@ from dataclasses import asdict
 from ..run import CellResult, CompareConfig
 from .records import JSONObject
 from .summaries import summarize
-from .tables import Table, aligned, summary_tables
+from .table_cells import Table, aligned
+from .tables import summary_tables
 from .targets import evaluate_targets
 
 __all__ = ["Report", "build_report"]

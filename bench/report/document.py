@@ -21,7 +21,8 @@ from .network_doc import TEMPLATE as NETWORK_TEMPLATE
 from .network_doc import network_figures, network_only
 from .peers import peers_section
 from .records import JSONObject, JSONValue
-from .tables import Table, summary_tables
+from .table_cells import Table
+from .tables import summary_tables
 
 __all__ = ["PLACEHOLDER", "SECTIONS", "figures", "render_document", "write_document"]
 

@@ -1,27 +1,22 @@
-"""The summaries as text tables: (title, header, rows) of strings, for the terminal and Markdown."""
+"""The summaries as text tables, one per kind of cell, in report order.
+
+The tables of the network (the projection on paper and the measured sweep) are in
+``network_tables``; the table type and its cell formats in ``table_cells``.
+"""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from ..clients import MODES
 from ..run import window_label
-from .network import NETWORK_PROFILES, network_projection
-from .records import JSONObject, JSONValue
+from .network_tables import link_table, projection_table
+from .records import JSONObject
+from .table_cells import Table, fmt, kb, repeat_range, spread
 
-__all__ = ["Table", "aligned", "summary_tables"]
-
-
-class Table(NamedTuple):
-    """One table: its title, column headers and rows, every cell already text."""
-
-    title: str
-    header: list[str]
-    rows: list[list[str]]
+__all__ = ["summary_tables"]
 
 
 def summary_tables(summaries: Sequence[JSONObject]) -> list[Table]:
@@ -31,7 +26,7 @@ def summary_tables(summaries: Sequence[JSONObject]) -> list[Table]:
         if s["kind"] == "rollout":
             out.append(_rollout_table(s))
             if s["name"] == "headline":
-                out.append(_network_table(s))
+                out.append(projection_table(s))
                 out.append(_pre_table(s))
         elif s["kind"] == "history":
             out.append(_history_table(s))
@@ -41,7 +36,7 @@ def summary_tables(summaries: Sequence[JSONObject]) -> list[Table]:
         elif s["kind"] == "keepup":
             out.append(_keepup_table(s))
         elif s["kind"] == "network":
-            out.append(_link_table(s))
+            out.append(link_table(s))
     # Steering sits beside the network projection (after it when the headline ran).
     steering = [_steer_table(s) for s in summaries if s["kind"] == "steer"]
     at = next((i + 1 for i, t in enumerate(out) if "network projection" in t.title), len(out))
@@ -76,40 +71,13 @@ def _steer_table(s: JSONObject) -> Table:
                 str(r["accepted"]),
                 str(r["steered"]),
                 str(r["successors_completed"]),
-                f"{_fmt(r['ack_p50_ms'], 2)} [{_fmt(r['ack_p10_ms'], 2)}-"
-                f"{_fmt(r['ack_p90_ms'], 2)}]",
-                f"{_fmt(r['successor_first_token_p50_ms'], 2)} "
-                f"[{_fmt(r['successor_first_token_p10_ms'], 2)}-"
-                f"{_fmt(r['successor_first_token_p90_ms'], 2)}]",
+                f"{fmt(r['ack_p50_ms'], 2)} [{fmt(r['ack_p10_ms'], 2)}-{fmt(r['ack_p90_ms'], 2)}]",
+                f"{fmt(r['successor_first_token_p50_ms'], 2)} "
+                f"[{fmt(r['successor_first_token_p10_ms'], 2)}-"
+                f"{fmt(r['successor_first_token_p90_ms'], 2)}]",
             ]
         )
     return Table(title, header, rows)
-
-
-def _fmt(value: JSONValue, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _spread(value: JSONValue, low_high: JSONValue, digits: int = 1) -> str:
-    """``value [low-high]``: a median and its range over repeats (just the value without one)."""
-    text = _fmt(value, digits)
-    if isinstance(low_high, list) and len(low_high) == 2 and low_high[0] != low_high[1]:
-        text += f" [{_fmt(low_high[0], digits)}-{_fmt(low_high[1], digits)}]"
-    return text
-
-
-def _repeat_range(row: JSONObject) -> list[float] | None:
-    """The range of the per-repeat median overheads of a row (None with fewer than 2)."""
-    medians = row.get("overhead_repeat_medians_ms") or []
-    return [min(medians), max(medians)] if len(medians) > 1 else None
-
-
-def _kb(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value / 1024:.1f}"
 
 
 def _rollout_table(s: JSONObject) -> Table:
@@ -146,55 +114,22 @@ def _rollout_table(s: JSONObject) -> Table:
                 r["label"],
                 f"{r['e2e_median_s']:.3f} ({r['e2e_min_s']:.3f}-{r['e2e_max_s']:.3f})",
                 f"{r['speedup_vs_http_new']:.2f}x" if "speedup_vs_http_new" in r else "-",
-                _spread(r["overhead_p50_ms"], _repeat_range(r), 2),
-                _fmt(r["overhead_p99_ms"], 2),
-                _fmt(r["api_share"] * 100, 1),
-                _fmt(r["ttft_p50_ms"], 1),
-                _spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
-                _fmt(r.get("engine_cpu_ms_per_turn"), 1)
+                spread(r["overhead_p50_ms"], repeat_range(r), 2),
+                fmt(r["overhead_p99_ms"], 2),
+                fmt(r["api_share"] * 100, 1),
+                fmt(r["ttft_p50_ms"], 1),
+                spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
+                fmt(r.get("engine_cpu_ms_per_turn"), 1)
                 if r.get("engine_cpu_ms_per_turn") is not None
                 else "-",
-                _fmt(r["client_cpu_ms_per_turn"], 1),
-                _kb(r["bytes_up_per_turn"]),
-                _kb(r["bytes_down_per_turn"]),
-                _fmt(r["events_per_turn"], 0),
-                _fmt(r.get("messages_per_turn"), 1) if r.get("messages_per_turn") else "-",
-                _fmt(r["tokens_rendered_per_turn"], 0),
+                fmt(r["client_cpu_ms_per_turn"], 1),
+                kb(r["bytes_up_per_turn"]),
+                kb(r["bytes_down_per_turn"]),
+                fmt(r["events_per_turn"], 0),
+                fmt(r.get("messages_per_turn"), 1) if r.get("messages_per_turn") else "-",
+                fmt(r["tokens_rendered_per_turn"], 0),
             ]
         )
-    return Table(title, header, rows)
-
-
-def _network_table(s: JSONObject) -> Table:
-    profiles = "; ".join(
-        f"{name}: RTT {p['rtt_ms']:g} ms, {p['mbit_s']:g} Mbit/s each way, "
-        f"{p['handshake_rtts']:g} RTT per new connection (TCP + TLS 1.3)"
-        for name, p in NETWORK_PROFILES.items()
-    )
-    title = (
-        f"{s['name']}: network projection ON PAPER, not measured: this run's bytes and round "
-        f"trips per turn priced for {profiles}; e2e = measured loopback e2e + turns x "
-        "(round trips x RTT + bytes / bandwidth)"
-    )
-    header = ["#", "mode", "KB/turn", "RTT/turn", "new conn/turn"]
-    for name in NETWORK_PROFILES:
-        header += [f"{name} +ms/turn", f"{name} e2e s", f"{name} vs 1"]
-    rows = []
-    for r in network_projection(s):
-        row = [
-            str(r["number"]),
-            r["label"],
-            _kb(r["bytes_per_turn"]),
-            _fmt(r["round_trips_per_turn"], 2),
-            _fmt(r["connections_per_turn"], 2),
-        ]
-        for name in NETWORK_PROFILES:
-            row += [
-                _fmt(r[f"{name}_ms_per_turn"], 2),
-                _fmt(r[f"{name}_e2e_s"], 3),
-                f"{r[f'{name}_speedup']:.2f}x" if f"{name}_speedup" in r else "-",
-            ]
-        rows.append(row)
     return Table(title, header, rows)
 
 
@@ -224,14 +159,14 @@ def _history_table(s: JSONObject) -> Table:
                 str(MODES[key].number),
                 MODES[key].label,
                 *[
-                    _spread(mine[size]["overhead_p50_ms"], _repeat_range(mine[size]), 2)
+                    spread(mine[size]["overhead_p50_ms"], repeat_range(mine[size]), 2)
                     if size in mine
                     else "-"
                     for size in sizes
                 ],
-                _fmt(s["growth"].get(key), 2),
-                _fmt(top.get("tokens_rendered_per_turn"), 0),
-                _spread(
+                fmt(s["growth"].get(key), 2),
+                fmt(top.get("tokens_rendered_per_turn"), 0),
+                spread(
                     top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
                 ),
             ]
@@ -270,19 +205,19 @@ def _concurrency_table(s: JSONObject) -> Table:
                 str(MODES[key].number),
                 MODES[key].label,
                 *[
-                    f"{_spread(mine[n]['throughput_turns_s'], mine[n]['throughput_range'], 1)} "
+                    f"{spread(mine[n]['throughput_turns_s'], mine[n]['throughput_range'], 1)} "
                     f"({mine[n]['overhead_p50_ms']:.1f})"
                     if n in mine
                     else "-"
                     for n in agents
                 ],
-                _spread(
+                spread(
                     top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
                 ),
-                _fmt(top.get("engine_cpu_ms_per_turn"), 1)
+                fmt(top.get("engine_cpu_ms_per_turn"), 1)
                 if top.get("engine_cpu_ms_per_turn") is not None
                 else "-",
-                _fmt(top.get("client_cpu_ms_per_turn"), 1),
+                fmt(top.get("client_cpu_ms_per_turn"), 1),
             ]
         )
     return Table(title, header, rows)
@@ -307,11 +242,11 @@ def _pre_table(s: JSONObject) -> Table:
         [
             str(r["number"]),
             r["label"],
-            _fmt(r["api_pre_p50_ms"], 2),
-            *[_fmt(r.get("stage_ms_per_turn", {}).get(n), 2) for n in stages],
-            _fmt(r["items_validated_per_turn"], 1),
-            _fmt(r["tokens_rendered_per_turn"], 0),
-            _fmt(r["tokens_reused_per_turn"], 0),
+            fmt(r["api_pre_p50_ms"], 2),
+            *[fmt(r.get("stage_ms_per_turn", {}).get(n), 2) for n in stages],
+            fmt(r["items_validated_per_turn"], 1),
+            fmt(r["tokens_rendered_per_turn"], 0),
+            fmt(r["tokens_reused_per_turn"], 0),
         ]
         for r in s["rows"]
     ]
@@ -348,16 +283,16 @@ def _breakdown_table(s: JSONObject) -> Table:
             [
                 str(r["number"]),
                 MODES[r["mode"]].label,
-                _spread(r["overhead_p50_ms"], _repeat_range(r), 2),
-                _fmt(r["api_pre_p50_ms"], 2),
-                _fmt(r["api_post_p50_ms"], 2),
-                _fmt(r["outside_p50_ms"], 2),
-                _fmt(r["ttft_p50_ms"], 1),
-                _fmt(r["events_per_turn"], 0),
-                _kb(r["bytes_up_per_turn"]),
-                _kb(r["bytes_down_per_turn"]),
-                _spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
-                _fmt(r["client_cpu_ms_per_turn"], 1),
+                spread(r["overhead_p50_ms"], repeat_range(r), 2),
+                fmt(r["api_pre_p50_ms"], 2),
+                fmt(r["api_post_p50_ms"], 2),
+                fmt(r["outside_p50_ms"], 2),
+                fmt(r["ttft_p50_ms"], 1),
+                fmt(r["events_per_turn"], 0),
+                kb(r["bytes_up_per_turn"]),
+                kb(r["bytes_down_per_turn"]),
+                spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
+                fmt(r["client_cpu_ms_per_turn"], 1),
             ]
         )
     return Table(title, header, rows)
@@ -391,80 +326,6 @@ def _keepup_table(s: JSONObject) -> Table:
                 if r["deltas_per_response"]
                 else "-",
                 f"{r['server_core_share'] * 100:.1f}",
-            ]
-        )
-    return Table(title, header, rows)
-
-
-def aligned(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    return "\n".join(lines)
-
-
-#: The network table's path column: straight to the server, through Envoy, many agents.
-_PATHS = {
-    "direct": "direct",
-    "envoy": "Envoy",
-    "multiplex": "{agents} agents",
-    "lanes": "{agents} lanes",
-    "large": "large outputs",
-    "llama": "llama.cpp",
-}
-
-
-def _link_table(s: JSONObject) -> Table:
-    """The network sweep: each mode's rollout through each emulated link."""
-    p = s["params"]
-    title = (
-        f"network: the rollout ({p['workload'].get('tool_turns', '?')} tool turns) through an "
-        f"emulated link, {'TLS' if p.get('tls') else 'plain TCP'}, "
-        f"{p['tokens_per_second']:g} tok/s, {p['repeats']} repeats; "
-        "e2e s median (min-max), speedup vs HTTP new connection at the same link"
-    )
-    header = [
-        "path",
-        "RTT ms",
-        "Mbit/s",
-        "#",
-        "mode",
-        "e2e s",
-        "speedup",
-        "overhead p50 ms",
-        "srv CPU ms/turn",
-        "cli CPU ms/turn",
-        "engine CPU ms/turn",
-        "Envoy CPU ms/turn",
-        "KB up/turn",
-        "KB down/turn",
-    ]
-    rows = []
-    for r in s["rows"]:
-        rows.append(
-            [
-                _PATHS.get(r.get("path", "direct"), "direct").format(
-                    agents=p.get("multiplex_agents", "?")
-                ),
-                f"{r['rtt_ms']:g}",
-                f"{r['mbit']:g}" if r["mbit"] else "unlimited",
-                str(r["number"]),
-                r["label"],
-                f"{r['e2e_median_s']:.2f} ({r['e2e_min_s']:.2f}-{r['e2e_max_s']:.2f})",
-                f"{r['speedup_vs_http_new']:.2f}x" if "speedup_vs_http_new" in r else "-",
-                _fmt(r["overhead_p50_ms"], 1),
-                _fmt(r["server_cpu_ms_per_turn"], 1),
-                _fmt(r["client_cpu_ms_per_turn"], 1),
-                _fmt(r.get("engine_cpu_ms_per_turn"), 1)
-                if r.get("engine_cpu_ms_per_turn") is not None
-                else "-",
-                _fmt(r.get("proxy_cpu_ms_per_turn"), 1)
-                if r.get("proxy_cpu_ms_per_turn") is not None
-                else "-",
-                _kb(r["bytes_up_per_turn"]),
-                _kb(r["bytes_down_per_turn"]),
             ]
         )
     return Table(title, header, rows)
