@@ -6,7 +6,8 @@ import argparse
 import re
 
 import pytest
-from bidi_responses.bench.cli import add_compare, config_from_args
+from bidi_responses.bench.cli import add_compare
+from bidi_responses.bench.compare_args import config_from_args
 from bidi_responses.bench.report import Report, build_report, render_document
 from bidi_responses.bench.report.document import PLACEHOLDER, SECTIONS
 

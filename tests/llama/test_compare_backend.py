@@ -13,7 +13,8 @@ import csv
 from pathlib import Path
 
 import pytest
-from bidi_responses.bench.cli import add_compare, config_from_args
+from bidi_responses.bench.cli import add_compare
+from bidi_responses.bench.compare_args import config_from_args
 from bidi_responses.bench.run import ServerSettings
 from bidi_responses.server.config import load_config
 
