@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,10 +45,9 @@ from pathlib import Path
 
 import aiohttp
 
-from .cpu import process_cpu_clock
 from .http_continuation import Send, websocket_turns
 from .jsontypes import JSONObject
-from .ports import free_port
+from .peer_processes import HelperProcess, SmgGateway
 from .run.server import ServerProcess
 from .run.settings import ServerSettings
 from .stats import median
@@ -81,99 +78,6 @@ class Turn:
     @property
     def overhead_ms(self) -> float:
         return self.wall_ms - self.model_ms
-
-
-class _Process:
-    """A helper process on loopback that prints ``listening on URL`` when ready."""
-
-    def __init__(self, command: list[str], log: Path, ready: str | None = None) -> None:
-        self.log_path = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self.ready = ready
-
-    def wait_url(self, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            for line in self.log_path.read_text(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return line.removeprefix("listening on ").strip()
-            self._check(deadline, timeout)
-            time.sleep(0.05)  # polling the log for the readiness line, under a deadline
-
-    def _check(self, deadline: float, timeout: float) -> None:
-        if self.proc.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{self.proc.args!r} exited with {self.proc.returncode}:\n{tail}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{self.proc.args!r} was not ready within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            # The process group this object started (SMG's launcher runs the gateway in it).
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-
-
-class _Smg(_Process):
-    """``smg launch --backend openai --history-backend memory`` on loopback."""
-
-    def __init__(self, smg: str, model_url: str, log: Path) -> None:
-        self.port = free_port()
-        super().__init__(
-            [
-                smg,
-                "launch",
-                "--backend",
-                "openai",
-                "--history-backend",
-                "memory",
-                "--worker-urls",
-                model_url.removesuffix("/v1"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                # A log line per request is not the gateway's forwarding cost.
-                "--log-level",
-                "warn",
-            ],
-            log,
-        )
-        self._clocks: list[Callable[[], float]] = []
-
-    async def wait_ready(self, session: aiohttp.ClientSession, limit_s: float = 60.0) -> None:
-        """Until a response goes through (the gateway registers its worker in the background)."""
-        deadline = time.monotonic() + limit_s
-        body = {"model": "sim-model", "input": "ready?", "store": False}
-        while True:
-            self._check(deadline, limit_s)
-            try:
-                async with session.post(self.url + "/v1/responses", json=body) as reply:
-                    if reply.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)  # polling readiness under a deadline
-        import psutil
-
-        # The launcher and whatever it started (the gateway may run as its child).
-        root = psutil.Process(self.proc.pid)
-        pids = [root.pid, *(child.pid for child in root.children(recursive=True))]
-        self._clocks = [process_cpu_clock(pid) for pid in pids]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def cpu_seconds(self) -> float:
-        return sum(clock() for clock in self._clocks)
 
 
 def _events(raw: bytes) -> JSONObject | None:
@@ -317,7 +221,7 @@ async def run_peers(
             tool_turns=turns, tool_output_tokens=800, user_tokens=300, instructions_tokens=300
         )
     )
-    model = _Process(
+    model = HelperProcess(
         [
             sys.executable,
             "-m",
@@ -327,7 +231,7 @@ async def run_peers(
         ],
         workdir / "model.log",
     )
-    procs: list[_Process | ServerProcess] = [model]
+    procs: list[HelperProcess | ServerProcess] = [model]
     result: JSONObject = {
         "turns": turns,
         "repeats": repeats,
@@ -352,11 +256,11 @@ async def run_peers(
         bidi_url = f"http://127.0.0.1:{address.http_port}"
         servers: dict[str, tuple[str, Callable[[], float]]] = {"bidi": (bidi_url, bidi.cpu_seconds)}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-            smg_proc: _Smg | None = None
+            smg_proc: SmgGateway | None = None
             if smg is None:
                 skipped["smg"] = "SMG is not installed (make peers installs it)"
             else:
-                smg_proc = _Smg(smg, model_url, workdir / "smg.log")
+                smg_proc = SmgGateway(smg, model_url, workdir / "smg.log")
                 procs.append(smg_proc)
                 try:
                     await smg_proc.wait_ready(session)
