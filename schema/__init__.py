@@ -1,11 +1,21 @@
 """The API's shapes, shared by the server, the codec and the client: one ``TypedDict`` per
-item kind (``items``), the Response object and the server events (``responses``), and the
-aliases of free JSON (``json_types``).
+item kind (``items``), the Response object (``response_object``), the API's other answers
+(``answers``), the server events (``response_events``, ``steering_events``, and
+``server_events``, their union), and the aliases of free JSON (``json_types``).
 
 Typing only: nothing here does I/O or depends on anything outside the standard library, so the
 client can use it without the server, and the server and the client agree on one set of types.
 """
 
+from .answers import (
+    CompactionResponse,
+    DeletedResponse,
+    ErrorObject,
+    InputItemList,
+    InputTokensCount,
+    ModelList,
+    ModelObject,
+)
 from .items import (
     AdditionalToolsItem,
     CompactionItem,
@@ -35,66 +45,65 @@ from .json_types import (
     JSONObject,
     JSONValue,
 )
-from .responses import (
-    CompactionResponse,
+from .response_events import (
     ContentPartAddedEvent,
     ContentPartDoneEvent,
-    DeletedResponse,
-    ErrorEvent,
-    ErrorObject,
-    FailedSteer,
     FunctionCallArgumentsDeltaEvent,
     FunctionCallArgumentsDoneEvent,
-    FunctionToolChoice,
-    IncompleteDetails,
-    InjectError,
-    InputItemList,
-    InputTokensCount,
-    InputTokensDetails,
-    JSONSchemaFormat,
-    ModelList,
-    ModelObject,
     Outcome,
     OutputItemAddedEvent,
     OutputItemDoneEvent,
     OutputTextDeltaEvent,
     OutputTextDoneEvent,
-    OutputTokensDetails,
-    PlainTextFormat,
-    ReasoningConfig,
-    RequiredInputStub,
     ResponseCompletedEvent,
     ResponseCreatedEvent,
     ResponseDoneEvent,
-    ResponseError,
-    ResponseEvent,
     ResponseFailedEvent,
     ResponseIncompleteEvent,
-    ResponseInjectCreatedEvent,
-    ResponseInjectFailedEvent,
     ResponseInProgressEvent,
-    ResponseObject,
     ResponseQueuedEvent,
-    ResponseStatus,
-    ResponseSteerAcceptedEvent,
-    ResponseSteerFailedEvent,
-    ResponseSteerPendingEvent,
-    SafetyFlagObject,
-    ServerEvent,
     SnapshotEvent,
-    StatsObject,
-    SteerError,
-    SteerEvent,
-    SteerRef,
     TerminalEvent,
+)
+from .response_object import (
+    FunctionToolChoice,
+    IncompleteDetails,
+    InputTokensDetails,
+    JSONSchemaFormat,
+    OutputTokensDetails,
+    PlainTextFormat,
+    ReasoningConfig,
+    ResponseError,
+    ResponseObject,
+    ResponseStatus,
+    SafetyFlagObject,
+    StatsObject,
     TextConfig,
     TextFormat,
     ToolChoice,
     ToolChoiceMode,
     UsageObject,
+)
+from .server_events import (
+    ErrorEvent,
+    ResponseEvent,
+    ServerEvent,
     WarningEvent,
     snapshot_of,
     terminal_response,
+)
+from .steering_events import (
+    FailedSteer,
+    InjectError,
+    RequiredInputStub,
+    ResponseInjectCreatedEvent,
+    ResponseInjectFailedEvent,
+    ResponseSteerAcceptedEvent,
+    ResponseSteerFailedEvent,
+    ResponseSteerPendingEvent,
+    SteerError,
+    SteerEvent,
+    SteerRef,
 )
 
 __all__ = [

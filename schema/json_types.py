@@ -1,8 +1,8 @@
 """Free JSON: the aliases for values whose shape the API leaves open.
 
 Everything with a known shape has a ``TypedDict`` of its own (``schema.items``,
-``schema.responses``); these are for the rest: JSON schemas, annotations, metadata of tools
-the service does not know, and JSON not checked yet.
+``schema.response_object``, the events' modules); these are for the rest: JSON schemas,
+annotations, metadata of tools the service does not know, and JSON not checked yet.
 """
 
 from __future__ import annotations
