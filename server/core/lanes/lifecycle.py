@@ -35,7 +35,6 @@ The rules, as the hosted WebSocket mode has them:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -44,6 +43,7 @@ from typing import Generic
 from bidi_responses.schema import JSONObject, JSONValue, RequiredInputStub
 
 from ..api.errors import ApiError
+from ..process import SmallDeque
 from .actions import (
     Action,
     CancelRun,
@@ -81,7 +81,7 @@ class LanePhase(StrEnum):
 @dataclass(slots=True)
 class _Lane(Generic[Request]):
     id: str
-    queue: deque[Ticket[Request]] = field(default_factory=deque)
+    queue: SmallDeque[Ticket[Request]] = field(default_factory=SmallDeque)
     running: Ticket[Request] | None = None
     # Steers waiting for the client's explicit create on a parent (by parent id).
     parked: dict[str, list[Steer]] = field(default_factory=dict)

@@ -27,11 +27,11 @@ not be put then, and the stream would wedge with every producer waiting on the w
 
 from __future__ import annotations
 
-import asyncio
 from typing import cast
 
 from bidi_responses.schema import ServerEvent
 
+from ..process import LeanEvent, LeanQueue
 from ..runs.record import OutEvent
 
 # The delta events that may be merged, with the fields (besides the lane) that must match.
@@ -73,7 +73,7 @@ _STEP_ENDS = frozenset(
 )
 
 
-class Outbox(asyncio.Queue[OutEvent | None]):
+class Outbox(LeanQueue[OutEvent | None]):
     """The outbound queue of one stream (``None`` ends it): an ``asyncio.Queue`` that merges a
     delta into the delta still waiting at its tail (see the module's docstring)."""
 
@@ -86,7 +86,7 @@ class Outbox(asyncio.Queue[OutEvent | None]):
         #: Deltas merged into one waiting before them (each saved a message).
         self.merged = 0
         self._held: set[str] = set()
-        self._changed = asyncio.Event()  # set at every put and release, for a waiting writer
+        self._changed = LeanEvent()  # set at every put and release, for a waiting writer
 
     def hold(self, lane: str) -> None:
         """More of ``lane``'s current step follows without waiting for the engine or the
@@ -108,7 +108,7 @@ class Outbox(asyncio.Queue[OutEvent | None]):
         if first is None:
             return [None]
         batch: list[OutEvent | None] = [first]
-        queue = self._queue  # type: ignore[attr-defined]
+        queue = self._queue
         while self._waits_for_step(first.lane):
             self._changed.clear()
             await self._changed.wait()
@@ -129,11 +129,11 @@ class Outbox(asyncio.Queue[OutEvent | None]):
         writer would wait for it forever (every producer waiting to put, nothing taken). A
         writer waits only while there is room, so whoever holds the step can always put.
         """
-        queue = self._queue  # type: ignore[attr-defined]
+        queue = self._queue
         return lane in self._held and None not in queue and not self.full()
 
     def _put(self, item: OutEvent | None) -> None:
-        queue = self._queue  # type: ignore[attr-defined]
+        queue = self._queue
         if self._held:
             if item is None or item.data["type"] in _STEP_ENDS:
                 self._held.discard(item.lane if item is not None else "")

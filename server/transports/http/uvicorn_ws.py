@@ -12,7 +12,6 @@ arrive, which only the protocol sees; so do the bytes a compressed message infla
 
 from __future__ import annotations
 
-import collections
 import logging
 import types
 from typing import Any, ClassVar
@@ -25,6 +24,7 @@ from websockets.http11 import Request
 from websockets.protocol import Protocol, State
 
 from ...core.api import ApiError
+from ...core.process import LeanEvent, LeanQueue, SmallDeque
 from ...core.tenancy import RequestBytes
 
 # After closing a stalled client, how long the close frame may wait for it before the socket
@@ -95,8 +95,13 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn's inbox and write wake-up, without a deque's eager block each: an idle
+        # connection holds them for its whole life (``core.process.lean``).
+        self.queue = LeanQueue()
+        self.writable = LeanEvent()
+        self.writable.set()
         #: Charges of the messages queued for the application, oldest first.
-        self._queued_charges: collections.deque[int] = collections.deque()
+        self._queued_charges: SmallDeque[int] = SmallDeque()
 
     @classmethod
     def bound_to(cls, budget: RequestBytes, copies: int) -> type[WebSocketProtocol]:
