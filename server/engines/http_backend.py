@@ -103,7 +103,10 @@ class SSELineSplitter:
         self._who = who
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """The lines ``chunk`` completes, stripped; the rest waits for the next chunk."""
+        """The lines ``chunk`` completes, stripped, without the blank ones (SSE's event
+        separators: every reader here takes one ``data:`` line as one event, and a streamed
+        completion sends one event a token, so the blank lines were half of what it read);
+        the rest waits for the next chunk."""
         self._buffer += chunk
         if b"\n" not in chunk:  # what was buffered before holds no line end either
             if len(self._buffer) > self._max:
@@ -113,7 +116,7 @@ class SSELineSplitter:
                 )
             return []
         *lines, self._buffer = self._buffer.split(b"\n")
-        return [bytes(line.strip()) for line in lines]
+        return [bytes(stripped) for line in lines if (stripped := line.strip())]
 
 
 def sse_data(line: bytes) -> bytes | None:
