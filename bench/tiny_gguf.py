@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import tiktoken
 from bidi_responses.server.core.rendering import tokenizer
+from bidi_responses.server.engines.model_tokenizer import byte_chars
 
 N_EMBD = 32
 N_LAYER = 2
@@ -43,23 +44,10 @@ def answer_tokens(encoding: tiktoken.Encoding) -> list[int]:
     ]
 
 
-def _byte_to_unicode() -> dict[int, str]:
-    # GPT-2's reversible byte -> printable character map, as llama.cpp's BPE vocab expects.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars = list(keep)
-    extra = 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
-
-
 def write_tiny_model(path: Path, encoding: tiktoken.Encoding, *, seed: int = 0) -> Path:
     """Write the model to ``path`` (about 26 MB) and return it."""
     n_vocab = tokenizer.ENDOFPROMPT + 1
-    to_char = _byte_to_unicode()
+    to_char = byte_chars()
     specials = {v: k for k, v in tokenizer.SPECIAL_TOKENS.items()}
     tokens: list[str] = []
     types: list[int] = []

@@ -72,7 +72,7 @@ def _byte_decoder() -> dict[str, int]:
 
 
 @functools.cache
-def _byte_chars() -> dict[int, str]:
+def byte_chars() -> dict[int, str]:
     """Byte -> GPT-2's printable character (byte-level BPE token text)."""
     return {b: c for c, b in _byte_decoder().items()}
 
@@ -143,7 +143,7 @@ class ModelTokenizer:
         """``data``, which may end or start inside a character, as the model's BPE splits it
         (byte-level), or as byte-fallback tokens ``<0xNN>`` (SentencePiece)."""
         if self.byte_level:
-            chars = _byte_chars()
+            chars = byte_chars()
             pieces = self.tokenizer.model.tokenize("".join(chars[b] for b in data))
             return [int(piece.id) for piece in pieces]
         found = [self.tokenizer.token_to_id(f"<0x{b:02X}>") for b in data]

@@ -25,10 +25,10 @@ import numpy as np
 import tokenizers
 from bidi_responses.bench.tiny_gguf import (
     N_EMBD,
-    _byte_to_unicode,
     llama_writer,
     write_tensors,
 )
+from bidi_responses.server.engines.model_tokenizer import byte_chars
 
 from tests.engines.model_files import CHATML, CORPUS, TAGS, train_tokenizer
 
@@ -51,7 +51,7 @@ def write_open_model(
     spec = json.loads(tokenizer.to_str())
     vocab: dict[str, int] = spec["model"]["vocab"]
     added = {token["id"]: token for token in spec["added_tokens"]}
-    to_char = _byte_to_unicode()
+    to_char = byte_chars()
     call_token = "".join(to_char[b] for b in CALL_JSON.encode())
     n_vocab = max([*vocab.values(), *added]) + 2
     texts = [""] * n_vocab
