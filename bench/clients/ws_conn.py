@@ -18,10 +18,28 @@ if TYPE_CHECKING:
 
     from websockets.asyncio.client import ClientConnection
 
-__all__ = ["WsConn"]
+__all__ = ["WsConn", "WsTurns"]
 
 
-class WsConn:
+class WsTurns:
+    """A turn as WebSocket mode's frames: a create or an append sent, its events read until
+    the turn ends (``_exchange``: on a connection of its own, or on a lane of a shared one)."""
+
+    async def _exchange(self, message: JSONObject) -> Exchange:
+        raise NotImplementedError
+
+    async def create(self, body: JSONObject) -> Exchange:
+        """A ``response.create`` frame."""
+        return await self._exchange({"type": "response.create", **body})
+
+    async def append(self, response_id: str, items: list[JSONObject]) -> Exchange:
+        """A ``response.append`` frame."""
+        return await self._exchange(
+            {"type": "response.append", "response_id": response_id, "input": items}
+        )
+
+
+class WsConn(WsTurns):
     """One WebSocket connection on GET /v1/responses, JSON text frames."""
 
     def __init__(self, ws: ClientConnection, wire: WireCounter | None) -> None:
@@ -57,16 +75,6 @@ class WsConn:
                 if ex.observe(event):
                     ex.wire_after = wire_snapshot(self._wire)
                     return ex
-
-    async def create(self, body: JSONObject) -> Exchange:
-        """A ``response.create`` frame."""
-        return await self._exchange({"type": "response.create", **body})
-
-    async def append(self, response_id: str, items: list[JSONObject]) -> Exchange:
-        """A ``response.append`` frame."""
-        return await self._exchange(
-            {"type": "response.append", "response_id": response_id, "input": items}
-        )
 
     async def steer_round(self, body: JSONObject) -> SteerRound:
         """A create steered at its ``response.created``, followed to its successor's end."""

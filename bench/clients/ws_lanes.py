@@ -17,6 +17,7 @@ import orjson
 
 from ..jsontypes import JSONObject
 from .exchange import BenchError, Exchange
+from .ws_conn import WsTurns
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -87,8 +88,9 @@ class WsLanes:
             await self._reader
 
 
-class WsLaneConn:
-    """One agent's turns on its lane of a shared WebSocket connection."""
+class WsLaneConn(WsTurns):
+    """One agent's turns on its lane of a shared WebSocket connection (each frame names
+    the lane; an append's response names it too)."""
 
     def __init__(self, lanes: WsLanes, lane: str) -> None:
         self._lanes = lanes
@@ -102,16 +104,6 @@ class WsLaneConn:
             ex.messages = (ex.messages or 0) + 1
             if ex.observe(event):
                 return ex
-
-    async def create(self, body: JSONObject) -> Exchange:
-        """A ``response.create`` frame on this lane."""
-        return await self._exchange({"type": "response.create", **body})
-
-    async def append(self, response_id: str, items: list[JSONObject]) -> Exchange:
-        """A ``response.append`` frame (its response names the lane)."""
-        return await self._exchange(
-            {"type": "response.append", "response_id": response_id, "input": items}
-        )
 
     async def aclose(self, abort: bool = False) -> None:
         """Nothing of its own: the connection is closed by its owner."""

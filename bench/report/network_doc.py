@@ -6,6 +6,8 @@ The prose is ``TEMPLATE`` below, its ``{{name}}`` placeholders filled from one r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .assembly import Report
 from .records import JSONObject
 from .tables import summary_tables
@@ -231,8 +233,23 @@ def _multiplex(net: JSONObject) -> str:
     return "\n\n".join(part for part in (intro, apart, lanes) if part)
 
 
+def _server_cpu(row: JSONObject) -> str:
+    return f"{row['server_cpu_ms_per_turn']:.2f}"
+
+
+def _kb_up(row: JSONObject) -> str:
+    return f"{(row.get('bytes_up_per_turn') or 0) / 1024:.0f}"
+
+
 def _agents_table(net: JSONObject, path: str, intro: str) -> str | None:
-    params = net["params"]
+    return _connect_vs_websocket(net, path, intro, "server CPU ms/turn", _server_cpu)
+
+
+def _connect_vs_websocket(
+    net: JSONObject, path: str, intro: str, figure: str, value: Callable[[JSONObject], str]
+) -> str | None:
+    """Connect against WebSocket mode at each of ``path``'s links (None: none measured): end
+    to end, overhead and ``figure`` (each mode's ``value``)."""
     rows = [r for r in net["rows"] if r.get("path") == path]
     if not rows:
         return None
@@ -240,10 +257,10 @@ def _agents_table(net: JSONObject, path: str, intro: str) -> str | None:
         intro,
         "",
         "| link | Connect e2e s | WebSocket e2e s | Connect/WebSocket | overhead p50 ms "
-        "(Connect / WebSocket) | server CPU ms/turn (Connect / WebSocket) |",
+        f"(Connect / WebSocket) | {figure} (Connect / WebSocket) |",
         "|---|---|---|---|---|---|",
     ]
-    for rtt, mbit in params.get(path) or []:
+    for rtt, mbit in net["params"].get(path) or []:
         here = {r["mode"]: r for r in rows if r["rtt_ms"] == rtt and r["mbit"] == mbit}
         g, w = here.get("grpc_connect"), here.get("ws_cache")
         if not g or not w:
@@ -252,42 +269,23 @@ def _agents_table(net: JSONObject, path: str, intro: str) -> str | None:
             f"| {rtt:g} ms, {_rate(mbit)} | {_e2e(g)} | {_e2e(w)} | "
             f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
             f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
-            f"{g['server_cpu_ms_per_turn']:.2f} / {w['server_cpu_ms_per_turn']:.2f} |"
+            f"{value(g)} / {value(w)} |"
         )
     return "\n".join(lines)
 
 
 def _large(net: JSONObject) -> str:
     """Connect against WebSocket mode when each turn uploads a large tool output."""
-    params = net["params"]
-    rows = [r for r in net["rows"] if r.get("path") == "large"]
-    if not rows:
-        return "*(no large-output link in this run)*"
-    workload = params.get("large_workload") or {}
-    lines = [
+    workload = net["params"].get("large_workload") or {}
+    intro = (
         f"{workload.get('tool_turns', '?')} tool turns of "
         f"~{workload.get('tool_output_tokens', '?')}-token outputs (each turn's upload is "
         "several times HTTP/2's initial 64 KiB flow-control window; gRPC grows the window by "
         "probing the bandwidth-delay product, a WebSocket frame is held back only by TCP, whose "
-        "own window growth the emulation leaves out, so this favours WebSocket mode).",
-        "",
-        "| link | Connect e2e s | WebSocket e2e s | Connect/WebSocket | overhead p50 ms "
-        "(Connect / WebSocket) | KB up/turn (Connect / WebSocket) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for rtt, mbit in params.get("large") or []:
-        here = {r["mode"]: r for r in rows if r["rtt_ms"] == rtt and r["mbit"] == mbit}
-        g, w = here.get("grpc_connect"), here.get("ws_cache")
-        if not g or not w:
-            continue
-        up = (g.get("bytes_up_per_turn") or 0) / 1024, (w.get("bytes_up_per_turn") or 0) / 1024
-        lines.append(
-            f"| {rtt:g} ms, {_rate(mbit)} | {_e2e(g)} | {_e2e(w)} | "
-            f"{g['e2e_median_s'] / w['e2e_median_s']:.3f}x | "
-            f"{g['overhead_p50_ms']:.1f} / {w['overhead_p50_ms']:.1f} | "
-            f"{up[0]:.0f} / {up[1]:.0f} |"
-        )
-    return "\n".join(lines)
+        "own window growth the emulation leaves out, so this favours WebSocket mode)."
+    )
+    table = _connect_vs_websocket(net, "large", intro, "KB up/turn", _kb_up)
+    return table or "*(no large-output link in this run)*"
 
 
 def _llama(net: JSONObject) -> str:

@@ -147,35 +147,9 @@ def network_cell(runner: Runner, modes: list[ModeInfo]) -> CellResult:
         direct = dataclasses.replace(server.address, tls_ca=ca)
         base = runner.rollout_cmd(workload, direct)
         runner.warm_up(modes, base)
-        for rtt, mbit in conditions:
-            label = link_label(rtt, mbit)
-            name = f"relay-{rtt:g}ms-{mbit or 0:g}mbit"
-            with RelayProcess(direct.ports, rtt, mbit, runner.workdir, name) as relay:
-                address = through(direct, relay.ports)
-                for repeat in range(cfg.network_repeats):
-                    for mode in rotated(modes, repeat):
-                        bar.describe(f"{label} {mode.key} r{repeat + 1}")
-                        cmd: AgentsCommand = {
-                            **base,
-                            "server": address,
-                            "mode": mode.key,
-                            "repeat": repeat,
-                            "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
-                        }
-                        runner.run_measured(
-                            cell,
-                            server,
-                            [(runner.worker(mode), cmd)],
-                            bar.update,
-                            {
-                                "mode": mode.key,
-                                "repeat": repeat,
-                                "rtt_ms": rtt,
-                                "mbit": mbit or 0,
-                                "tls": cfg.network_tls,
-                                "path": "direct",
-                            },
-                        )
+        relayed_rollouts(
+            runner, cell, modes, server, direct, bar, base, conditions, "direct", "direct"
+        )
         many = [m for m in modes if m.key in ("ws_cache", "grpc_connect")]
         if cfg.network_multiplex and many:
             _multiplex_conditions(runner, cell, many, server, direct, bar, lanes=False)
@@ -276,10 +250,12 @@ def relayed_rollouts(
     path: str,
     what: str,
     engine_cpu: Callable[[], float] | None = None,
+    proxy_cpu: Callable[[], float] | None = None,
 ) -> None:
     """``base`` run through a relay for each of ``links``, every mode in turn per repeat;
     each run is a row of ``cell`` tagged with its link and ``path`` (``what``: its name on
-    the progress bar; ``engine_cpu``: the engine's CPU clock, when not the run's own)."""
+    the progress bar; ``engine_cpu``: the engine's CPU clock, when not the run's own;
+    ``proxy_cpu``: a proxy's in the path, read around each run)."""
     cfg = runner.config
     for rtt, mbit in links:
         label = link_label(rtt, mbit)
@@ -296,7 +272,8 @@ def relayed_rollouts(
                         "repeat": repeat,
                         "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
                     }
-                    runner.run_measured(
+                    proxy_before = proxy_cpu() if proxy_cpu is not None else 0.0
+                    run = runner.run_measured(
                         cell,
                         server,
                         [(runner.worker(mode), cmd)],
@@ -311,6 +288,8 @@ def relayed_rollouts(
                         },
                         engine_cpu=engine_cpu,
                     )
+                    if proxy_cpu is not None:
+                        run["proxy_cpu_s"] = proxy_cpu() - proxy_before
 
 
 def pki_paths(settings: ServerSettings) -> tuple[str, str] | None:
@@ -361,40 +340,21 @@ def _mesh_conditions(
             envoy.start()
             envoy.wait_healthy(1)
             assert envoy.pid is not None
-            proxy_cpu = process_cpu_clock(envoy.pid)
             front = ServerAddress("127.0.0.1", grpc_port, http_port, server.address.pid, tls_ca=ca)
             runner.warm_up(modes, {**base, "server": front})
-            for rtt, mbit in cfg.network_mesh:
-                label = link_label(rtt, mbit)
-                name = f"relay-envoy-{rtt:g}ms-{mbit or 0:g}mbit"
-                with RelayProcess(front.ports, rtt, mbit, runner.workdir, name) as relay:
-                    address = through(front, relay.ports)
-                    for repeat in range(cfg.network_repeats):
-                        for mode in rotated(modes, repeat):
-                            bar.describe(f"Envoy {label} {mode.key} r{repeat + 1}")
-                            cmd: AgentsCommand = {
-                                **base,
-                                "server": address,
-                                "mode": mode.key,
-                                "repeat": repeat,
-                                "nonce": f"network-{name}-{mode.key}-{repeat}-{cfg.seed}",
-                            }
-                            before = proxy_cpu()
-                            run = runner.run_measured(
-                                cell,
-                                server,
-                                [(runner.worker(mode), cmd)],
-                                bar.update,
-                                {
-                                    "mode": mode.key,
-                                    "repeat": repeat,
-                                    "rtt_ms": rtt,
-                                    "mbit": mbit or 0,
-                                    "tls": cfg.network_tls,
-                                    "path": "envoy",
-                                },
-                            )
-                            run["proxy_cpu_s"] = proxy_cpu() - before
+            relayed_rollouts(
+                runner,
+                cell,
+                modes,
+                server,
+                front,
+                bar,
+                base,
+                cfg.network_mesh,
+                "envoy",
+                "Envoy",
+                proxy_cpu=process_cpu_clock(envoy.pid),
+            )
         finally:
             envoy.stop()
 
