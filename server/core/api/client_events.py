@@ -60,8 +60,7 @@ class CreateEvent:
 
     @property
     def event_id(self) -> str | None:
-        event_id = self.body.get("event_id")
-        return event_id if isinstance(event_id, str) else None
+        return _event_id(self.body)
 
     @property
     def answers(self) -> Answers:

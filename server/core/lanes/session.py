@@ -295,12 +295,12 @@ class Session:
             await self.apply(refused, answers)
             return
         lane = self._lane(event.lane)
-        body = dict(event.body)
         try:
             # Typed now, with the lane's tools: an invalid create is refused at once.
-            request = lane.parse(body, self.deps.config.limits)
+            request = lane.parse(event.body, self.deps.config.limits)
         except ApiError:
-            self._refuse_create(lane, body, received)
+            # The refusing run takes the event id out of its own copy of the body.
+            self._refuse_create(lane, dict(event.body), received)
             return
         create = LaneCreate(request, event.event_id, received)
         await self.apply(self.machine.create(event.lane, create))

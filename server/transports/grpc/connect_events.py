@@ -11,7 +11,6 @@ that sets no event are rarer, and take WebSocket mode's shape through the one JS
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import cast
 
 from bidi_responses.codec import inject_to_dict, item_to_dict, params_to_dict, steer_to_dict
@@ -89,12 +88,13 @@ def _append(request: pb.ConnectRequest) -> Incoming | Refusal:
 
 
 def _cancel(request: pb.ConnectRequest) -> Incoming | Refusal:
-    event = CancelEvent("", request.response_cancel.response_id or None, request.event_id or None)
+    response_id = request.response_cancel.response_id or None
+    event_id = request.event_id or None
     try:
         lane = lane_named(request.stream_id)
     except ApiError as error:
-        return Refusal("", error, event.answers)
-    return Incoming(replace(event, lane=lane))
+        return Refusal("", error, answering("response.cancel", event_id, response_id))
+    return Incoming(CancelEvent(lane, response_id, event_id))
 
 
 def _as_json(request: pb.ConnectRequest, kind: str | None, limits: Limits) -> Incoming | Refusal:
