@@ -73,9 +73,10 @@ class MemoryWire:
     def frames(self, ready: list[OutEvent]) -> Sequence[Frame]:
         return [dict(out.data) for out in ready]
 
-    async def send(self, frame: Frame) -> None:
+    async def send(self, frames: Sequence[Frame]) -> None:
         await self.reading.wait()
-        self.outbox.put_nowait(frame)
+        for frame in frames:
+            self.outbox.put_nowait(frame)
 
     async def abort(self, error: ApiError) -> None:
         self.aborted.append(error)
@@ -284,14 +285,15 @@ class SlowToStopWire(MemoryWire):
         self.stopping = asyncio.Event()
         self.stopped = asyncio.Event()
 
-    async def send(self, frame: Frame) -> None:
+    async def send(self, frames: Sequence[Frame]) -> None:
         try:
             await self.reading.wait()
         except asyncio.CancelledError:
             self.stopping.set()
             await self.stopped.wait()
             raise
-        self.outbox.put_nowait(frame)
+        for frame in frames:
+            self.outbox.put_nowait(frame)
 
 
 async def test_a_cancel_during_the_streams_cleanup_still_closes_its_session(

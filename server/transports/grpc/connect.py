@@ -133,7 +133,7 @@ class ConnectWire:
         self._decoder = ProtoDecoder()
         self._outbound = Outbound()
         # Pre-serialized messages pass through the response serializer unchanged.
-        self.send = context.write
+        self._write = context.write
 
     async def receive(self) -> bytes | None:
         context = self._context
@@ -194,6 +194,11 @@ class ConnectWire:
 
     def frames(self, ready: list[OutEvent]) -> Sequence[bytes]:
         return self._outbound.messages(ready)
+
+    async def send(self, frames: Sequence[bytes]) -> None:
+        write = self._write
+        for message in frames:
+            await write(message)
 
     async def abort(self, error: ApiError) -> None:
         await abort(self._context, error)

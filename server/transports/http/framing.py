@@ -42,13 +42,14 @@ def _ws_event(out: OutEvent) -> Mapping[str, JSONValue]:
     return out.data if not out.lane else {**out.data, "stream_id": out.lane}
 
 
-def ws_frame(out: OutEvent) -> str:
-    """One WebSocket text frame for a session event; named lanes echo their ``stream_id``."""
-    # Text, never binary: a binary frame is fatal to some clients (Codex).
-    return orjson.dumps(_ws_event(out)).decode()
+def ws_frame(out: OutEvent) -> bytes:
+    """One WebSocket text frame's UTF-8 payload for a session event; named lanes echo their
+    ``stream_id``."""
+    # Sent as text, never binary: a binary frame is fatal to some clients (Codex).
+    return orjson.dumps(_ws_event(out))
 
 
-def ws_batch_frame(ready: list[OutEvent]) -> str:
+def ws_batch_frame(ready: list[OutEvent]) -> bytes:
     """Non-standard: the events ready together as one text frame holding a JSON array.
 
     Only for connections that asked with ``?batch_frames=1`` (a benchmark reference: what
@@ -56,4 +57,4 @@ def ws_batch_frame(ready: list[OutEvent]) -> str:
     """
     if len(ready) == 1:
         return ws_frame(ready[0])
-    return orjson.dumps([_ws_event(out) for out in ready]).decode()
+    return orjson.dumps([_ws_event(out) for out in ready])

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import types
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import PayloadTooBig
 from websockets.extensions.base import Extension
@@ -35,6 +37,17 @@ REFUSED_LINGER_S = 1.0
 # The close that refuses a frame the server-wide budget cannot take: 1013, "try again later".
 OVER_BUDGET_CLOSE = 1013
 OVER_BUDGET_REASON = "server busy: server-wide request byte budget full; retry"
+#: The ASGI scope extension through which the application sends text frames in bulk
+#: (``WebSocketProtocol.send_texts``): ``scope["extensions"][SEND_TEXTS]["send"]``.
+SEND_TEXTS = "bidi_responses.websocket.send_texts"
+
+SendTexts = Callable[[Sequence[bytes]], Awaitable[None]]
+
+
+def send_texts_of(scope: Any) -> SendTexts | None:
+    """The connection's bulk text sender, when the server under the application is ours."""
+    extension = scope.get("extensions", {}).get(SEND_TEXTS)
+    return extension.get("send") if isinstance(extension, dict) else None
 
 
 class _ChargedInflate(Extension):
@@ -237,6 +250,31 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         # Reading goes on (and drops what comes) so a client still sending sees the close
         # frame; one that does not close in turn is dropped.
         self._linger_then_close()
+
+    async def run_asgi(self) -> None:
+        """The application, with ``send_texts`` in its scope (``SEND_TEXTS``)."""
+        extensions: dict[str, Any] = self.scope["extensions"]
+        extensions[SEND_TEXTS] = {"send": self.send_texts}
+        try:
+            await super().run_asgi()
+        finally:
+            # The scope outlives the connection in places; the method holds the protocol.
+            del extensions[SEND_TEXTS]
+
+    async def send_texts(self, payloads: Sequence[bytes]) -> None:
+        """Text frames of ``payloads`` (UTF-8), in order, in one write to the socket.
+
+        What a ``websocket.send`` message does for each, except that the frames of the events
+        that are ready together cost one transport write (a system call) rather than one each,
+        and their text is not decoded to ``str`` and encoded back on the way.
+        """
+        await self.writable.wait()
+        if self.disconnected or self.close_sent:
+            raise ClientDisconnected()
+        conn = self.conn
+        for payload in payloads:
+            conn.send_text(payload)
+        self.transport.write(b"".join(conn.data_to_send()))
 
     # ``Any``: uvicorn types the message with its private ``_types`` module.
     async def send(self, message: Any) -> None:

@@ -35,6 +35,7 @@ from .errors import (
 )
 from .framing import ws_batch_frame, ws_frame
 from .reading import caller, peer_of
+from .uvicorn_ws import send_texts_of
 
 # Close codes. 1000 ends WebSocket mode at its age limit as the hosted API does (the SDK then
 # ends iteration quietly); 1012 "service restart" tells clients a shutdown dropped them, and is
@@ -59,7 +60,10 @@ class WebSocketWire:
         self.close_code = WS_CLOSE_NORMAL
         self.close_reason = "connection age limit reached"
         # Non-standard batched frames (``?batch_frames=1``), for benchmark comparisons only.
-        self.batched = websocket.query_params.get("batch_frames") == "1"
+        self.array_frames = websocket.query_params.get("batch_frames") == "1"
+        # The events ready together are written at once (one frame each, unless batched).
+        self.batched = True
+        self._send_texts = send_texts_of(websocket.scope) or self._send_one_by_one
         self.closed = asyncio.get_running_loop().create_future()
 
     async def receive(self) -> Message | None:
@@ -105,13 +109,18 @@ class WebSocketWire:
         except orjson.JSONDecodeError as exc:
             raise invalid_json(str(exc)) from None
 
-    def frames(self, ready: list[OutEvent]) -> Sequence[str]:
-        if self.batched:
+    def frames(self, ready: list[OutEvent]) -> Sequence[bytes]:
+        if self.array_frames:
             return [ws_batch_frame(ready)]
         return [ws_frame(out) for out in ready]
 
-    async def send(self, frame: str) -> None:
-        await self.websocket.send_text(frame)
+    async def send(self, frames: Sequence[bytes]) -> None:
+        await self._send_texts(frames)
+
+    async def _send_one_by_one(self, frames: Sequence[bytes]) -> None:
+        """Under another ASGI server than this project's: plain ``websocket.send``."""
+        for frame in frames:
+            await self.websocket.send_text(frame.decode())
 
     async def abort(self, error: ApiError) -> None:
         if error.code == "write_timeout":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Generic
 
 from ...core import StreamSession, TransportPort
@@ -184,24 +184,16 @@ class StreamDriver(Generic[Message, Frame]):
         begin, end = watch.begin, watch.end
         # The loops drop what they sent before waiting for more: an idle stream must not hold
         # its last events (a terminal event carries the whole response) or their frames.
+        # Each send is watched by the write timeout.
         if not wire.batched:
             async for out in session.events():
-                await _send_all(frames([out]), send, begin, end)
+                begin()
+                await send(frames([out]))
+                end()
                 del out
             return
         async for ready in session.event_batches(self.core.streaming.max_batch_events):
-            await _send_all(frames(ready), send, begin, end)
+            begin()
+            await send(frames(ready))
+            end()
             del ready
-
-
-async def _send_all(
-    frames: Sequence[Frame],
-    send: Callable[[Frame], Awaitable[None]],
-    begin: Callable[[], None],
-    end: Callable[[], None],
-) -> None:
-    """Send ``frames`` in order, each watched by the write timeout."""
-    for frame in frames:
-        begin()
-        await send(frame)
-        end()

@@ -75,8 +75,9 @@ class Wire(Protocol[Message, Frame]):
         """The events that are ready together as frames (one each, or batched)."""
         ...
 
-    async def send(self, frame: Frame) -> None:
-        """Write one frame; waits while the client's window or the socket's buffer is full."""
+    async def send(self, frames: Sequence[Frame]) -> None:
+        """Write ``frames`` in order (the events that were ready together); waits while the
+        client's window or the socket's buffer is full."""
         ...
 
     async def abort(self, error: ApiError) -> None:
