@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 import aiohttp
 from bidi_responses.schema import JSONObject, JSONValue
 
-from ..core.ports import EngineError, EngineEvent, EngineFinish
+from ..core.ports import Delta, EngineError, EngineEvent, EngineFinish
 from .http_backend import (
     RetryableError,
     SSELineSplitter,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..engine_config import CompletionsConfig
     from .formats import CompletionParserLike
 
-__all__ = ["StreamState", "finish", "read_completion"]
+__all__ = ["MergedDeltas", "StreamState", "finish", "read_completion"]
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # A single SSE line longer than this is not a completion chunk.
@@ -73,6 +73,7 @@ async def read_completion(
     parser: CompletionParserLike,
     state: StreamState,
     config: CompletionsConfig,
+    merge_deltas: bool = True,
 ) -> AsyncIterator[EngineEvent]:
     """Post ``body`` (JSON, as ``headers`` say) to ``url`` and stream the parsed events;
     ``RetryableError`` while no token has arrived, ``EngineError`` otherwise."""
@@ -93,22 +94,34 @@ async def read_completion(
             await _check_status(response)
         reader = response.content
         lines = SSELineSplitter(_MAX_LINE_BYTES, "backend")
+        merged = MergedDeltas(merge=merge_deltas)
         watch = _Watchdog(loop, deadline)
         while True:
             chunk = await watch.wait(reader.readany())
             if not chunk:
                 break
-            for line in lines.feed(chunk):
-                for event in _line(line, parser, state):
+            # The lines of one read are parsed together, and the deltas they hold travel on
+            # as one: a backend streams a chunk per token, and each event handed on costs
+            # the response's pipeline a step.
+            try:
+                for line in lines.feed(chunk):
+                    _line(line, parser, state, merged)
+                    if state.done or state.after_stop > _MAX_TOKENS_AFTER_STOP:
+                        break
+            except EngineError:
+                for event in merged.take():  # what came before the bad line stays the output
                     yield event
-                if state.done:
-                    # Read the end of the body so the connection can be kept alive.
-                    async with asyncio.timeout(config.idle_timeout_s):
-                        await reader.read()
-                    response.release()
-                    return
-                if state.after_stop > _MAX_TOKENS_AFTER_STOP:
-                    return  # the backend samples on past a stop token: abort it
+                raise
+            for event in merged.take():
+                yield event
+            if state.done:
+                # Read the end of the body so the connection can be kept alive.
+                async with asyncio.timeout(config.idle_timeout_s):
+                    await reader.read()
+                response.release()
+                return
+            if state.after_stop > _MAX_TOKENS_AFTER_STOP:
+                return  # the backend samples on past a stop token: abort it
             if state.tokens:
                 watch.deadline = loop.time() + config.idle_timeout_s
         if parser.finished or state.finish_reason:
@@ -137,6 +150,46 @@ async def read_completion(
             # Closing (not releasing) a response that is still streaming drops the
             # connection: that is what tells the backend to abort the request.
             response.close()
+
+
+class MergedDeltas:
+    """Engine events with each run of consecutive deltas joined into one delta (up to
+    ``max_chars`` of text; one delta longer than that stays whole); with ``merge`` off, every
+    delta kept as it is."""
+
+    __slots__ = ("_chars", "_events", "_ids", "_texts", "max_chars")
+
+    def __init__(self, max_chars: int = 1024, *, merge: bool = True) -> None:
+        self.max_chars = max_chars if merge else 0
+        self._events: list[EngineEvent] = []
+        self._texts: list[str] = []
+        self._ids: list[int] = []
+        self._chars = 0
+
+    def extend(self, events: list[EngineEvent]) -> None:
+        for event in events:
+            if isinstance(event, Delta):
+                if self._texts and self._chars >= self.max_chars:
+                    self._flush()
+                self._texts.append(event.text)
+                self._ids += event.token_ids
+                self._chars += len(event.text)
+            else:
+                self._flush()
+                self._events.append(event)
+
+    def take(self) -> list[EngineEvent]:
+        """The events so far, in order; afterwards none are held."""
+        self._flush()
+        events, self._events = self._events, []
+        return events
+
+    def _flush(self) -> None:
+        if self._texts:
+            texts, ids = self._texts, self._ids
+            text = texts[0] if len(texts) == 1 else "".join(texts)
+            self._events.append(Delta(text, tuple(ids)))
+            self._texts, self._ids, self._chars = [], [], 0
 
 
 class _Watchdog:
@@ -253,13 +306,16 @@ async def _check_status(response: aiohttp.ClientResponse) -> None:
     raise EngineError("engine_rejected_request", f"The backend answered {status}: {message}")
 
 
-def _line(line: bytes, parser: CompletionParserLike, state: StreamState) -> list[EngineEvent]:
+def _line(
+    line: bytes, parser: CompletionParserLike, state: StreamState, events: MergedDeltas
+) -> None:
+    """Read one SSE line into ``state``; the events its tokens complete go to ``events``."""
     payload = sse_data(line)
     if payload is None:
-        return []
+        return
     if payload == b"[DONE]":
         state.done = True
-        return []
+        return
     chunk = decode_object(payload, "The backend sent a chunk")
     if "error" in chunk:
         raise EngineError(
@@ -273,7 +329,6 @@ def _line(line: bytes, parser: CompletionParserLike, state: StreamState) -> list
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         raise EngineError("engine_bad_response", "The backend sent a chunk without 'choices'.")
-    events: list[EngineEvent] = []
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
@@ -297,10 +352,9 @@ def _line(line: bytes, parser: CompletionParserLike, state: StreamState) -> list
                 state.after_stop += 1
                 continue
             state.tokens += 1
-            events += parser.feed(token)
+            events.extend(parser.feed(token))
         if choice.get("finish_reason"):
             state.finish_reason = str(choice["finish_reason"])
-    return events
 
 
 def _token_ids(choice: JSONObject, state: StreamState) -> list[int] | None:

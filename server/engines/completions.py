@@ -204,7 +204,14 @@ class CompletionsEngine:
                 state = StreamState(started=time.perf_counter(), vocabulary=self.format.vocabulary)
                 try:
                     async for event in read_completion(
-                        session, self._url, body, headers, parser, state, config
+                        session,
+                        self._url,
+                        body,
+                        headers,
+                        parser,
+                        state,
+                        config,
+                        request.merge_deltas,
                     ):
                         yield event
                     break

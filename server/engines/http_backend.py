@@ -63,6 +63,9 @@ class SessionPool:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections),
+                # One session serves every tenant's requests: a cookie a backend sets must not
+                # ride along with the next caller's (and none is read per request).
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(
                     total=None, connect=self._connect_timeout_s, sock_connect=None
                 ),

@@ -5,7 +5,8 @@ nothing; ``garbage`` streams a chunk that is not JSON; ``text_only`` streams the
 answer as text without token ids (no logprobs), then its usage; ``busy`` answers 503
 (retried); ``html`` answers a web page. ``replay`` streams the next recorded completion of
 ``replies`` (token ids) the way vLLM does (``token_ids`` per chunk, then usage), and keeps
-each request's prompt. Requests are counted per mode.
+each request's prompt; ``burst`` streams the same chunks all in one write, as a backend's
+chunks arrive when the server reads them late. Requests are counted per mode.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class BadBackends:
         self.replies: list[list[int]] = []  # replay: recorded completions, used in order
         self.prompts: list[list[int]] = []  # replay: the prompts received
         self.cached_tokens = 0  # replay: what the usage chunk reports as cached
+        self.cookies: list[str | None] = []  # replay: each request's Cookie header
 
     def base_url(self, mode: str) -> str:
         """The OpenAI base URL of ``mode``."""
@@ -48,8 +50,8 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     mode = request.match_info["mode"]
     backends.requests[mode] += 1
     body = await request.json()
-    if mode == "replay":
-        return await _replay(request, backends, body)
+    if mode in ("replay", "burst"):
+        return await _replay(request, backends, body, burst=mode == "burst")
     if mode == "busy":
         return web.json_response({"error": {"message": "server overloaded"}}, status=503)
     if mode == "html":
@@ -72,19 +74,26 @@ async def _handle(request: web.Request) -> web.StreamResponse:
 
 
 async def _replay(
-    request: web.Request, backends: BadBackends, body: dict[str, Any]
+    request: web.Request, backends: BadBackends, body: dict[str, Any], *, burst: bool = False
 ) -> web.StreamResponse:
     backends.prompts.append(list(body["prompt"]))
+    backends.cookies.append(request.headers.get("Cookie"))
     tokens = backends.replies.pop(0)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    # A backend behind a load balancer may set a session cookie; the server must not send it
+    # back (one client session serves every tenant).
+    headers = {"Content-Type": "text/event-stream", "Set-Cookie": "lb-session=replica-1; Path=/"}
+    response = web.StreamResponse(headers=headers)
     await response.prepare(request)
 
     def chunk(data: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(data).encode() + b"\n\n"
 
-    for token in tokens:
-        choice = {"index": 0, "text": "", "token_ids": [token], "finish_reason": None}
-        await response.write(chunk({"choices": [choice]}))
+    chunks = [
+        chunk({"choices": [{"index": 0, "text": "", "token_ids": [token], "finish_reason": None}]})
+        for token in tokens
+    ]
+    for data in [b"".join(chunks)] if burst else chunks:
+        await response.write(data)
     finish = {"index": 0, "text": "", "token_ids": [], "finish_reason": "stop"}
     await response.write(chunk({"choices": [finish]}))
     usage = {

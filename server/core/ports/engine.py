@@ -85,6 +85,9 @@ class EngineRequest:
     top_p: float = 1.0
     # The same conversation as items, for item-level engines.
     conversation: EngineConversation | None = None
+    # Whether deltas that arrive together may be handed on as one (the server merges them
+    # anyway, ``streaming.coalesce_deltas``); off, each token's delta is its own event.
+    merge_deltas: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -425,7 +425,12 @@ class ResponseRun:
         record = self.record
         stats = record.stats
         engine_request = engine_request_for(
-            request, state, budget, self.lane.affinity, self.output_format
+            request,
+            state,
+            budget,
+            self.lane.affinity,
+            self.output_format,
+            self.streaming.coalesce_deltas,
         )
         self.account.segment_starts(stats, len(state.tokens))
         streamer = ItemStreamer(self.emit, self.seq, record, self.metrics.first_delta)

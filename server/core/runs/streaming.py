@@ -89,6 +89,7 @@ def engine_request_for(
     budget: int | None,
     affinity: EngineAffinity,
     response_format: JSONObject | None,
+    merge_deltas: bool = True,
 ) -> EngineRequest:
     """What the engine is asked for the next segment of ``request`` on ``state``
     (``response_format``: the request's ``output_format()``, taken once per response)."""
@@ -106,6 +107,7 @@ def engine_request_for(
         temperature=request.temperature,
         top_p=request.top_p,
         conversation=EngineConversation(state.items, request.instructions, request.tools, affinity),
+        merge_deltas=merge_deltas,
     )
 
 
