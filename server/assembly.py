@@ -107,6 +107,7 @@ def compose(
         journal=journal,
         max_retry_delay_s=durability.max_retry_delay_s,
         probe_interval_s=durability.probe_interval_s,
+        write_linger_s=durability.write_linger_ms / 1000,
     )
     metrics = Metrics(lambda model: router.engine_name(model) is not None)
     metrics.post_queue_depth.set_function(lambda: post.depth)

@@ -112,6 +112,9 @@ class DurabilityConfig:
     probe_interval_s: float = 1.0
     # At shutdown, how long to wait for queued SQLite writes (the rest stay in the journal).
     drain_timeout_s: float = 30.0
+    # How long the SQLite writer lets journaled jobs gather into one transaction (0: write
+    # each batch at once). They are durable already; staged responses are readable meanwhile.
+    write_linger_ms: float = 20.0
 
 
 @dataclass(slots=True)

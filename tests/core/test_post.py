@@ -51,10 +51,12 @@ def _ledger(path: Path) -> list[tuple[str, str]]:
 
 
 async def test_next_turn_starts_before_the_previous_write_lands(
-    server_factory: ServerFactory,
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(30):
-        running = await server_factory(tool_rounds=10)
+        config = make_config(tmp_path, tool_rounds=10)
+        config.durability.write_linger_ms = 0  # the write begins at once (and waits)
+        running = await server_factory(config)
         post = running.core.deps.post
         gate, begun = _gate_writes(running)
         async with (
@@ -89,6 +91,54 @@ async def test_next_turn_starts_before_the_previous_write_lands(
         assert rows == {first.id: "completed", second["id"]: "completed"}
 
 
+def _count_batches(running: RunningServer) -> list[list[str]]:
+    """The response ids of each SQLite write the server makes, one list per transaction."""
+    store = running.core.deps.store
+    real: WriteMany = store.write_many
+    batches: list[list[str]] = []
+
+    async def counted(jobs: Jobs) -> None:
+        batches.append([ledger.response_id for _, ledger in jobs if ledger is not None])
+        await real(jobs)
+
+    store.write_many = counted  # type: ignore[method-assign]
+    return batches
+
+
+async def test_journaled_turns_linger_into_one_transaction(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """With a linger longer than the test, the turns of a loop are acknowledged (durable in
+    the journal) and readable without any SQLite write; ``join`` ends the linger, and one
+    transaction takes them all."""
+    async with asyncio.timeout(30):
+        config = make_config(tmp_path, tool_rounds=10)
+        config.durability.write_linger_ms = 600_000
+        running = await server_factory(config)
+        post = running.core.deps.post
+        batches = _count_batches(running)
+        async with AsyncResponsesClient(f"127.0.0.1:{running.grpc_port}") as client:
+            ids: list[str] = []
+            async with client.connect() as stream:
+                response = await stream.create(model="sim-model", input="go", tools=[SHELL_TOOL])
+                ids.append(response.id)
+                for _ in range(3):
+                    response = await stream.create(
+                        model="sim-model",
+                        previous_response_id=response.id,
+                        tools=[SHELL_TOOL],
+                        input=[response.call_output("ok")],
+                    )
+                    assert response.status == "completed"
+                    ids.append(response.id)
+            assert batches == [] and post.written == 0
+            assert post.journal is not None and post.journal.appended == 4
+            assert (await client.get(ids[0])).id == ids[0]  # staged: readable before its write
+            await post.join()
+        assert batches == [ids] and post.written == 4
+        assert sorted(dict(_ledger(running.core.config.store_path))) == sorted(ids)
+
+
 async def test_a_stateless_continuation_reads_a_write_still_queued(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
@@ -120,6 +170,7 @@ async def test_a_full_queue_makes_the_producer_wait(
         config = make_config(tmp_path)
         # Job 1 stays queued while the writer (gated) writes it; job 2 fills the queue.
         config.post_queue_size = 2
+        config.durability.write_linger_ms = 0
         running = await server_factory(config)
         post = running.core.deps.post
         gate, begun = _gate_writes(running)

@@ -4,7 +4,11 @@
 ``store: true``, the stored response) to the write-ahead journal and returns once the append is
 durable: one group-committed ``fdatasync`` shared by every stream finishing at that moment. The
 SQLite writes happen afterwards, in batches, on a background writer while the client already
-sends its next turn; a restart replays whatever the journal holds that SQLite does not.
+sends its next turn; a restart replays whatever the journal holds that SQLite does not. Since
+a journaled job is durable already, the writer lets a batch gather for ``write_linger_s``
+before it writes: one agent loop finishes a turn every few milliseconds, and one transaction
+(one WAL sync) then takes the rows of several turns instead of one each. Staged responses
+are readable meanwhile (``QueuedWrites``); ``join`` and ``drain`` cut the wait short.
 
 Disk trouble is bounded and loud (``StorageHealth``): when the journal or the database cannot
 write, the cause is logged once, new ``store: true`` work is refused with 503
@@ -124,14 +128,18 @@ class PostQueue:
         probe_interval_s: float = 1.0,
         max_backlog: int | None = None,
         batch_max: int = 256,
+        write_linger_s: float = 0.0,
     ) -> None:
         self._store = store
         self._journal = journal
         self._maxsize = maxsize
         self._max_backlog = max_backlog if max_backlog is not None else 16 * maxsize
         self._batch_max = batch_max
+        self._linger_s = write_linger_s
         self._jobs: deque[PostJob] = deque()
         self._wake = asyncio.Event()
+        # Set to end a linger early: a full batch, producers waiting for room, join or drain.
+        self._hurry = asyncio.Event()
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -236,6 +244,8 @@ class PostQueue:
         self._jobs.append(job)
         self._idle.clear()
         self._wake.set()
+        if len(self._jobs) >= min(self._batch_max, self._maxsize):
+            self._hurry.set()
 
     async def write_through(self, job: PostJob, attempts: int = 6) -> bool:
         """Write a job now and return once it has landed (True), or, after ``attempts``
@@ -292,10 +302,12 @@ class PostQueue:
         delay = self._retry_delay_s
         while True:
             if not self._jobs:
+                self._hurry.clear()
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            await self._linger()
             batch = list(itertools.islice(self._jobs, self._batch_max))
             try:
                 await self._store.write_many([(j.record, j.ledger) for j in batch])
@@ -315,6 +327,17 @@ class PostQueue:
             self.written += len(batch)
             self._room.set()
 
+    async def _linger(self) -> None:
+        """Let more jobs join the batch, when the ones queued are durable in the journal
+        already (else a crash meanwhile would lose them) and nothing hurries the writer."""
+        if not self._linger_s or self._hurry.is_set() or not self.health.ok:
+            return
+        if any(job.segment is None for job in self._jobs):
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._linger_s):
+                await self._hurry.wait()
+
     async def _probe(self) -> None:
         """While the journal cannot write, try it again every ``probe_interval_s``."""
         assert self._journal is not None
@@ -332,6 +355,7 @@ class PostQueue:
         """Wait until every job queued so far is written (the writer keeps running)."""
         if self._submitted:
             await asyncio.gather(*list(self._submitted), return_exceptions=True)
+        self._hurry.set()
         await self._idle.wait()
 
     async def drain(self, wait_s: float | None = None) -> None:
@@ -345,6 +369,7 @@ class PostQueue:
                 await asyncio.gather(*list(pending), return_exceptions=True)
         if self._jobs and self._worker is None:
             self._start_tasks()  # jobs were queued but the writer never ran: write them now
+        self._hurry.set()
         try:
             async with asyncio.timeout(wait_s):
                 await self._idle.wait()
