@@ -14,7 +14,7 @@ TYPED := server client bench cluster schema tests
 .PHONY: all install install-core proto lint-proto breaking-proto lint typecheck check test test-all serve compare \
 	bench bench-compaction fuzz fuzz-big soak faults clean postgres replicas failover replicas-throughput \
 	handoff-bench node-deps interop burst drain bench-fairness bench-memory report aiperf saturation roundtrip \
-	http-continuation stream-memory peers \
+	http-continuation stream-memory peers turn-profile \
 	podman image check-manifests compare-network
 
 all: check test
@@ -194,6 +194,11 @@ $(PEERS_VENV)/.installed: bench/peers-requirements.txt
 	touch $@
 peers: $(EXTRA)bench $(PEERS_VENV)/.installed
 	$(PY) -m bidi_responses.bench.peers --smg $(PEERS_VENV)/bin/smg --turns 20 --repeats 5 --out bench-out
+
+# Where a stateful turn's server CPU goes, on the peers workload: per thread, and the event
+# loop's Python time by phase (py-spy, from the peers' environment).
+turn-profile: $(EXTRA)bench $(PEERS_VENV)/.installed
+	$(PY) -m bidi_responses.bench.turn_profile --py-spy $(PEERS_VENV)/bin/py-spy --loops 10 --out bench-out
 
 # Hostile input over every transport (hypothesis): FUZZ_INPUTS inputs, a summary table.
 FUZZ_INPUTS ?= 10000

@@ -53,7 +53,7 @@ from .run.settings import ServerSettings
 from .stats import median
 from .workload import Workload, WorkloadSpec, build_workload
 
-__all__ = ["MODES", "main", "run_peers"]
+__all__ = ["MODES", "main", "peers_workload", "run_peers", "server_settings"]
 
 #: This project's modes, then SMG's (it has neither WebSocket mode nor gRPC).
 MODES: dict[str, tuple[str, ...]] = {
@@ -212,15 +212,34 @@ def summarize(loops: list[list[Turn]]) -> JSONObject:
     return out
 
 
-async def run_peers(
-    workdir: Path, smg: str | None, turns: int = 20, repeats: int = 3
-) -> JSONObject:
-    """Every cell of the benchmark (module docstring); the JSON of ``peers.json``."""
-    workload = build_workload(
+def peers_workload(turns: int) -> Workload:
+    """The benchmark's agent loop of ``turns`` turns (module docstring)."""
+    return build_workload(
         WorkloadSpec(
             tool_turns=turns, tool_output_tokens=800, user_tokens=300, instructions_tokens=300
         )
     )
+
+
+def server_settings(model_url: str, turns: int) -> ServerSettings:
+    """This project's server as the benchmark runs it: the fake model at ``model_url`` as its
+    completions backend, a tool call each turn but the last."""
+    return ServerSettings(
+        tokens_per_second=1_000_000,
+        ttft_ms=0,
+        prefill_tokens_per_second=1e9,
+        tool_rounds=turns - 1,
+        function_call_tokens=40,
+        answer_tokens=50,
+        sim_backend_url=model_url,
+    )
+
+
+async def run_peers(
+    workdir: Path, smg: str | None, turns: int = 20, repeats: int = 3
+) -> JSONObject:
+    """Every cell of the benchmark (module docstring); the JSON of ``peers.json``."""
+    workload = peers_workload(turns)
     model = HelperProcess(
         [
             sys.executable,
@@ -241,16 +260,7 @@ async def run_peers(
     skipped: dict[str, str] = {}
     try:
         model_url = model.wait_url()
-        settings = ServerSettings(
-            tokens_per_second=1_000_000,
-            ttft_ms=0,
-            prefill_tokens_per_second=1e9,
-            tool_rounds=turns - 1,
-            function_call_tokens=40,
-            answer_tokens=50,
-            sim_backend_url=model_url,
-        )
-        bidi = ServerProcess(settings, workdir, "bidi")
+        bidi = ServerProcess(server_settings(model_url, turns), workdir, "bidi")
         procs.append(bidi)
         address = bidi.start()
         bidi_url = f"http://127.0.0.1:{address.http_port}"
