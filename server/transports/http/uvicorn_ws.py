@@ -137,10 +137,17 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         super().data_received(data)
 
     def handle_connect(self, event: Request) -> None:
-        """Accept the upgrade; a negotiated permessage-deflate is charged as it inflates."""
+        """Accept the upgrade; a negotiated permessage-deflate is charged as it inflates.
+
+        The application finds ``send_texts`` in its scope (``SEND_TEXTS``), put there before
+        its task first runs (a wrapper around that task would keep a frame per connection).
+        """
         super().handle_connect(event)
         if self.conn.extensions:
             self.conn.extensions = [_ChargedInflate(ext, self) for ext in self.conn.extensions]
+        if self.response.status_code == 101:
+            extensions: dict[str, Any] = self.scope["extensions"]
+            extensions[SEND_TEXTS] = {"send": self.send_texts}
 
     def refuse_while_inflating(self) -> None:
         """A compressed message would inflate past the budget: the close (1013, saying why)
@@ -228,6 +235,10 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self._release_reading()
         while self._queued_charges and self.budget is not None:
             self.budget.release(self._queued_charges.popleft())
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            # The scope outlives the connection in places; the sender holds the protocol.
+            scope["extensions"].pop(SEND_TEXTS, None)
         super().connection_lost(exc)
 
     def _release_reading(self) -> None:
@@ -250,16 +261,6 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         # Reading goes on (and drops what comes) so a client still sending sees the close
         # frame; one that does not close in turn is dropped.
         self._linger_then_close()
-
-    async def run_asgi(self) -> None:
-        """The application, with ``send_texts`` in its scope (``SEND_TEXTS``)."""
-        extensions: dict[str, Any] = self.scope["extensions"]
-        extensions[SEND_TEXTS] = {"send": self.send_texts}
-        try:
-            await super().run_asgi()
-        finally:
-            # The scope outlives the connection in places; the method holds the protocol.
-            del extensions[SEND_TEXTS]
 
     async def send_texts(self, payloads: Sequence[bytes]) -> None:
         """Text frames of ``payloads`` (UTF-8), in order, in one write to the socket.

@@ -51,6 +51,20 @@ class WebSocketWire:
     out, and how it will close."""
 
     half_close = False  # a client's close ends the connection
+    batched = True  # the events ready together are written at once (a frame each)
+
+    # Slots: every open connection keeps one of these for its whole life.
+    __slots__ = (
+        "_copies",
+        "_limits",
+        "_send_texts",
+        "array_frames",
+        "close_code",
+        "close_reason",
+        "closed",
+        "session",
+        "websocket",
+    )
 
     def __init__(self, websocket: WebSocket, session: StreamSession, core: TransportPort) -> None:
         self.websocket = websocket
@@ -61,8 +75,6 @@ class WebSocketWire:
         self.close_reason = "connection age limit reached"
         # Non-standard batched frames (``?batch_frames=1``), for benchmark comparisons only.
         self.array_frames = websocket.query_params.get("batch_frames") == "1"
-        # The events ready together are written at once (one frame each, unless batched).
-        self.batched = True
         self._send_texts = send_texts_of(websocket.scope) or self._send_one_by_one
         self.closed = asyncio.get_running_loop().create_future()
 
