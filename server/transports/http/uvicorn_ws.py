@@ -7,7 +7,9 @@ writable, so closing a client that stopped reading (the write timeout) would han
 for as long as the client stays silent; and the bytes of a frame being read count against the
 server-wide request budget (``server/core/tenancy/request_budget.py``) from the moment they
 arrive, which only the protocol sees; so do the bytes a compressed message inflates to
-(``limits.websocket_compression``), which only the protocol's extensions see.
+(``limits.websocket_compression``), which only the protocol's extensions see. It also offers
+the application ``send_texts``, which writes the frames of the events that are ready together
+in one socket write: ASGI has one ``websocket.send`` per frame, a system call each.
 """
 
 from __future__ import annotations
