@@ -53,7 +53,7 @@ from .run.settings import ServerSettings
 from .stats import median
 from .workload import Workload, WorkloadSpec, build_workload
 
-__all__ = ["MODES", "main", "peers_workload", "run_peers", "server_settings"]
+__all__ = ["MODES", "main", "model_process", "peers_workload", "run_peers", "server_settings"]
 
 #: This project's modes, then SMG's (it has neither WebSocket mode nor gRPC).
 MODES: dict[str, tuple[str, ...]] = {
@@ -212,6 +212,20 @@ def summarize(loops: list[list[Turn]]) -> JSONObject:
     return out
 
 
+def model_process(workdir: Path, turns: int) -> HelperProcess:
+    """The instant fake model (``bench.peers_model``) for loops of ``turns`` turns, started."""
+    return HelperProcess(
+        [
+            sys.executable,
+            "-m",
+            "bidi_responses.bench.peers_model",
+            "--tool-rounds",
+            str(turns - 1),
+        ],
+        workdir / "model.log",
+    )
+
+
 def peers_workload(turns: int) -> Workload:
     """The benchmark's agent loop of ``turns`` turns (module docstring)."""
     return build_workload(
@@ -240,16 +254,7 @@ async def run_peers(
 ) -> JSONObject:
     """Every cell of the benchmark (module docstring); the JSON of ``peers.json``."""
     workload = peers_workload(turns)
-    model = HelperProcess(
-        [
-            sys.executable,
-            "-m",
-            "bidi_responses.bench.peers_model",
-            "--tool-rounds",
-            str(turns - 1),
-        ],
-        workdir / "model.log",
-    )
+    model = model_process(workdir, turns)
     procs: list[HelperProcess | ServerProcess] = [model]
     result: JSONObject = {
         "turns": turns,

@@ -35,7 +35,6 @@ import aiohttp
 
 from . import peers
 from .http_continuation import Send
-from .peer_processes import HelperProcess
 from .run.server import ServerProcess
 from .workload import Workload
 
@@ -186,16 +185,7 @@ async def run(
     workload = peers.peers_workload(turns)
     with tempfile.TemporaryDirectory(prefix="turn-profile-") as tmp:
         work = Path(tmp)
-        model = HelperProcess(
-            [
-                sys.executable,
-                "-m",
-                "bidi_responses.bench.peers_model",
-                "--tool-rounds",
-                str(turns - 1),
-            ],
-            work / "model.log",
-        )
+        model = peers.model_process(work, turns)
         server: ServerProcess | None = None
         try:
             server = ServerProcess(peers.server_settings(model.wait_url(), turns), work, "bidi")
