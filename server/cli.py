@@ -54,6 +54,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--sim-tps", type=float, default=None, help="sim decode tokens/s (1000)")
     p.add_argument("--sim-ttft-ms", type=float, default=None, help="sim base time to first token")
     p.add_argument(
+        "--sim-prefill-tps", type=float, default=None, help="sim prompt tokens/s (100000)"
+    )
+    p.add_argument(
         "--sim-tool-rounds",
         type=int,
         default=None,
@@ -197,6 +200,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
             args.engine,
             args.sim_tps,
             args.sim_ttft_ms,
+            args.sim_prefill_tps,
             args.sim_tool_rounds,
             args.sim_seed,
             args.script,
@@ -287,6 +291,8 @@ def _route(args: argparse.Namespace, route: RouteConfig) -> RouteConfig:
         sim.tokens_per_second = args.sim_tps
     if args.sim_ttft_ms is not None:
         sim.ttft_ms = args.sim_ttft_ms
+    if args.sim_prefill_tps is not None:
+        sim.prefill_tokens_per_second = args.sim_prefill_tps
     if args.sim_tool_rounds is not None:
         sim.tool_rounds = args.sim_tool_rounds
     if args.sim_seed is not None:

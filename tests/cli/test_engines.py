@@ -34,7 +34,10 @@ UPSTREAM_FLAGS = [
     "--upstream-transport", "http", "--route-setting", "upstream.store=true",
 ]  # fmt: skip
 ENGINE_FLAGS: dict[str, tuple[list[str], type]] = {
-    "sim": (["--engine", "sim", "--sim-tps", "500", "--sim-seed", "7"], SimEngine),
+    "sim": (
+        ["--engine", "sim", "--sim-tps", "500", "--sim-prefill-tps", "2e6", "--sim-seed", "7"],
+        SimEngine,
+    ),
     "script": (["--engine", "script", "--script", str(SCRIPT)], ScriptEngine),
     "completions": (COMPLETIONS_FLAGS, CompletionsEngine),
     "upstream": (UPSTREAM_FLAGS, UpstreamResponsesEngine),
@@ -75,6 +78,7 @@ async def test_the_flags_build_the_engine(kind: str) -> None:
         await engine.aclose()
     elif kind == "sim":
         assert route.sim.tokens_per_second == 500 and route.sim.seed == 7
+        assert route.sim.prefill_tokens_per_second == 2e6
     else:
         assert route.script_path == str(SCRIPT)
 

@@ -78,6 +78,9 @@ async def serve(
             sys.executable, *(launcher or ("-m", "bidi_responses.server.cli")), "serve",
             "--config", str(config), "--grpc-port", "0", "--http-port", "0",
             "--data-dir", str(tmp / "data"), "--sim-tps", "5000", "--sim-ttft-ms", "1",
+            # What is measured is the server: a create near the message limit (~2M tokens)
+            # must not spend the default simulated prefill's 20 s before its answer.
+            "--sim-prefill-tps", "1e9",
             stdout=out, stderr=out, preexec_fn=limit,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
