@@ -79,12 +79,8 @@ class StreamSession(Protocol):
         """Queue a server event for the client."""
         ...
 
-    def events(self) -> AsyncIterator[OutEvent]:
-        """What the stream sends, in order, to its end."""
-        ...
-
     def event_batches(self, max_events: int) -> AsyncIterator[list[OutEvent]]:
-        """``events`` as lists of what is ready together."""
+        """What the stream sends, in order, to its end, as lists of what is ready together."""
         ...
 
     async def finish(self, *, wait_for_runs: bool = True) -> None:

@@ -43,8 +43,6 @@ class MemoryWire:
     client stops sending) and reads what was sent from ``outbox``; while ``reading`` is clear,
     a send waits, as for a client that stopped reading."""
 
-    batched = True
-
     def __init__(self, limits: Limits, *, half_close: bool) -> None:
         self.limits = limits
         self.half_close = half_close
@@ -253,9 +251,8 @@ def _live_terminal_events() -> list[OutEvent]:
     ]
 
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one_by_one"])
 async def test_an_idle_stream_keeps_no_event_it_sent(
-    engine_and_core: tuple[ScriptedEngine, ScriptedCore], batched: bool
+    engine_and_core: tuple[ScriptedEngine, ScriptedCore],
 ) -> None:
     """While it waits for more, the writer holds nothing of what it sent: an idle stream
     would otherwise keep its last terminal event, which carries the whole response."""
@@ -263,7 +260,6 @@ async def test_an_idle_stream_keeps_no_event_it_sent(
     engine.turns.append(Turn())
     session = open_stream(port_of(core), ANONYMOUS)
     wire = MemoryWire(core.config.limits, half_close=True)
-    wire.batched = batched
     running = asyncio.get_running_loop().create_task(
         StreamDriver(port_of(core), session, wire).run()
     )

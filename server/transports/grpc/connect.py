@@ -122,7 +122,6 @@ class ConnectWire:
     """A Connect call as the stream driver's wire."""
 
     half_close = True  # the client may stop sending and still read its responses
-    batched = True  # events ready together go out together (batched if the client asks)
 
     def __init__(self, context: Context, session: StreamSession, core: TransportPort) -> None:
         self._context = context

@@ -46,10 +46,11 @@ SEND_TEXTS = "bidi_responses.websocket.send_texts"
 SendTexts = Callable[[Sequence[bytes]], Awaitable[None]]
 
 
-def send_texts_of(scope: Any) -> SendTexts | None:
-    """The connection's bulk text sender, when the server under the application is ours."""
-    extension = scope.get("extensions", {}).get(SEND_TEXTS)
-    return extension.get("send") if isinstance(extension, dict) else None
+def send_texts_of(scope: Any) -> SendTexts:
+    """The connection's bulk text sender (WebSocket mode is served by ``WebSocketProtocol``
+    only: ``server.start_http_server`` installs it)."""
+    send: SendTexts = scope["extensions"][SEND_TEXTS]["send"]
+    return send
 
 
 class _ChargedInflate(Extension):

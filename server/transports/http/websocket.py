@@ -51,7 +51,6 @@ class WebSocketWire:
     out, and how it will close."""
 
     half_close = False  # a client's close ends the connection
-    batched = True  # the events ready together are written at once (a frame each)
 
     # Slots: every open connection keeps one of these for its whole life.
     __slots__ = (
@@ -75,7 +74,7 @@ class WebSocketWire:
         self.close_reason = "connection age limit reached"
         # Non-standard batched frames (``?batch_frames=1``), for benchmark comparisons only.
         self.array_frames = websocket.query_params.get("batch_frames") == "1"
-        self._send_texts = send_texts_of(websocket.scope) or self._send_one_by_one
+        self._send_texts = send_texts_of(websocket.scope)
         self.closed = asyncio.get_running_loop().create_future()
 
     async def receive(self) -> Message | None:
@@ -128,11 +127,6 @@ class WebSocketWire:
 
     async def send(self, frames: Sequence[bytes]) -> None:
         await self._send_texts(frames)
-
-    async def _send_one_by_one(self, frames: Sequence[bytes]) -> None:
-        """Under another ASGI server than this project's: plain ``websocket.send``."""
-        for frame in frames:
-            await self.websocket.send_text(frame.decode())
 
     async def abort(self, error: ApiError) -> None:
         if error.code == "write_timeout":

@@ -182,16 +182,9 @@ class StreamDriver(Generic[Message, Frame]):
         wire, session = self.wire, self.session
         frames, send = wire.frames, wire.send
         begin, end = watch.begin, watch.end
-        # The loops drop what they sent before waiting for more: an idle stream must not hold
+        # The loop drops what it sent before waiting for more: an idle stream must not hold
         # its last events (a terminal event carries the whole response) or their frames.
         # Each send is watched by the write timeout.
-        if not wire.batched:
-            async for out in session.events():
-                begin()
-                await send(frames([out]))
-                end()
-                del out
-            return
         async for ready in session.event_batches(self.core.streaming.max_batch_events):
             begin()
             await send(frames(ready))

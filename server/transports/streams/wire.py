@@ -49,9 +49,6 @@ class Wire(Protocol[Message, Frame]):
     #: Whether the client can still read after it stopped sending (a gRPC half-close): the
     #: stream then ends when its in-flight responses have; otherwise input's end is the end.
     half_close: bool
-    #: Whether frames take every event that is ready at once (``Session.event_batches``),
-    #: or one event each as it comes (``Session.events``).
-    batched: bool
 
     async def receive(self) -> Message | None:
         """The client's next message; None once it sends no more (or the connection ended).
