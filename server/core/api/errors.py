@@ -122,6 +122,16 @@ def not_found(what: str, ident: str) -> ApiError:
     return ApiError(f"No {what} found with id '{shown(ident)}'.", code="not_found", status=404)
 
 
+def not_waiting(response_id: str) -> ApiError:
+    """A 409 for tool outputs sent to a response that is not waiting for them."""
+    return ApiError(
+        f"Response '{response_id}' is not waiting for tool outputs.",
+        code="response_not_waiting",
+        param="response_id",
+        status=409,
+    )
+
+
 def server_error() -> ApiError:
     """A 500 for a real server fault; never carries exception text to the client."""
     return ApiError(

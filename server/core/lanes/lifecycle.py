@@ -42,7 +42,7 @@ from typing import Generic
 
 from bidi_responses.schema import JSONObject, JSONValue, RequiredInputStub
 
-from ..api.errors import ApiError
+from ..api.errors import ApiError, not_waiting
 from ..process import SmallDeque
 from .actions import (
     Action,
@@ -156,10 +156,6 @@ class LaneMachine(Generic[Request]):
                 steers.extend(ticket.steers)
         return steers
 
-    def has_pending(self, response_id: str) -> bool:
-        """Whether ``response_id`` has accepted steers waiting for it to end."""
-        return self._steers.has_pending(response_id)
-
     def has_ended(self, response_id: str) -> bool:
         """Whether ``response_id`` ran on this stream and has ended."""
         return self._steers.ended_on(response_id) is not None
@@ -229,13 +225,7 @@ class LaneMachine(Generic[Request]):
         """``response.append``: tool outputs for the lane's running response."""
         ticket = self._started(self._lanes.get(lane_id))
         if ticket is None:
-            error = ApiError(
-                f"Response '{response_id}' is not waiting for tool outputs.",
-                code="response_not_waiting",
-                param="response_id",
-                status=409,
-            )
-            return [Refuse(lane_id, error)]
+            return [Refuse(lane_id, not_waiting(response_id))]
         return [Offer(ticket.number, ticket.lane, response_id, raw_input)]
 
     def inject(

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, cast
 
-from bidi_responses.schema import FunctionCallItem, Item, RequiredInputStub, ServerEvent
+from bidi_responses.schema import FunctionCallItem, Item, ServerEvent
 
+from ..runs.runner import output_stubs
 from .actions import Action, RunEnd, RunStatus
 from .lane_create import LaneCreate
 from .lifecycle import LaneMachine
@@ -62,10 +63,7 @@ class RunLink:
         self._session.machine.ending(self._number, end_of(run))
 
     async def waiting(self, run: ResponseRun, calls: list[FunctionCallItem]) -> None:
-        stubs: list[RequiredInputStub] = [
-            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
-            for call in calls
-        ]
+        stubs = output_stubs(calls)
         await self._session.apply(self._session.machine.waiting(run.id, stubs))
 
     def resumed(self, run: ResponseRun) -> list[Item]:

@@ -34,7 +34,7 @@ from ..api.client_events import (
     SteerEvent,
     parse_json_event,
 )
-from ..api.errors import ApiError, server_error
+from ..api.errors import ApiError, not_waiting, server_error
 from ..api.ids import new_id
 from ..conversation.state import ResponseCache
 from ..runs import continuation
@@ -104,7 +104,6 @@ class Session:
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
         self._stopping = False
-        self.opened_at = time.monotonic()
         # How engine output becomes deltas for the responses this stream starts (a transport
         # may set a coarser delta window its client asked for).
         self.streaming: StreamingConfig = deps.config.streaming
@@ -374,7 +373,10 @@ class Session:
                     run.cancel(action.reason)
 
     async def _offer(self, offer: Offer, answers: Mapping[str, object] | None) -> None:
-        run = self._started[offer.number]
+        run = self._started.get(offer.number)
+        if run is None:  # the machine started it; this session has not yet
+            await self._error(offer.lane, not_waiting(offer.response_id), answers)
+            return
         try:
             run.offer_append(offer.response_id, offer.input)
         except ApiError as error:  # not waiting, or outputs that do not fit

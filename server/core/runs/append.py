@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from bidi_responses.schema import FunctionCallItem, Item, JSONValue, ResponseEvent
 
 from ...config import Limits
-from ..api.errors import ApiError, shown
+from ..api.errors import ApiError, not_waiting, shown
 from ..api.ids import assign_ids
 from ..api.input_items import parse_input
 from .prompt import Prompt
@@ -50,12 +50,7 @@ class AppendWait:
         exactly once. ``before``: called once the items are accepted, for items to put in
         front of them (steering input)."""
         if not self.waiting or offered_to != response_id:
-            raise ApiError(
-                f"Response '{offered_to}' is not waiting for tool outputs.",
-                code="response_not_waiting",
-                param="response_id",
-                status=409,
-            )
+            raise not_waiting(offered_to)
         items, _ = parse_input(raw_input, limits)
         assert self._waiter is not None
         outputs = [(i, it) for i, it in enumerate(items) if it["type"] == "function_call_output"]

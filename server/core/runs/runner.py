@@ -33,6 +33,7 @@ from bidi_responses.schema import (
 )
 
 from ...config import StreamingConfig
+from ..api.client_events import answering
 from ..api.errors import ApiError
 from ..api.ids import new_id
 from ..api.requests import CreateRequest
@@ -57,6 +58,15 @@ from .record import (
 )
 from .routing import Route
 from .streaming import BoundaryStop, engine_request_for, stream_segment
+
+
+def output_stubs(calls: list[FunctionCallItem]) -> list[RequiredInputStub]:
+    """The stubs of the tool outputs that answer ``calls`` (``response.steer.pending``'s
+    ``required_input``)."""
+    return [
+        {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
+        for call in calls
+    ]
 
 
 class RunHooks(Protocol):
@@ -146,11 +156,9 @@ class ResponseRun:
         previous = (
             request.previous_response_id if request else self.body.get("previous_response_id")
         )
-        return {
-            "request_type": "response.create",
-            "event_id": self.event_id,
-            "response_id": previous if isinstance(previous, str) else None,
-        }
+        return answering(
+            "response.create", self.event_id, previous if isinstance(previous, str) else None
+        )
 
     # -- control from the session ------------------------------------------------------------
 
@@ -178,10 +186,7 @@ class ResponseRun:
     @property
     def required_input(self) -> list[RequiredInputStub]:
         """Stubs of the client tool outputs a continuation of this response must carry."""
-        return [
-            {"type": "function_call_output", "call_id": call["call_id"], "name": call["name"]}
-            for call in self.open_calls
-        ]
+        return output_stubs(self.open_calls)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the response promptly; it ends as incomplete with ``reason``. Once only: a
