@@ -157,22 +157,24 @@ class MergedDeltas:
     ``max_chars`` of text; one delta longer than that stays whole); with ``merge`` off, every
     delta kept as it is."""
 
-    __slots__ = ("_chars", "_events", "_ids", "_texts", "max_chars")
+    __slots__ = ("_chars", "_events", "_merge", "_run", "max_chars")
 
     def __init__(self, max_chars: int = 1024, *, merge: bool = True) -> None:
-        self.max_chars = max_chars if merge else 0
+        self.max_chars = max_chars
+        self._merge = merge
         self._events: list[EngineEvent] = []
-        self._texts: list[str] = []
-        self._ids: list[int] = []
+        self._run: list[Delta] = []
         self._chars = 0
 
     def extend(self, events: list[EngineEvent]) -> None:
+        if not self._merge:
+            self._events += events
+            return
         for event in events:
             if isinstance(event, Delta):
-                if self._texts and self._chars >= self.max_chars:
+                if self._run and self._chars >= self.max_chars:
                     self._flush()
-                self._texts.append(event.text)
-                self._ids += event.token_ids
+                self._run.append(event)
                 self._chars += len(event.text)
             else:
                 self._flush()
@@ -185,11 +187,15 @@ class MergedDeltas:
         return events
 
     def _flush(self) -> None:
-        if self._texts:
-            texts, ids = self._texts, self._ids
-            text = texts[0] if len(texts) == 1 else "".join(texts)
-            self._events.append(Delta(text, tuple(ids)))
-            self._texts, self._ids, self._chars = [], [], 0
+        run = self._run
+        if not run:
+            return
+        if len(run) == 1:
+            self._events.append(run[0])  # a read of one token: the delta as it came
+        else:
+            text = "".join(d.text for d in run)
+            self._events.append(Delta(text, tuple(i for d in run for i in d.token_ids)))
+        self._run, self._chars = [], 0
 
 
 class _Watchdog:

@@ -15,7 +15,7 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import orjson
 from bidi_responses.schema import JSONObject, JSONValue, ToolChoice, ToolChoiceMode
@@ -29,13 +29,7 @@ if TYPE_CHECKING:
 
     from bidi_responses.v1.responses_pb2 import Tool
 
-
-class PrefixRenderer(Protocol):
-    """What ``ToolSet.prefix_tokens`` asks of a renderer (``core.rendering``'s ``Renderer``)."""
-
-    def render_prefix(self, instructions: str | None, tools: list[JSONObject]) -> array[int]:
-        """The tokens of the instructions and tool definitions."""
-        ...
+    from ..conversation.state import PrefixRenderer
 
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
