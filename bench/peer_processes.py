@@ -25,13 +25,12 @@ __all__ = ["HelperProcess", "SmgGateway"]
 class HelperProcess:
     """A helper process on loopback that prints ``listening on URL`` when ready."""
 
-    def __init__(self, command: list[str], log: Path, ready: str | None = None) -> None:
+    def __init__(self, command: list[str], log: Path) -> None:
         self.log_path = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.ready = ready
 
     def wait_url(self, timeout: float = 60.0) -> str:
         """The URL it announced once ready; raises if it exits or misses the deadline."""

@@ -53,7 +53,15 @@ from .run.settings import ServerSettings
 from .stats import median
 from .workload import Workload, WorkloadSpec, build_workload
 
-__all__ = ["MODES", "main", "model_process", "peers_workload", "run_peers", "server_settings"]
+__all__ = [
+    "MODES",
+    "channel",
+    "main",
+    "model_process",
+    "peers_workload",
+    "run_peers",
+    "server_settings",
+]
 
 #: This project's modes, then SMG's (it has neither WebSocket mode nor gRPC).
 MODES: dict[str, tuple[str, ...]] = {
@@ -288,19 +296,15 @@ async def run_peers(
                     stats = await reply.json()
                 return float(stats["model_ms"])
 
-            def channel(server: str, mode: str) -> AbstractAsyncContextManager[Send]:
-                url = servers[server][0]
-                if mode == "websocket":
-                    return _websocket(url)
-                if mode == "connect":
-                    return _connect(f"127.0.0.1:{address.grpc_port}")
-                return _plain(_http(session, url))
+            def server_channel(server: str, mode: str) -> AbstractAsyncContextManager[Send]:
+                grpc_target = f"127.0.0.1:{address.grpc_port}"
+                return channel(session, servers[server][0], grpc_target, mode)
 
             cells = [(s, m) for s in servers for m in MODES[s]]
             loops: dict[str, list[list[Turn]]] = {f"{s}.{m}": [] for s, m in cells}
             for r in range(repeats + 1):  # round 0 warms every path
                 for server, mode in cells:
-                    async with channel(server, mode) as send:
+                    async with server_channel(server, mode) as send:
                         figures = await _loop(
                             send,
                             mode,
@@ -336,6 +340,18 @@ async def run_peers(
 @asynccontextmanager
 async def _plain(send: Send) -> AsyncIterator[Send]:
     yield send
+
+
+def channel(
+    session: aiohttp.ClientSession, url: str, grpc_target: str, mode: str
+) -> AbstractAsyncContextManager[Send]:
+    """How one loop of ``mode`` sends its turns: a WebSocket-mode connection, a Connect stream,
+    or HTTP requests on ``session`` (the server's HTTP base ``url``, its gRPC ``grpc_target``)."""
+    if mode == "websocket":
+        return _websocket(url)
+    if mode == "connect":
+        return _connect(grpc_target)
+    return _plain(_http(session, url))
 
 
 def format_table(result: JSONObject) -> str:

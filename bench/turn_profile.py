@@ -4,13 +4,16 @@ The server runs as ``make peers`` runs it (its own process, the instant fake mod
 one agent loop after another goes through one mode (WebSocket mode, Connect, HTTP with
 ``previous_response_id``). Per mode it reports:
 
-- the server's CPU per tool turn, split by thread: the event loop's thread, and the worker
-  threads (the journal's group commit, the SQLite writer, offloaded work), read from
-  ``/proc/<pid>/task`` around the loops (clock ticks, so many turns are needed);
-- with ``--py-spy`` (``make turn-profile`` installs it in the peers' venv), the event loop's
-  Python time by phase: py-spy samples the server while it holds the GIL, and each sample is
-  counted in the innermost phase its stack passes through (``PHASES``). Work done with the
-  GIL released (tokenizing, system calls, fsync) is in the thread figures, not in the phases.
+- the server's CPU per tool turn (the median), and its CPU per turn over every turn of the
+  loops (the mean: first turns and connection set-up included), split by thread: the event
+  loop's thread, and the worker threads (the journal's group commit, the SQLite writer,
+  offloaded work), read from ``/proc/<pid>/task`` around the loops (clock ticks, so many
+  turns are needed);
+- with ``--py-spy`` (``make turn-profile`` installs it in the peers' venv), the server's
+  Python time by phase: py-spy samples whichever thread holds the GIL (the event loop's, but
+  for the worker threads' Python), and each sample is counted in the innermost phase its
+  stack passes through (``PHASES``). Work done with the GIL released (tokenizing, system
+  calls, fsync) is in the thread figures, not in the phases.
 
 Run: ``python -m bidi_responses.bench.turn_profile --modes websocket,connect --loops 10``.
 """
@@ -27,14 +30,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypedDict
 
 import aiohttp
 
 from . import peers
-from .http_continuation import Send
 from .run.server import ServerProcess
 from .workload import Workload
 
@@ -69,10 +70,13 @@ LOOP_PHASE = "event loop and the rest"
 
 
 class ModeProfile(TypedDict):
-    """One mode's figures: CPU per tool turn, by thread, and the loop's phases (shares)."""
+    """One mode's figures: CPU per turn, by thread, and the phases of its Python time."""
 
     mode: str
+    #: The median tool turn (precise clock).
     tool_turn_cpu_ms: float
+    #: The mean over every turn of the loops (precise clock), and its split by thread (ticks).
+    turn_cpu_ms_mean: float
     event_loop_thread_ms: float
     worker_threads_ms: float
     phases: dict[str, float]
@@ -130,20 +134,15 @@ async def _profile_mode(
         return 0.0  # CPU only: the model's time is not subtracted here
 
     async with aiohttp.ClientSession() as session:
-
-        def channel() -> AbstractAsyncContextManager[Send]:
-            if mode == "websocket":
-                return peers._websocket(url)
-            if mode == "connect":
-                return peers._connect(f"127.0.0.1:{address.grpc_port}")
-            return peers._plain(peers._http(session, url))
+        grpc_target = f"127.0.0.1:{address.grpc_port}"
 
         async def one_loop(nonce: str) -> list[float]:
-            async with channel() as send:
+            """Every turn's server CPU (ms)."""
+            async with peers.channel(session, url, grpc_target, mode) as send:
                 figures = await peers._loop(
                     send, mode, workload, turns, nonce, model_ms, server.cpu_seconds
                 )
-            return [t.cpu_ms for t in figures[1:]]
+            return [t.cpu_ms for t in figures]
 
         await one_loop(f"{mode} warm-up")
         spy: asyncio.subprocess.Process | None = None
@@ -155,9 +154,12 @@ async def _profile_mode(
                 *command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
         before = _thread_ticks(pid)
+        every_turn: list[float] = []
         tool_turns: list[float] = []
         for n in range(loops):
-            tool_turns += await one_loop(f"{mode} {n}")
+            figures = await one_loop(f"{mode} {n}")
+            every_turn += figures
+            tool_turns += figures[1:]  # the first turn answers the user, not a tool
         after = _thread_ticks(pid)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -172,6 +174,7 @@ async def _profile_mode(
     return {
         "mode": mode,
         "tool_turn_cpu_ms": statistics.median(tool_turns),
+        "turn_cpu_ms_mean": statistics.fmean(every_turn),
         "event_loop_thread_ms": main_ms,
         "worker_threads_ms": workers_ms * per_turn_ms,
         "phases": phase_shares(raw.read_text()) if spy is not None else {},
@@ -204,8 +207,8 @@ def format_report(results: Sequence[ModeProfile]) -> str:
     for r in results:
         lines.append(
             f"{r['mode']}: {r['tool_turn_cpu_ms']:.2f} ms of server CPU a tool turn (median); "
-            f"event loop thread {r['event_loop_thread_ms']:.2f} ms, "
-            f"worker threads {r['worker_threads_ms']:.2f} ms"
+            f"{r['turn_cpu_ms_mean']:.2f} ms a turn over every turn (mean): event loop thread "
+            f"{r['event_loop_thread_ms']:.2f} ms, worker threads {r['worker_threads_ms']:.2f} ms"
         )
         lines += [f"  {share * 100:5.1f}%  {name}" for name, share in r["phases"].items()]
     return "\n".join(lines)
@@ -219,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    unknown = set(modes) - {"websocket", "connect", "http_previous", "http_full"}
+    unknown = set(modes) - set(peers.MODES["bidi"])
     if unknown:
         parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,20 @@ if TYPE_CHECKING:
 __all__ = ["WsConn", "WsTurns"]
 
 
+async def connect_ws(
+    base: str, *, batch: bool = False, ssl: SSLContext | None = None
+) -> ClientConnection:
+    """A WebSocket-mode connection to the server at ``base`` (no compression, no frame size
+    limit, as the OpenAI SDK connects); ``batch`` asks for the non-standard batched frames;
+    ``ssl``: over TLS (wss)."""
+    from websockets.asyncio.client import connect
+
+    url = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1) + "/v1/responses"
+    if batch:
+        url += "?batch_frames=1"
+    return await connect(url, max_size=None, compression=None, open_timeout=30, ssl=ssl)
+
+
 class WsTurns:
     """A turn as WebSocket mode's frames: a create or an append sent, its events read until
     the turn ends (``_exchange``: on a connection of its own, or on a lane of a shared one)."""
@@ -56,14 +70,7 @@ class WsConn(WsTurns):
     ) -> WsConn:
         """Connect (no compression, no frame size limit, as the OpenAI SDK connects);
         ``batch`` asks for the non-standard batched frames; ``ssl``: over TLS (wss)."""
-        from websockets.asyncio.client import connect
-
-        url = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-        url += "/v1/responses"
-        if batch:
-            url += "?batch_frames=1"
-        ws = await connect(url, max_size=None, compression=None, open_timeout=30, ssl=ssl)
-        return cls(ws, wire)
+        return cls(await connect_ws(base, batch=batch, ssl=ssl), wire)
 
     async def _exchange(self, message: JSONObject) -> Exchange:
         ex = Exchange(t_send=time.perf_counter(), messages=0)

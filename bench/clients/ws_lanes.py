@@ -17,7 +17,7 @@ import orjson
 
 from ..jsontypes import JSONObject
 from .exchange import BenchError, Exchange
-from .ws_conn import WsTurns
+from .ws_conn import WsTurns, connect_ws
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -38,14 +38,8 @@ class WsLanes:
 
     @classmethod
     async def open(cls, base: str, ssl: SSLContext | None = None) -> WsLanes:
-        """Connect as ``WsConn.open`` does (no compression, no frame size limit)."""
-        from websockets.asyncio.client import connect
-
-        url = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-        ws = await connect(
-            url + "/v1/responses", max_size=None, compression=None, open_timeout=30, ssl=ssl
-        )
-        return cls(ws)
+        """Connect as ``WsConn.open`` does (``connect_ws``)."""
+        return cls(await connect_ws(base, ssl=ssl))
 
     def lane(self, name: str) -> WsLaneConn:
         """An agent's view: its turns on lane ``name``."""

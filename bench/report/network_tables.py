@@ -95,12 +95,8 @@ def link_table(s: JSONObject) -> Table:
                 fmt(r["overhead_p50_ms"], 1),
                 fmt(r["server_cpu_ms_per_turn"], 1),
                 fmt(r["client_cpu_ms_per_turn"], 1),
-                fmt(r.get("engine_cpu_ms_per_turn"), 1)
-                if r.get("engine_cpu_ms_per_turn") is not None
-                else "-",
-                fmt(r.get("proxy_cpu_ms_per_turn"), 1)
-                if r.get("proxy_cpu_ms_per_turn") is not None
-                else "-",
+                fmt(r.get("engine_cpu_ms_per_turn"), 1),
+                fmt(r.get("proxy_cpu_ms_per_turn"), 1),
                 kb(r["bytes_up_per_turn"]),
                 kb(r["bytes_down_per_turn"]),
             ]

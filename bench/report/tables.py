@@ -119,9 +119,7 @@ def _rollout_table(s: JSONObject) -> Table:
                 fmt(r["api_share"] * 100, 1),
                 fmt(r["ttft_p50_ms"], 1),
                 spread(r["server_cpu_ms_per_turn"], r.get("server_cpu_ms_per_turn_range"), 1),
-                fmt(r.get("engine_cpu_ms_per_turn"), 1)
-                if r.get("engine_cpu_ms_per_turn") is not None
-                else "-",
+                fmt(r.get("engine_cpu_ms_per_turn"), 1),
                 fmt(r["client_cpu_ms_per_turn"], 1),
                 kb(r["bytes_up_per_turn"]),
                 kb(r["bytes_down_per_turn"]),
@@ -214,9 +212,7 @@ def _concurrency_table(s: JSONObject) -> Table:
                 spread(
                     top.get("server_cpu_ms_per_turn"), top.get("server_cpu_ms_per_turn_range"), 1
                 ),
-                fmt(top.get("engine_cpu_ms_per_turn"), 1)
-                if top.get("engine_cpu_ms_per_turn") is not None
-                else "-",
+                fmt(top.get("engine_cpu_ms_per_turn"), 1),
                 fmt(top.get("client_cpu_ms_per_turn"), 1),
             ]
         )
